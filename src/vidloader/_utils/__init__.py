@@ -1,0 +1,1 @@
+"""Private helpers usable by every layer."""

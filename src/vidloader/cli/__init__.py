@@ -1,0 +1,1 @@
+"""The ``vidloader`` command line: a thin shell over the public API."""

@@ -1,0 +1,27 @@
+"""Bounds and defaults, set once here. Each is a number of items, bytes or seconds."""
+
+from __future__ import annotations
+
+#: Version of the on-disk index format written by :meth:`VideoIndex.save`.
+INDEX_FORMAT_VERSION = 1
+
+#: Batches decoded ahead of the consumer, per worker (bounded prefetch).
+DEFAULT_PREFETCH_PER_WORKER = 2
+
+#: Seconds the loader waits on its result queue before checking that workers are alive.
+QUEUE_POLL_SECONDS = 0.1
+
+#: Seconds a worker is given to exit after being asked to, before it is terminated.
+WORKER_JOIN_SECONDS = 5.0
+
+#: Seconds to wait for a worker process to start and report ready.
+WORKER_START_SECONDS = 120.0
+
+#: Decoder threads per CPU decode (FFmpeg ``thread_count``); 0 lets FFmpeg choose.
+DEFAULT_DECODER_THREADS = 1
+
+#: Frames of the planner's lookahead window, in batches (GOP grouping across batches).
+DEFAULT_LOOKAHEAD_BATCHES = 1
+
+#: Interpolation used by swscale when the decoder resizes (the resize pushdown).
+DEFAULT_INTERPOLATION = "BILINEAR"

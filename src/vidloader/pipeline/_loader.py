@@ -1,0 +1,300 @@
+"""``VideoLoader``: batches of decoded, processed frames or clips, as fast as the machine allows."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from ..constants import DEFAULT_DECODER_THREADS, DEFAULT_PREFETCH_PER_WORKER
+from ..decoding import DecodeStats, get_executor
+from ..errors import ConfigError, WorkerError
+from ..index import VideoIndex
+from ..processing import Process, as_outputs, finalize
+from ..sampling import RandomFrames, Sampler, detect_rank_world, resolve_labels
+from ._assemble import BatchAssembler
+from ._pool import InlinePool, ProcessPool
+from ._transfer import Transfer
+from ._worker import WorkerConfig
+
+log = logging.getLogger(__name__)
+_LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:  # interpreter exit: no worker may outlive the program
+    for loader in list(_LIVE_LOADERS):
+        loader.shutdown()
+
+
+class VideoLoader:
+    """An iterable of batches of video frames or clips, decoded by worker processes.
+
+    Each batch is a dict of tensors: one entry per output (``"frames"`` by default, shaped
+    ``B×H×W×C`` for single frames or ``B×T×H×W×C`` for clips in the default layout), plus
+    ``video_index`` and ``frame_index`` (int64) and ``label`` when labels are given.
+
+    Args:
+        index (VideoIndex): the videos (see :func:`vidloader.build_index`).
+        sampler (Sampler): which frames or clips; default :class:`RandomFrames` (uniform over
+            frames, each once per epoch).
+        batch_size (int): samples per batch.
+        size ((int, int) | None): shortcut for ``processing=Process(size=size)``.
+        processing (Process | dict[str, Process] | None): what to produce; a dict produces
+            several named outputs from the same decoded frames.
+        labels: a sequence aligned with the index's videos, a dict path→label, or a callable
+            on the path.
+        backend ("cpu"): decoding backend.
+        num_workers (int | None): decoding processes (``spawn``); 0 decodes in the calling
+            process. Default: the number of CPU cores.
+        prefetch (int): batches in flight per worker (bounded; each uses one staging slot).
+        pin_memory (bool): return CPU batches in pinned memory (faster ``.cuda()``).
+        device (str | torch.device | None): move each batch there (one non-blocking copy);
+            dtype conversion and normalisation then run on that device.
+        on_error ("raise" | "skip"): a bad video raises :class:`WorkerError` naming it, or is
+            skipped (its samples dropped from the batch), logged and counted in ``stats``.
+        drop_last (bool): drop the last, short batch of an epoch.
+        rank, world_size (int | None): distributed shard; default from ``RANK``/``WORLD_SIZE``
+            or ``torch.distributed``.
+        persistent_workers (bool): keep workers between epochs.
+        decoder_threads (int): FFmpeg threads per decode.
+
+    .. note:: The stream of batches is a pure function of (sampler seed, epoch, rank): the same
+       whatever ``num_workers``. :meth:`state_dict` taken mid-epoch and loaded into a fresh
+       loader continues the identical stream.
+    """
+
+    def __init__(
+        self,
+        index: VideoIndex,
+        *,
+        sampler: Sampler | None = None,
+        batch_size: int = 128,
+        size: tuple[int, int] | int | None = None,
+        processing: Process | Mapping[str, Process] | None = None,
+        labels: Sequence[int] | Mapping[str, int] | Callable[[str], int] | None = None,
+        backend: Literal["cpu"] = "cpu",
+        num_workers: int | None = None,
+        prefetch: int = DEFAULT_PREFETCH_PER_WORKER,
+        pin_memory: bool = False,
+        device: str | torch.device | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        persistent_workers: bool = False,
+        decoder_threads: int = DEFAULT_DECODER_THREADS,
+    ) -> None:
+        if len(index) == 0:
+            raise ConfigError("the index holds no readable videos" + _rejected_hint(index))
+        if batch_size < 1 or prefetch < 1:
+            raise ConfigError(f"batch_size and prefetch must be >= 1, got {batch_size}, {prefetch}")
+        if on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.index = index
+        self.sampler = sampler if sampler is not None else RandomFrames()
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.outputs = as_outputs(processing, size=size)
+        self.labels = resolve_labels(index, labels)
+        self.backend, self.on_error = backend, on_error
+        self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+        self.prefetch, self.persistent_workers = prefetch, persistent_workers
+        self.executor_options = {"thread_count": decoder_threads}
+        detected = detect_rank_world()
+        self.rank = detected[0] if rank is None else rank
+        self.world_size = detected[1] if world_size is None else world_size
+        self._transfer = Transfer(device, pin_memory)
+        self._seq_len = self._sequence_length()
+        self._shapes = self._staging_shapes()
+        self._epoch, self._next_batch = 0, 0
+        self._pool = None
+        self.stats = {"batches": 0, "samples": 0, "skipped_samples": 0, "skipped_files": []}
+        self.decode_stats = DecodeStats()
+        _LIVE_LOADERS.add(self)
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def _sequence_length(self) -> int:
+        if len(self) == 0:
+            raise ConfigError(
+                f"rank {self.rank} of {self.world_size} gets no batch of {self.batch_size} "
+                f"from {self.sampler.num_samples(self.index)} samples; lower batch_size or "
+                "set drop_last=False"
+            )
+        return self._epoch_plan(0).batch(0).sequence_length
+
+    def _staging_shapes(self) -> dict[str, tuple]:
+        shapes = {}
+        for name, proc in self.outputs.items():
+            sizes = set()
+            for rec in _distinct_sizes(self.index):
+                from ..processing import geometry
+
+                sizes.add(geometry(proc, rec.height, rec.width, path=rec.path).out_hw)
+            if len(sizes) > 1:
+                raise ConfigError(
+                    f"output {name!r}: videos have different sizes {sorted(sizes)[:4]}, so "
+                    "frames cannot share a batch; give size=(height, width)"
+                )
+            (h, w), t = sizes.pop(), proc.frames_out(self._seq_len)
+            shapes[name] = (self.batch_size, t, h, w, 3)
+        return shapes
+
+    def _epoch_plan(self, epoch: int):
+        return self.sampler.plan_epoch(
+            self.index, epoch=epoch, batch_size=self.batch_size, rank=self.rank,
+            world_size=self.world_size, drop_last=self.drop_last,
+        )
+
+    def _make_pool(self):
+        num_slots = max(1, self.num_workers) * self.prefetch
+        if self.num_workers == 0:
+            executor = get_executor(self.backend, **self.executor_options)
+            assembler = BatchAssembler(self.index, self.outputs, executor, on_error=self.on_error)
+            return InlinePool(assembler, self._shapes, 1)
+        config = WorkerConfig(
+            self.index, self.outputs, self.backend, self.executor_options, self.on_error
+        )
+        return ProcessPool(config, self._shapes, num_slots, self.num_workers)
+
+    # -- iteration ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        return len(self._epoch_plan(0))
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        epoch, start = self._epoch, self._next_batch
+        plan = self._epoch_plan(epoch)
+        if self._pool is None:
+            self._pool = self._make_pool()
+        finished = False
+        try:
+            yield from self._run(plan, epoch, start)
+            finished = True
+        finally:
+            if not finished or not self.persistent_workers:
+                self._close_pool()
+        self._epoch, self._next_batch = epoch + 1, 0
+
+    def _run(self, plan, epoch: int, start: int) -> Iterator[dict]:
+        pool, n = self._pool, len(plan)
+        free = list(range(len(pool.slots)))[::-1]
+        pending: dict[int, tuple] = {}
+        dispatch = start
+        for b in range(start, n):
+            while free and dispatch < n:
+                pool.submit(dispatch % pool.num_workers, free.pop(), self._plan_with_labels(plan, dispatch))
+                dispatch += 1
+            while b not in pending:
+                msg = pool.get()
+                if msg[0] == "error":
+                    raise WorkerError(f"decoding batch {msg[1]} failed: {msg[3]}", path=msg[5], remote_traceback=msg[4])
+                pending[msg[1]] = msg
+            _, _, slot_id, valid, errors, delta = pending.pop(b)
+            batch = self._collect(plan.batch(b), slot_id, valid, errors, delta)
+            free.append(slot_id)
+            self._next_batch = b + 1
+            if batch is not None:
+                yield batch
+
+    def _plan_with_labels(self, plan, b: int):
+        bp = plan.batch(b)
+        return bp if self.labels is None else bp.with_labels(self.labels[bp.video_indices])
+
+    def _collect(self, bp, slot_id: int, valid: np.ndarray, errors, delta) -> dict | None:
+        self._account(bp, valid, errors, delta)
+        if not valid.any():
+            return None
+        rows = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
+        slot = self._pool.slots[slot_id]
+        batch = {}
+        for name, proc in self.outputs.items():
+            staged = self._transfer(slot[name][: bp.batch_size], rows)
+            batch[name] = finalize(staged, proc, is_clip=bp.is_clip)
+        keep = slice(None) if rows is None else rows.numpy()
+        frames = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
+        batch["video_index"] = torch.from_numpy(bp.video_indices[keep].copy())
+        batch["frame_index"] = torch.from_numpy(frames[keep].copy())
+        if self.labels is not None:
+            batch["label"] = torch.from_numpy(self.labels[bp.video_indices][keep].copy())
+        return batch
+
+    def _account(self, bp, valid, errors, delta) -> None:
+        self.stats["batches"] += 1
+        self.stats["samples"] += int(valid.sum())
+        self.stats["skipped_samples"] += int((~valid).sum())
+        self.stats["skipped_files"].extend(path for path, _ in errors)
+        self.decode_stats.add(DecodeStats(**delta))
+
+    # -- epochs and resume -------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at the beginning of ``epoch`` (as DistributedSampler)."""
+        self._epoch, self._next_batch = int(epoch), 0
+
+    def state_dict(self) -> dict:
+        """Where the stream stands: loading it into a fresh loader continues identically."""
+        return {
+            "epoch": self._epoch,
+            "next_batch": self._next_batch,
+            "sampler": self.sampler.config(),
+            "batch_size": self.batch_size,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`; refuses a state from a different configuration."""
+        mine = self.state_dict()
+        for key in ("sampler", "batch_size", "rank", "world_size"):
+            if state.get(key) != mine[key]:
+                raise ConfigError(
+                    f"cannot resume: state has {key}={state.get(key)!r} but this loader has "
+                    f"{mine[key]!r}; build the loader with the same settings"
+                )
+        self._epoch, self._next_batch = int(state["epoch"]), int(state["next_batch"])
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    def _close_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop all workers and free shared memory. Safe to call more than once."""
+        self._close_pool()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"VideoLoader({len(self.index)} videos, {type(self.sampler).__name__}, "
+            f"batch_size={self.batch_size}, outputs={list(self.outputs)}, "
+            f"backend={self.backend!r}, num_workers={self.num_workers})"
+        )
+
+
+def _distinct_sizes(index: VideoIndex):
+    seen = {}
+    for rec in index:
+        seen.setdefault((rec.height, rec.width), rec)
+    return list(seen.values())
+
+
+def _rejected_hint(index: VideoIndex) -> str:
+    if not index.rejected:
+        return ""
+    first = index.rejected[0]
+    return f" ({len(index.rejected)} rejected, e.g. {first.path}: {first.reason})"

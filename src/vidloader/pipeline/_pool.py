@@ -1,0 +1,158 @@
+"""Where batches are filled: a pool of spawned CPU worker processes, or the calling process.
+
+Both pools share one protocol: ``submit(slot_id, plan)`` then ``get()`` returns a message
+``("done", batch_index, slot_id, valid, errors, stats)`` or ``("error", batch_index, slot_id,
+message, traceback, path)``. Staging slots are preallocated once; the number of slots bounds
+the batches in flight (the prefetch).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import queue
+import time
+import traceback
+
+import torch
+
+from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SECONDS
+from ..errors import WorkerError
+from ._assemble import BatchAssembler
+from ._worker import WorkerConfig, worker_main
+
+
+def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=False) -> list:
+    slots = []
+    for _ in range(num_slots):
+        slot = {name: torch.zeros(shape, dtype=torch.uint8, device=device) for name, shape in shapes.items()}
+        if shared:
+            slot = {name: t.share_memory_() for name, t in slot.items()}
+        slots.append(slot)
+    return slots
+
+
+class InlinePool:
+    """Fills batches synchronously in the calling process (``num_workers=0``, or NVDEC)."""
+
+    def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int, device=None) -> None:
+        self.assembler = assembler
+        self.slots = _allocate(shapes, num_slots, device=device)
+        self._done: collections.deque = collections.deque()
+        self.num_workers = 1
+
+    def _views(self, slot_id: int, batch_size: int) -> dict:
+        views = {n: t[:batch_size] for n, t in self.slots[slot_id].items()}
+        if all(t.device.type == "cpu" for t in views.values()):
+            return {n: t.numpy() for n, t in views.items()}
+        return views
+
+    def submit(self, worker: int, slot_id: int, plan) -> None:
+        stats = self.assembler.executor.stats
+        before = dataclasses.asdict(stats)
+        try:
+            res = self.assembler.fill(plan, self._views(slot_id, plan.batch_size))
+        except Exception as exc:
+            path = getattr(exc, "path", None)
+            self._done.append(("error", plan.batch_index, slot_id, repr(exc), traceback.format_exc(), path))
+            return
+        after = dataclasses.asdict(stats)
+        delta = {k: after[k] - before[k] for k in after}
+        self._done.append(("done", plan.batch_index, slot_id, res.valid, res.errors, delta))
+
+    def get(self):
+        return self._done.popleft()
+
+    def shutdown(self) -> None:
+        self.assembler.executor.close()
+
+
+class ProcessPool:
+    """``num_workers`` spawned processes filling shared-memory slots.
+
+    Slots are torch tensors in shared memory (``share_memory_``): they are freed by torch
+    when the last process lets go, so no named segment can outlive the loader.
+    """
+
+    def __init__(self, config: WorkerConfig, shapes: dict, num_slots: int, num_workers: int) -> None:
+        ctx = torch.multiprocessing.get_context("spawn")
+        self.num_workers = num_workers
+        self.slots = _allocate(shapes, num_slots, shared=True)
+        self.result_q = ctx.Queue()
+        self.task_qs = [ctx.Queue() for _ in range(num_workers)]
+        self.procs = [
+            ctx.Process(
+                target=worker_main,
+                args=(i, config, self.slots, self.task_qs[i], self.result_q),
+                daemon=True,
+                name=f"vidloader-worker-{i}",
+            )
+            for i in range(num_workers)
+        ]
+        self._closed = False
+        try:
+            for p in self.procs:
+                p.start()
+            self._wait_ready()
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _wait_ready(self) -> None:
+        ready, deadline = 0, time.monotonic() + WORKER_START_SECONDS
+        while ready < self.num_workers:
+            msg = self.get(deadline=deadline)
+            if msg[0] == "ready":
+                ready += 1
+            elif msg[0] == "error":
+                raise WorkerError(f"a worker failed to start: {msg[3]}", remote_traceback=msg[4])
+
+    def submit(self, worker: int, slot_id: int, plan) -> None:
+        self.task_qs[worker].put((slot_id, plan))
+
+    def get(self, deadline: float | None = None):
+        """Next message; raises :class:`WorkerError` if a worker died (never hangs)."""
+        while True:
+            try:
+                return self.result_q.get(timeout=QUEUE_POLL_SECONDS)
+            except queue.Empty:
+                self._check_alive()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise WorkerError(f"workers did not start within {WORKER_START_SECONDS:.0f} s") from None
+
+    def _check_alive(self) -> None:
+        for p in self.procs:
+            if not p.is_alive():
+                code = p.exitcode
+                how = f"was killed by signal {-code}" if code and code < 0 else f"exited with code {code}"
+                raise WorkerError(
+                    f"loader worker {p.name} (pid {p.pid}) {how}; it may have run out of memory "
+                    "or crashed inside FFmpeg"
+                )
+
+    def shutdown(self) -> None:
+        """Stop every worker: ask, wait, then terminate; close the queues. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for q, p in zip(self.task_qs, self.procs):
+            if p.is_alive():
+                try:
+                    q.put(None)
+                except Exception:
+                    pass
+        deadline = time.monotonic() + WORKER_JOIN_SECONDS
+        for p in self.procs:
+            if p.pid is not None:
+                p.join(max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        for q in [*self.task_qs, self.result_q]:
+            q.cancel_join_thread()
+            q.close()
+        self.slots = []

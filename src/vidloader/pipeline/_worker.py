@@ -1,0 +1,69 @@
+"""The CPU worker process: decodes batch plans into shared-memory staging slots.
+
+Workers are started with ``spawn`` and never touch CUDA. They never raise: a failure is sent
+to the loader with its traceback and the file name (torchdata.nodes style).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import traceback
+
+from ..decoding import get_executor
+from ..processing import Process
+from ._assemble import BatchAssembler
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker needs, pickled once at start."""
+
+    index: object
+    outputs: dict[str, Process]
+    backend: str
+    executor_options: dict
+    on_error: str
+
+
+def _staging_views(slot: dict, batch_size: int) -> dict:
+    return {name: tensor[:batch_size].numpy() for name, tensor in slot.items()}
+
+
+def worker_main(worker_id: int, config: WorkerConfig, slots: list, task_q, result_q) -> None:
+    """Loop: take ``(slot_id, plan)``, fill the slot, report; ``None`` stops the worker."""
+    # Ctrl-C goes to the whole process group: the loader in the parent handles it and shuts
+    # the workers down, so they must not die mid-write with their own traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        executor = get_executor(config.backend, **config.executor_options)
+        assembler = BatchAssembler(config.index, config.outputs, executor, on_error=config.on_error)
+    except BaseException as exc:
+        result_q.put(("error", -1, -1, repr(exc), traceback.format_exc(), None))
+        return
+    result_q.put(("ready", worker_id))
+    try:
+        _serve(assembler, executor, slots, task_q, result_q)
+    finally:
+        executor.close()
+
+
+def _serve(assembler, executor, slots, task_q, result_q) -> None:
+    while True:
+        msg = task_q.get()
+        if msg is None:
+            return
+        slot_id, plan = msg
+        before = dataclasses.asdict(executor.stats)
+        try:
+            res = assembler.fill(plan, _staging_views(slots[slot_id], plan.batch_size))
+        except BaseException as exc:
+            path = getattr(exc, "path", None)
+            result_q.put(("error", plan.batch_index, slot_id, repr(exc), traceback.format_exc(), path))
+            continue
+        after = dataclasses.asdict(executor.stats)
+        delta = {k: after[k] - before[k] for k in after}
+        result_q.put(("done", plan.batch_index, slot_id, res.valid, res.errors, delta))

@@ -1,0 +1,74 @@
+"""Per-video and per-sample geometry: resize target, crop window, flip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import ConfigError
+from ._spec import Process
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """Sizes for one (output, video) pair: decode (resize) target and output window."""
+
+    decode_hw: tuple[int, int]
+    out_hw: tuple[int, int]
+
+
+def _resize_target(proc: Process, height: int, width: int) -> tuple[int, int]:
+    if isinstance(proc.scale, float):
+        return max(1, round(height * proc.scale)), max(1, round(width * proc.scale))
+    if proc.scale is not None:
+        return proc.scale
+    if proc.short_side is not None:
+        s = proc.short_side / min(height, width)
+        return max(proc.short_side, round(height * s)), max(proc.short_side, round(width * s))
+    if proc.size is not None:
+        return proc.size
+    return height, width
+
+
+def geometry(proc: Process, height: int, width: int, *, path: str = "") -> Geometry:
+    """Resolve ``proc`` for a video of ``height × width`` pixels."""
+    decode_hw = _resize_target(proc, height, width)
+    out_hw = proc.size or decode_hw
+    if out_hw[0] > decode_hw[0] or out_hw[1] > decode_hw[1]:
+        raise ConfigError(
+            f"{path}: crop size {out_hw} is larger than the resized frame {decode_hw}; "
+            "lower size= or raise scale=/short_side="
+        )
+    return Geometry(decode_hw, out_hw)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleTransform:
+    """The random choices of one sample, shared by all its frames."""
+
+    top: int
+    left: int
+    flip: bool
+
+
+def sample_transform(proc: Process, geom: Geometry, seed: int) -> SampleTransform:
+    """Crop origin and flip for a sample, drawn from its seed (deterministic on resume)."""
+    (dh, dw), (oh, ow) = geom.decode_hw, geom.out_hw
+    rng = np.random.default_rng(int(seed))
+    if proc.crop == "random":
+        top = int(rng.integers(0, dh - oh + 1))
+        left = int(rng.integers(0, dw - ow + 1))
+    else:
+        top, left = (dh - oh) // 2, (dw - ow) // 2
+    flip = bool(proc.random_flip and rng.random() < 0.5)
+    return SampleTransform(top, left, flip)
+
+
+def apply_window(image, geom: Geometry, tf: SampleTransform):
+    """Crop (and flip) an ``H×W×C`` image resized to ``geom.decode_hw``; numpy or torch."""
+    oh, ow = geom.out_hw
+    out = image[tf.top : tf.top + oh, tf.left : tf.left + ow]
+    if tf.flip:
+        out = out[:, ::-1] if isinstance(out, np.ndarray) else out.flip(1)
+    return out

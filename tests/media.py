@@ -1,0 +1,41 @@
+"""Test media for the loader tests, generated with PyAV (never downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+
+from vidloader.synthetic import VideoSpec, make_dataset
+
+
+def small_specs(n: int = 6, *, width: int = 96, height: int = 64) -> list[VideoSpec]:
+    """Tiny H.264 videos with B-frames, GOP 10, 20..45 frames (unequal lengths on purpose)."""
+    return [
+        VideoSpec(width=width, height=height, num_frames=20 + 5 * i, gop=10, bframes=2, seed=100 + i)
+        for i in range(n)
+    ]
+
+
+def make_small_dataset(directory: Path, n: int = 6) -> list[Path]:
+    return make_dataset(directory, small_specs(n), num_workers=1)
+
+
+def reference_frames(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
+    """Every frame of ``path`` decoded sequentially, in display order, RGB (resized by swscale)."""
+    with av.open(str(path)) as c:
+        frames = sorted(c.decode(c.streams.video[0]), key=lambda f: f.pts)
+        if size is None:
+            return np.stack([f.to_ndarray(format="rgb24") for f in frames])
+        h, w = size
+        return np.stack(
+            [f.reformat(width=w, height=h, format="rgb24", interpolation="BILINEAR").to_ndarray() for f in frames]
+        )
+
+
+def write_corrupt(path: Path, good: Path) -> Path:
+    """A file whose header is fine but whose frame data is garbage (decoding fails or is wrong)."""
+    data = bytearray(good.read_bytes())
+    path.write_bytes(bytes(data[: len(data) // 3]))
+    return path

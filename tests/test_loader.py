@@ -1,0 +1,247 @@
+"""VideoLoader end to end on generated video: exactness, laws, resume, errors, shutdown hygiene."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import vidloader
+from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
+
+from .media import make_small_dataset, reference_frames
+
+SIZE = (32, 48)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader_media")
+    paths = make_small_dataset(root, n=5)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    refs = {k: reference_frames(r.path, SIZE) for k, r in enumerate(index)}
+    full = {k: reference_frames(r.path) for k, r in enumerate(index)}
+    return index, refs, full
+
+
+def _collect(loader, limit=None):
+    out = []
+    for i, batch in enumerate(loader):
+        out.append(batch)
+        if limit is not None and i + 1 >= limit:
+            break
+    return out
+
+
+def _children() -> set[int]:
+    import multiprocessing
+
+    return {p.pid for p in multiprocessing.active_children()}
+
+
+def test_random_frames_are_exact_and_each_frame_once(dataset):
+    index, refs, _ = dataset
+    loader = VideoLoader(index, sampler=RandomFrames(seed=3), batch_size=16, size=SIZE, num_workers=0)
+    seen = []
+    for batch in loader:
+        assert batch["frames"].shape[1:] == (*SIZE, 3) and batch["frames"].dtype == torch.uint8
+        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
+            np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
+            seen.append((int(v), int(f)))
+    assert sorted(seen) == [(k, f) for k, r in enumerate(index) for f in range(r.num_frames)]
+    assert loader.decode_stats.delivered > 0
+
+
+def test_native_size_frames_are_bit_exact(dataset):
+    index, _, full = dataset
+    loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=64, num_workers=0)
+    for batch in loader:
+        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
+            np.testing.assert_array_equal(img.numpy(), full[int(v)][int(f)])
+
+
+def test_same_stream_whatever_num_workers(dataset):
+    index, _, _ = dataset
+    runs = []
+    for workers in (0, 2):
+        loader = VideoLoader(index, sampler=RandomFrames(seed=11), batch_size=12, size=SIZE,
+                             num_workers=workers, prefetch=2)
+        runs.append(_collect(loader))
+    assert len(runs[0]) == len(runs[1])
+    for a, b in zip(*runs):
+        for key in ("frames", "video_index", "frame_index"):
+            assert torch.equal(a[key], b[key])
+
+
+def test_clips_processing_and_named_outputs(dataset):
+    index, refs, full = dataset
+    processing = {
+        "input": Process(size=SIZE, dtype="float32", normalized=True, layout="tchw"),
+        "target": Process(index_map=[-1, 0, -1], layout="thwc"),
+    }
+    loader = VideoLoader(index, sampler=Clips(sequence_length=3, stride=2, step=4, seed=1),
+                         batch_size=4, processing=processing, num_workers=0)
+    batch = next(iter(loader))
+    assert batch["input"].shape == (4, 3, 3, *SIZE) and batch["input"].dtype == torch.float32
+    assert batch["target"].shape == (4, 1, 64, 96, 3)
+    for b in range(4):
+        v, frames = int(batch["video_index"][b]), batch["frame_index"][b].tolist()
+        assert frames[1] - frames[0] == 2 and frames[2] - frames[1] == 2
+        expect = torch.from_numpy(refs[v][frames]).permute(0, 3, 1, 2).float() / 255
+        torch.testing.assert_close(batch["input"][b], expect)
+        np.testing.assert_array_equal(batch["target"][b, 0].numpy(), full[v][frames[1]])
+    loader.shutdown()
+
+
+def test_labels_follow_videos(dataset):
+    index, _, _ = dataset
+    labels = [10 + k for k in range(len(index))]
+    loader = VideoLoader(index, batch_size=8, size=SIZE, labels=labels, num_workers=0)
+    batch = next(iter(loader))
+    assert torch.equal(batch["label"], batch["video_index"] + 10)
+    by_path = VideoLoader(index, batch_size=8, size=SIZE, num_workers=0,
+                          labels=lambda p: int(p[-6:-4]) % 7)
+    b2 = next(iter(by_path))
+    assert b2["label"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch_continues_identically(dataset, workers):
+    index, _, _ = dataset
+
+    def make():
+        return VideoLoader(index, sampler=RandomFrames(seed=5), batch_size=10, size=SIZE,
+                           num_workers=workers)
+
+    full = _collect(make())
+    first = make()
+    head = _collect(first, limit=4)
+    state = first.state_dict()
+    first.shutdown()
+    resumed = make()
+    resumed.load_state_dict(state)
+    tail = _collect(resumed)
+    assert len(head) + len(tail) == len(full)
+    for a, b in zip(head + tail, full):
+        assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["frame_index"], b["frame_index"])
+
+
+def test_epochs_differ_and_set_epoch_replays(dataset):
+    index, _, _ = dataset
+    loader = VideoLoader(index, batch_size=10, size=SIZE, num_workers=0)
+    e0 = _collect(loader)
+    e1 = _collect(loader)
+    assert not torch.equal(e0[0]["frame_index"], e1[0]["frame_index"])
+    loader.set_epoch(0)
+    again = _collect(loader)
+    assert torch.equal(again[0]["frame_index"], e0[0]["frame_index"])
+
+
+def test_resume_refuses_other_configuration(dataset):
+    index, _, _ = dataset
+    state = VideoLoader(index, batch_size=10, size=SIZE, num_workers=0).state_dict()
+    other = VideoLoader(index, batch_size=12, size=SIZE, num_workers=0)
+    with pytest.raises(vidloader.ConfigError, match="batch_size"):
+        other.load_state_dict(state)
+
+
+@pytest.fixture
+def broken_index(tmp_path):
+    """An index whose second video is damaged after indexing (decode-time failure)."""
+    paths = make_small_dataset(tmp_path, n=3)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    data = bytearray(paths[1].read_bytes())
+    mdat = data.find(b"mdat")
+    data[mdat + 8 :] = os.urandom(len(data) - mdat - 8)  # keep the header, ruin the pictures
+    paths[1].write_bytes(bytes(data))
+    return index, str(paths[1])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bad_video_raises_worker_error_naming_file(broken_index, workers):
+    index, bad = broken_index
+    loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=16, size=SIZE, num_workers=workers)
+    with pytest.raises(WorkerError) as info:
+        _collect(loader)
+    assert bad in str(info.value)
+    assert _children() == set()
+
+
+def test_bad_video_skipped_and_counted(broken_index):
+    index, bad = broken_index
+    loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=16, size=SIZE,
+                         num_workers=2, on_error="skip")
+    batches = _collect(loader)
+    delivered = sum(len(b["frames"]) for b in batches)
+    assert loader.stats["skipped_samples"] == index[1].num_frames
+    assert delivered == index.total_frames - index[1].num_frames
+    assert bad in loader.stats["skipped_files"]
+    assert all(int(v) != 1 for b in batches for v in b["video_index"])
+
+
+def _shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def test_break_and_del_leave_no_process_or_shared_memory(dataset):
+    index, _, _ = dataset
+    shm_before = _shm_entries()
+    loader = VideoLoader(index, batch_size=8, size=SIZE, num_workers=2)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert _children() == set()
+    persistent = VideoLoader(index, batch_size=8, size=SIZE, num_workers=2, persistent_workers=True)
+    _collect(persistent, limit=2)
+    assert len(_children()) == 2
+    del persistent
+    import gc
+
+    gc.collect()
+    assert _children() == set()
+    time.sleep(0.2)
+    assert _shm_entries() <= shm_before
+
+
+def test_killed_worker_raises_instead_of_hanging(dataset):
+    index, _, _ = dataset
+    loader = VideoLoader(index, batch_size=4, size=SIZE, num_workers=2, prefetch=1)
+    it = iter(loader)
+    next(it)
+    os.kill(loader._pool.procs[0].pid, signal.SIGKILL)
+    with pytest.raises(WorkerError, match="killed by signal 9"):
+        for _ in it:
+            pass
+    assert _children() == set()
+
+
+def test_ctrl_c_leaves_no_worker(dataset, tmp_path):
+    index, _, _ = dataset
+    index_path = tmp_path / "idx.npz"
+    index.save(index_path)
+    script = textwrap.dedent(f"""
+        import os, signal, sys, vidloader
+        index = vidloader.VideoIndex.load({str(index_path)!r})
+        loader = vidloader.VideoLoader(index, batch_size=4, size=(32, 48), num_workers=2)
+        try:
+            for i, batch in enumerate(loader):
+                if i == 0:
+                    print(" ".join(str(p.pid) for p in loader._pool.procs), flush=True)
+                    os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    lines = out.stdout.split("\n")
+    assert "interrupted" in out.stdout, out.stderr
+    time.sleep(0.5)
+    for pid in map(int, lines[0].split()):
+        assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
