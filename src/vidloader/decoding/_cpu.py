@@ -1,0 +1,356 @@
+"""The CPU executor: FFmpeg decoding through PyAV, GOP by GOP, forward only.
+
+For each GOP of a task the decoder either keeps going (it is already inside the GOP, before
+the first wanted frame) or seeks to the GOP's keyframe; it then decodes forward, skipping
+non-reference frames that no request needs, and stops as soon as the GOP's last wanted frame
+is out. Decoded frames are matched to display indices by pts (``record.pts``), never by
+counting, so B-frame reordering, VFR and edit lists cannot shift the numbering.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+
+from .. import constants
+from ..errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
+from ..index import VideoRecord
+from ._base import DecodeTask, Executor, FrameSink, GopRequest
+from ._cpu_frame import CpuFrame
+
+_THREAD_TYPES = ("AUTO", "FRAME", "SLICE")
+
+#: Open files an executor keeps (LRU): consecutive tasks often hit the same video, and a
+#: kept-open decoder can continue forward without reopening or seeking.
+DEFAULT_MAX_OPEN_FILES = 4
+
+
+@dataclasses.dataclass(eq=False)
+class _OpenVideo:
+    """One open file and where its decoder stands."""
+
+    container: Any
+    stream: Any
+    packets: Iterator[Any] | None  # live demuxer; None once drained (a seek restarts it)
+    last_index: int = -1  # display index of the newest frame taken from the decoder
+    untouched: bool = True  # no packet decoded since open: position is exactly frame 0
+    skip_mode: str = "DEFAULT"
+    pending: list[int] = dataclasses.field(default_factory=list)  # heap: pts sent as NONREF
+    leftover: collections.deque = dataclasses.field(default_factory=collections.deque)
+
+    def close(self) -> None:
+        if self.packets is not None:
+            self.packets.close()
+        self.container.close()
+
+
+class CpuExecutor(Executor):
+    """Decodes tasks on the CPU with FFmpeg (PyAV); frames convert/resize through swscale.
+
+    One executor serves one thread. It keeps up to ``max_open_files`` files open (LRU), so a
+    task on the same video as a recent one neither reopens nor, when it lies ahead of the
+    decoder in the same GOP, seeks.
+
+    Args:
+        thread_count: FFmpeg decoder threads per file (0 = FFmpeg decides); also the swscale
+            thread count for conversions.
+        thread_type: ``"AUTO"``, ``"FRAME"`` or ``"SLICE"`` threading.
+        skip_nonref: decode non-reference frames only when a request needs them
+            (``skip_frame = NONREF`` toggled per packet). Exact with every thread type:
+            FFmpeg's frame threads copy ``skip_frame`` from the user context at each packet.
+        interpolation: swscale algorithm for resizing in ``to_rgb(size)`` (PyAV
+            ``Interpolation`` name, e.g. ``"BILINEAR"``, ``"AREA"``).
+        max_open_files: files kept open at once.
+    """
+
+    name = "cpu"
+
+    def __init__(
+        self,
+        *,
+        thread_count: int = constants.DEFAULT_DECODER_THREADS,
+        thread_type: Literal["AUTO", "FRAME", "SLICE"] = "AUTO",
+        skip_nonref: bool = True,
+        interpolation: str = constants.DEFAULT_INTERPOLATION,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+    ) -> None:
+        super().__init__()
+        _check_options(thread_count, thread_type, interpolation, max_open_files)
+        self.thread_count = int(thread_count)
+        self.thread_type = thread_type
+        self.skip_nonref = bool(skip_nonref)
+        self.interpolation = interpolation
+        self.max_open_files = int(max_open_files)
+        self._videos: collections.OrderedDict[str, _OpenVideo] = collections.OrderedDict()
+        self._reformatter: Any = None
+
+    def decode(self, task: DecodeTask, sink: FrameSink) -> None:
+        """Decode ``task`` and call ``sink(i, frame)`` once per wanted frame, ascending.
+
+        Raises:
+            VideoNotFoundError, CorruptVideoError, UnsupportedCodecError: naming the file.
+        """
+        self.stats.tasks += 1
+        if not task.gops:
+            return
+        video = self._acquire(task.record)
+        frames = self._wanted_frames(video, task)
+        try:
+            for i, frame in frames:
+                sink(i, CpuFrame(frame, self._swscale(), self.interpolation, self.thread_count))
+                self.stats.delivered += 1
+        except BaseException:
+            # An error (ours or the sink's) leaves the decoder somewhere unknown: reopen next time.
+            frames.close()
+            self._forget(task.record.path)
+            raise
+
+    def close(self) -> None:
+        while self._videos:
+            self._videos.popitem(last=False)[1].close()
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _acquire(self, record: VideoRecord) -> _OpenVideo:
+        video = self._videos.pop(record.path, None)
+        if video is None:
+            while len(self._videos) >= self.max_open_files:
+                self._videos.popitem(last=False)[1].close()
+            video = _open_video(record, self.thread_count, self.thread_type)
+        self._videos[record.path] = video  # most recently used last
+        return video
+
+    def _forget(self, path: str) -> None:
+        video = self._videos.pop(path, None)
+        if video is not None:
+            video.close()
+
+    def _swscale(self) -> Any:
+        if self._reformatter is None:
+            from av.video.reformatter import VideoReformatter
+
+            # One swscale context per executor, reused across frames of the same geometry.
+            self._reformatter = VideoReformatter()
+        return self._reformatter
+
+    # -- decoding -------------------------------------------------------------------------
+
+    def _wanted_frames(self, video: _OpenVideo, task: DecodeTask) -> Iterator[tuple[int, Any]]:
+        """``(display index, av.VideoFrame)`` of every wanted frame, GOP by GOP."""
+        import av
+
+        record = task.record
+        wanted = set(record.pts[task.frames].tolist()) if self.skip_nonref else None
+        try:
+            for gop in task.gops:
+                yield from self._gop_frames(video, record, gop, wanted)
+        except av.FFmpegError as exc:
+            raise media_error(record.path, exc) from exc
+
+    def _gop_frames(
+        self, video: _OpenVideo, record: VideoRecord, gop: GopRequest, wanted: set[int] | None
+    ) -> Iterator[tuple[int, Any]]:
+        exact = self._enter(video, record, gop)
+        missing = yield from self._scan(video, record, gop.frames, wanted)
+        if len(missing) and not exact:
+            # The decoder came from an earlier GOP or task and had already dropped a frame
+            # this GOP needs (returned it, or skipped it as non-reference): decode it again.
+            self._seek(video, record, gop.keyframe)
+            missing = yield from self._scan(video, record, missing, wanted)
+        if len(missing):
+            shown = ", ".join(str(int(i)) for i in missing[:10])
+            raise CorruptVideoError(
+                record.path,
+                f"frames {shown}{' …' if len(missing) > 10 else ''} could not be decoded (the "
+                f"stream ended or skipped past them; it has {record.num_frames} frames in the "
+                "index): the file is truncated or corrupt, or the index is stale",
+            )
+
+    def _enter(self, video: _OpenVideo, record: VideoRecord, gop: GopRequest) -> bool:
+        """Position the decoder for ``gop``; return whether the position is exact."""
+        inside = gop.keyframe - 1 <= video.last_index < int(gop.frames[0])
+        if video.packets is not None and inside:
+            return video.untouched  # keep decoding forward: no seek
+        self._seek(video, record, gop.keyframe)
+        return True
+
+    def _seek(self, video: _OpenVideo, record: VideoRecord, keyframe: int) -> None:
+        if video.packets is not None:
+            video.packets.close()
+        video.packets = self._demux_from(video, record, int(record.pts[keyframe]))
+        video.pending.clear()
+        video.leftover.clear()
+        video.last_index = keyframe - 1
+        video.untouched = False
+
+    def _demux_from(self, video: _OpenVideo, record: VideoRecord, target: int) -> Iterator[Any]:
+        """Packets from the keyframe with pts ``target`` on, whatever the demuxer's seek did.
+
+        The MP4 demuxer searches its DTS index for ``pts - max_ctts_shift``, so with VFR it
+        often lands one GOP early: those packets are dropped unread by the decoder (GOPs are
+        closed, so the keyframe decodes alone). If it lands late, start from the beginning.
+        """
+        packets = self._seek_container(video, target)
+        first = next(packets, None)
+        if first is not None and first.pts is not None and first.pts > target:
+            packets.close()
+            packets = self._seek_container(video, int(record.pts[0]))
+            first = next(packets, None)
+        while first is not None and first.size and first.pts is not None and first.pts < target:
+            first = next(packets, None)
+        if first is not None:
+            yield first
+            yield from packets
+
+    def _seek_container(self, video: _OpenVideo, target: int) -> Iterator[Any]:
+        # PyAV's seek also flushes the decoder (avcodec_flush_buffers), EOF state included.
+        video.container.seek(target, stream=video.stream, backward=True, any_frame=False)
+        self.stats.seeks += 1
+        return video.container.demux(video.stream)
+
+    def _scan(
+        self, video: _OpenVideo, record: VideoRecord, frames: np.ndarray, wanted: set[int] | None
+    ) -> Iterator[tuple[int, Any]]:
+        """Decode forward, yielding wanted ``frames``; return those not reached (empty = all).
+
+        Stops at the last wanted frame; frames the same packet also produced wait in
+        ``video.leftover`` for the next GOP or task.
+        """
+        k, n = 0, len(frames)
+        for frame in self._decoded(video, wanted):
+            i = self._frame_index(video, record, frame)
+            if i < 0 or i < frames[k]:
+                continue  # passing through
+            if i > frames[k]:
+                return frames[k:]  # the decoder is past a wanted frame: it was lost
+            yield i, frame
+            k += 1
+            if k == n:
+                return frames[:0]
+        return frames[k:]
+
+    def _decoded(self, video: _OpenVideo, wanted: set[int] | None) -> Iterator[Any]:
+        """Decoded frames in output order, leftovers first; feeds packets as needed.
+
+        Frames not consumed when the caller stops stay in ``video.leftover``.
+        """
+        leftover = video.leftover
+        while leftover:
+            yield leftover.popleft()
+        decode = video.stream.codec_context.decode
+        for packet in video.packets or ():
+            if wanted is not None:
+                self._set_skip(video, packet, wanted)
+            self.stats.packets += bool(packet.size)
+            video.untouched = False
+            out = decode(packet)
+            self.stats.decoded += len(out)
+            leftover.extend(out)
+            while leftover:
+                yield leftover.popleft()
+        video.packets = None  # demuxer exhausted, decoder drained
+
+    def _frame_index(self, video: _OpenVideo, record: VideoRecord, frame: Any) -> int:
+        """Display index of a decoded frame by its pts (-1 if unknown); tracks the position."""
+        t = frame.pts if frame.pts is not None else frame.dts
+        if t is None:
+            return -1
+        pending = video.pending
+        while pending and pending[0] <= t:
+            # Frames come out in pts order: a NONREF-time packet whose pts is already behind
+            # was skipped by the decoder (equal pts: it was a reference frame, decoded).
+            self.stats.skipped += heapq.heappop(pending) < t
+        i = int(np.searchsorted(record.pts, t))
+        if i == record.num_frames or record.pts[i] != t:
+            return -1
+        video.last_index = max(video.last_index, i)
+        return i
+
+    @staticmethod
+    def _set_skip(video: _OpenVideo, packet: Any, wanted: set[int]) -> None:
+        """Let the decoder drop this packet's frame if it is non-reference and not wanted."""
+        t = packet.pts if packet.pts is not None else packet.dts
+        mode = "NONREF" if t is not None and packet.size and t not in wanted else "DEFAULT"
+        if mode != video.skip_mode:
+            video.stream.codec_context.skip_frame = mode
+            video.skip_mode = mode
+        if mode == "NONREF":
+            heapq.heappush(video.pending, t)
+
+
+def _check_options(thread_count: int, thread_type: str, interpolation: str, max_open: int) -> None:
+    from av.video.reformatter import Interpolation
+
+    if int(thread_count) < 0:
+        raise ConfigError(f"thread_count must be >= 0 (0 = FFmpeg decides), got {thread_count}")
+    if thread_type not in _THREAD_TYPES:
+        raise ConfigError(f"thread_type must be one of {_THREAD_TYPES}, got {thread_type!r}")
+    if interpolation not in Interpolation.__members__:
+        raise ConfigError(
+            f"interpolation must be one of {sorted(Interpolation.__members__)}, "
+            f"got {interpolation!r}"
+        )
+    if int(max_open) < 1:
+        raise ConfigError(f"max_open_files must be >= 1, got {max_open}")
+
+
+def _open_video(record: VideoRecord, thread_count: int, thread_type: str) -> _OpenVideo:
+    import av
+
+    path = record.path
+    try:
+        container = av.open(path, "r")
+    except av.FFmpegError as exc:
+        raise media_error(path, exc) from exc
+    try:
+        stream = _video_stream(container, record)
+        cc = stream.codec_context
+        cc.thread_count = thread_count
+        cc.thread_type = thread_type
+        cc.open(strict=False)  # here, so that a missing/unusable decoder is reported as such
+    except av.FFmpegError as exc:
+        container.close()
+        reason = exc.strerror or exc
+        raise UnsupportedCodecError(
+            path, f"cannot open the {record.codec} decoder ({reason})"
+        ) from exc
+    except BaseException:
+        container.close()
+        raise
+    return _OpenVideo(container, stream, container.demux(stream))
+
+
+def _video_stream(container: Any, record: VideoRecord) -> Any:
+    streams = container.streams
+    if record.stream_index >= len(streams) or streams[record.stream_index].type != "video":
+        raise CorruptVideoError(
+            record.path,
+            f"stream {record.stream_index} is not a video stream of this file; re-index it",
+        )
+    stream = streams[record.stream_index]
+    if stream.codec_context is None:
+        raise UnsupportedCodecError(
+            record.path, f"this FFmpeg build has no decoder for codec {record.codec!r}"
+        )
+    return stream
+
+
+def media_error(path: str, exc: BaseException) -> Exception:
+    """The typed error for a PyAV/OS failure on ``path`` (raise it ``from exc``)."""
+    import av
+
+    reason = getattr(exc, "strerror", None) or str(exc)
+    if isinstance(exc, FileNotFoundError):
+        return VideoNotFoundError(path, "no such file; check the path (or the index is stale)")
+    if isinstance(exc, IsADirectoryError | NotADirectoryError | PermissionError):
+        return CorruptVideoError(path, f"cannot read it as a video file ({reason})")
+    if isinstance(exc, av.error.DecoderNotFoundError | av.error.PatchWelcomeError):
+        return UnsupportedCodecError(path, f"FFmpeg cannot decode this stream ({reason})")
+    return CorruptVideoError(
+        path, f"FFmpeg failed on it ({reason}); the file is corrupt or truncated"
+    )

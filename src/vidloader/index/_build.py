@@ -1,0 +1,203 @@
+"""Build a :class:`VideoIndex` over files and directories, probing in spawned worker processes."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from ..errors import ConfigError, MediaError
+from ._probe import probe_video
+from ._record import RejectedVideo, VideoIndex, VideoRecord
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
+
+#: Below this many files, ``num_workers=None`` probes in-process: starting spawned workers
+#: (each imports numpy and PyAV) costs more than probing a few files.
+_IN_PROCESS_BELOW = 16
+
+#: Most files one worker task probes; small enough for a smooth progress bar.
+_MAX_CHUNK = 64
+
+Probe = Callable[[str], VideoRecord]
+Result = VideoRecord | RejectedVideo
+PathArg = str | os.PathLike
+
+
+def build_index(
+    paths_or_dirs: PathArg | Iterable[PathArg],
+    *,
+    num_workers: int | None = None,
+    extensions: Sequence[str] = DEFAULT_EXTENSIONS,
+    progress: bool = True,
+    recursive: bool = True,
+) -> VideoIndex:
+    """Probe every video under the given paths and return the index.
+
+    Directories are expanded to the files whose extension is in ``extensions``
+    (case-insensitive); explicitly listed files are probed whatever their extension. Records
+    are in sorted order of absolute paths, whatever the order of the inputs.
+
+    Files that cannot be indexed (missing, empty, corrupt, no video stream …) are never
+    dropped silently: they are listed in ``index.rejected`` with the reason, and one warning
+    is logged with their count.
+
+    Args:
+        paths_or_dirs: a file, a directory, or an iterable of them.
+        num_workers: probing processes (started with ``spawn``); ``0`` probes in this process;
+            ``None`` uses one per CPU, or probes in-process for fewer than 16 files. Scripts
+            that use workers need the usual ``if __name__ == "__main__":`` guard.
+        extensions: file extensions collected from directories.
+        progress: show a tqdm progress bar (only on a terminal).
+        recursive: also search the sub-directories of directories.
+
+    Returns:
+        The :class:`VideoIndex`.
+
+    Raises:
+        ConfigError: ``num_workers`` is negative.
+    """
+    files, missing = _expand(paths_or_dirs, extensions, recursive)
+    results = _probe_all(files, _resolve_workers(num_workers, len(files)), progress)
+    records = [r for r in results if isinstance(r, VideoRecord)]
+    rejected = sorted(
+        missing + [r for r in results if isinstance(r, RejectedVideo)], key=lambda r: r.path
+    )
+    if rejected:
+        logger.warning(
+            "build_index: %d of %d files rejected (see index.rejected for the reasons)",
+            len(rejected), len(files) + len(missing),
+        )
+    return VideoIndex(records, rejected)
+
+
+def _as_list(paths_or_dirs: PathArg | Iterable[PathArg]) -> list[str]:
+    if isinstance(paths_or_dirs, (str, os.PathLike)):
+        return [os.fspath(paths_or_dirs)]
+    return [os.fspath(p) for p in paths_or_dirs]
+
+
+def _expand(
+    paths_or_dirs: PathArg | Iterable[PathArg], extensions: Sequence[str], recursive: bool
+) -> tuple[list[str], list[RejectedVideo]]:
+    """Sorted, de-duplicated absolute file paths, and the inputs that do not exist."""
+    exts = tuple(e.lower() for e in extensions)
+    files: set[str] = set()
+    missing: list[RejectedVideo] = []
+    for item in _as_list(paths_or_dirs):
+        path = os.path.abspath(item)
+        if os.path.isdir(path):
+            files.update(_walk(path, exts, recursive))
+        elif os.path.exists(path):
+            files.add(path)
+        else:
+            missing.append(RejectedVideo(path, "no such file or directory"))
+    return sorted(files), missing
+
+
+def _walk(directory: str, exts: tuple[str, ...], recursive: bool) -> Iterable[str]:
+    for root, dirs, names in os.walk(directory):
+        for name in names:
+            if name.lower().endswith(exts):
+                yield os.path.join(root, name)
+        if not recursive:
+            dirs.clear()
+
+
+def _resolve_workers(num_workers: int | None, num_files: int) -> int:
+    if num_workers is None:
+        if num_files < _IN_PROCESS_BELOW:
+            return 0
+        return max(1, min(os.cpu_count() or 1, num_files))
+    if num_workers < 0:
+        raise ConfigError(f"num_workers must be >= 0 (0 probes in-process), not {num_workers}")
+    return min(num_workers, num_files)
+
+
+def _probe_one(path: str, probe: Probe = probe_video) -> Result:
+    """Probe ``path``; any failure becomes a :class:`RejectedVideo` carrying the reason."""
+    try:
+        return probe(path)
+    except MediaError as exc:
+        return RejectedVideo(path, str(exc).removeprefix(f"{path}: "))
+    except Exception as exc:  # noqa: BLE001 - one odd file must not stop the whole index
+        return RejectedVideo(path, f"unexpected {type(exc).__name__} while probing: {exc}")
+
+
+def _probe_chunk(paths: list[str], probe: Probe = probe_video) -> list[Result]:
+    return [_probe_one(p, probe) for p in paths]
+
+
+def _progress_bar(total: int, progress: bool):
+    from tqdm.auto import tqdm
+
+    # disable=None lets tqdm hide the bar when stderr is not a terminal (CI logs, pipes).
+    return tqdm(total=total, desc="indexing videos", unit="video",
+                disable=None if progress else True)
+
+
+def _probe_all(
+    files: list[str], workers: int, progress: bool, probe: Probe = probe_video
+) -> list[Result]:
+    """Results in the order of ``files``."""
+    with _progress_bar(len(files), progress) as bar:
+        if workers == 0:
+            results = []
+            for path in files:
+                results.append(_probe_one(path, probe))
+                bar.update()
+            return results
+        done = _probe_in_workers(files, workers, bar, probe)
+    return [done[p] for p in files]
+
+
+def _probe_in_workers(files: list[str], workers: int, bar, probe: Probe) -> dict[str, Result]:
+    """Probe in spawned processes; survive a worker that crashes (e.g. an FFmpeg segfault).
+
+    A crash breaks the whole pool and leaves the unfinished files over, in submission order,
+    the culprit among the first. So the first leftover is probed in a pool of its own (a crash
+    there names the file, which is rejected) and the rest go on in a fresh pool, one file per
+    task. Every round finishes at least one file, so this ends.
+    """
+    chunk = max(1, min(_MAX_CHUNK, len(files) // (workers * 8)))
+    done, left = _run_pool(files, workers, chunk, bar, probe)
+    if left:
+        logger.warning("build_index: a probing process died; retrying %d files", len(left))
+    while left:
+        first, rest = left[0], left[1:]
+        alone, crashed = _run_pool([first], 1, 1, bar, probe)
+        done.update(alone)
+        if crashed:
+            reason = "the probing process crashed on this file (an FFmpeg fault?)"
+            done[first] = RejectedVideo(first, reason)
+            bar.update()
+        more, left = _run_pool(rest, workers, 1, bar, probe) if rest else ({}, [])
+        done.update(more)
+    return done
+
+
+def _run_pool(
+    files: list[str], workers: int, chunk: int, bar, probe: Probe
+) -> tuple[dict[str, Result], list[str]]:
+    """Probe ``files`` in one spawn pool; return the results and the files a crash left over."""
+    chunks = [files[i : i + chunk] for i in range(0, len(files), chunk)]
+    done: dict[str, Result] = {}
+    ctx = multiprocessing.get_context("spawn")  # no fork: the parent may hold CUDA/threads
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx) as pool:
+        pending = {pool.submit(_probe_chunk, c, probe): c for c in chunks}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                paths = pending.pop(fut)
+                try:
+                    results = fut.result()
+                except BrokenProcessPool:
+                    return done, [p for c in [paths, *pending.values()] for p in c]
+                done.update(zip(paths, results))
+                bar.update(len(paths))
+    return done, []

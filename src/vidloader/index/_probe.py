@@ -1,0 +1,208 @@
+"""Probe one video by demuxing it (no pixel decode) into a :class:`VideoRecord`.
+
+Frame ``i`` is the ``i``-th frame in ascending pts, which is the order in which a full decode
+of the file outputs its frames. The count is exact because it is the number of packets of the
+video stream that the decoder would turn into frames (empty/flush packets and packets that an
+edit list marks "discard" are skipped, as FFmpeg's decoder drops their output).
+
+Open-GOP streams whose first displayed picture is not a keyframe (leading pictures before the
+first random-access point) are rejected with :class:`CorruptVideoError`: a decoder drops or
+mangles those pictures, so no backend could deliver them as frames ``0..k-1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import CorruptVideoError, VideoNotFoundError
+from ._record import VideoRecord
+from ._rotation import mp4_rotation
+
+logger = logging.getLogger(__name__)
+
+# FFmpeg's AVColorSpace and AVColorRange values, named as ``ffprobe`` names them.
+_COLOR_SPACES = {
+    0: "gbr", 1: "bt709", 2: "unknown", 3: "reserved", 4: "fcc", 5: "bt470bg",
+    6: "smpte170m", 7: "smpte240m", 8: "ycgco", 9: "bt2020nc", 10: "bt2020c",
+    11: "smpte2085", 12: "chroma-derived-nc", 13: "chroma-derived-c", 14: "ictcp",
+}
+_COLOR_RANGES = {0: "unknown", 1: "tv", 2: "pc"}
+
+
+def probe_video(path: str | os.PathLike) -> VideoRecord:
+    """Demux a video file and describe its first video stream.
+
+    Args:
+        path: the video file.
+
+    Returns:
+        A :class:`VideoRecord` with the exact frame count, the pts of every frame in display
+        order and the display indices of the keyframes.
+
+    Raises:
+        VideoNotFoundError: ``path`` does not exist.
+        CorruptVideoError: the file is empty, truncated, corrupt, has no video stream or no
+            frames, has duplicate timestamps, or does not start with a keyframe.
+    """
+    import av  # core dependency, imported lazily so `import vidloader` stays cheap
+
+    path = os.path.abspath(os.fspath(path))
+    size = _check_file(path)
+    try:
+        # Odd bytes in a metadata tag must not make a playable video unreadable.
+        container = av.open(path, "r", metadata_errors="replace")
+    except av.FFmpegError as exc:
+        reason = f"FFmpeg cannot open it ({exc.strerror or exc}); is it a video file?"
+        raise CorruptVideoError(path, reason) from exc
+    try:
+        return _probe_container(container, path, size)
+    except av.FFmpegError as exc:
+        reason = f"demuxing failed ({exc.strerror or exc}); the file is corrupt or truncated"
+        raise CorruptVideoError(path, reason) from exc
+    finally:
+        container.close()
+
+
+def _check_file(path: str) -> int:
+    if not os.path.exists(path):
+        raise VideoNotFoundError(path, "no such file; check the path (or the index is stale)")
+    if not os.path.isfile(path):
+        raise CorruptVideoError(path, "not a regular file (a directory?); pass video files")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise CorruptVideoError(path, "the file is empty (0 bytes); re-create or remove it")
+    return size
+
+
+def _probe_container(container, path: str, size: int) -> VideoRecord:
+    if not container.streams.video:
+        raise CorruptVideoError(path, "the file has no video stream")
+    stream = container.streams.video[0]
+    if stream.time_base is None:
+        raise CorruptVideoError(path, "the video stream has no time base")
+    _check_not_truncated(stream, path, size)
+    pts, is_key, last_duration = _demux_timestamps(container, stream, path)
+    pts, keyframes = _display_order(pts, is_key, path)
+    time_base = Fraction(stream.time_base)
+    cc = stream.codec_context
+    pix_fmt = cc.pix_fmt or "unknown"
+    return VideoRecord(
+        path=path,
+        codec=cc.name,
+        width=int(cc.width),
+        height=int(cc.height),
+        pix_fmt=pix_fmt,
+        bit_depth=_bit_depth(pix_fmt),
+        rotation=_rotation(container, stream, path),
+        fps=_fps(pts, last_duration, time_base, stream),
+        time_base=time_base,
+        num_frames=len(pts),
+        keyframes=keyframes,
+        pts=pts,
+        color_space=_COLOR_SPACES.get(int(cc.colorspace or 2), "unknown"),
+        color_range=_COLOR_RANGES.get(int(cc.color_range or 0), "unknown"),
+        stream_index=int(stream.index),
+        size_bytes=size,
+    )
+
+
+def _check_not_truncated(stream, path: str, size: int) -> None:
+    """Reject a file whose sample index points past its end (a cut-off faststart MP4).
+
+    Demuxing such a file just stops early without an error, which would index fewer frames
+    than the file claims; the last index entry tells us without reading the payload.
+    """
+    entries = stream.index_entries
+    n = len(entries)
+    if n == 0:
+        return
+    last = entries[n - 1]
+    end = int(last.pos) + int(last.size)
+    if last.pos >= 0 and end > size:
+        raise CorruptVideoError(
+            path,
+            f"truncated: the container index expects {end} bytes but the file has {size}; "
+            "re-download or re-encode it",
+        )
+
+
+def _demux_timestamps(container, stream, path: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """pts (dts where pts is missing) and keyframe flags of every frame packet, decode order."""
+    pts: list[int] = []
+    keys: list[bool] = []
+    durations: dict[int, int] = {}
+    for packet in container.demux(stream):
+        if packet.size == 0 or getattr(packet, "is_discard", False):
+            continue  # flush packets carry no frame; discarded ones are dropped by the decoder
+        t = packet.pts if packet.pts is not None else packet.dts
+        if t is None:
+            raise CorruptVideoError(path, f"video packet {len(pts)} has neither pts nor dts")
+        pts.append(t)
+        keys.append(bool(packet.is_keyframe))
+        durations[t] = packet.duration or 0
+    if not pts:
+        raise CorruptVideoError(path, "the video stream has no frames")
+    last = max(pts)
+    return np.asarray(pts, np.int64), np.asarray(keys, bool), durations[last]
+
+
+def _display_order(pts: np.ndarray, is_key: np.ndarray, path: str) -> tuple[np.ndarray, np.ndarray]:
+    """Sort pts into display order; keyframes become display indices."""
+    order = np.argsort(pts, kind="stable")
+    sorted_pts = pts[order]
+    dup = np.flatnonzero(np.diff(sorted_pts) == 0)
+    if dup.size:
+        raise CorruptVideoError(
+            path, f"two frames share pts {int(sorted_pts[dup[0]])}; frame order is ambiguous"
+        )
+    keyframes = np.flatnonzero(is_key[order]).astype(np.int64)
+    if keyframes.size == 0 or keyframes[0] != 0:
+        first = "none" if keyframes.size == 0 else f"display frame {int(keyframes[0])}"
+        raise CorruptVideoError(
+            path,
+            f"the first displayed frame is not a keyframe (first keyframe: {first}); open-GOP "
+            "leading pictures cannot be decoded exactly. Re-encode with closed GOPs",
+        )
+    return sorted_pts, keyframes
+
+
+def _bit_depth(pix_fmt: str) -> int:
+    """Bits per luma sample: from FFmpeg's format descriptor, else from the name."""
+    import av
+
+    try:
+        return int(av.VideoFormat(pix_fmt).components[0].bits)
+    except Exception:  # unknown/None pix_fmt: the name is the best evidence left
+        m = re.search(r"p(\d+)(le|be)?$", pix_fmt)
+        return int(m.group(1)) if m else 8
+
+
+def _rotation(container, stream, path: str) -> int:
+    """Display-matrix rotation in degrees, read without decoding (see ``_rotation.py``)."""
+    if "mp4" in container.format.name or "mov" in container.format.name:
+        try:
+            return mp4_rotation(path, stream.index)
+        except (OSError, struct.error, IndexError, TypeError):
+            logger.debug("%s: could not read the tkhd matrix; assuming no rotation", path)
+    try:
+        return int(round(float(stream.metadata.get("rotate", 0)))) % 360
+    except ValueError:
+        return 0
+
+
+def _fps(pts: np.ndarray, last_duration: int, time_base: Fraction, stream) -> float:
+    """frames / duration, where the duration includes the last frame's display time."""
+    n = len(pts)
+    if last_duration <= 0 and n > 1:
+        last_duration = int(np.median(np.diff(pts)))  # the typical frame step stands in
+    span = int(pts[-1] - pts[0]) + max(last_duration, 0)
+    if span > 0:
+        return float(n / (span * time_base))
+    rate = stream.average_rate or stream.guessed_rate
+    return float(rate) if rate else 0.0
