@@ -114,6 +114,7 @@ class VideoLoader:
         self._shapes = self._staging_shapes()
         self._epoch, self._next_batch = 0, 0
         self._pool = None
+        self._outstanding = 0
         self.stats = {"batches": 0, "samples": 0, "skipped_samples": 0, "skipped_files": []}
         self.decode_stats = DecodeStats()
         _LIVE_LOADERS.add(self)
@@ -174,26 +175,45 @@ class VideoLoader:
         plan = self._epoch_plan(epoch)
         if self._pool is None:
             self._pool = self._make_pool()
-        finished = False
         try:
             yield from self._run(plan, epoch, start)
-            finished = True
-        finally:
-            if not finished or not self.persistent_workers:
-                self._close_pool()
+        except GeneratorExit:  # the consumer broke out of its loop
+            self._drain_or_close()
+            raise
+        except BaseException:
+            self._close_pool()
+            raise
+        if not self.persistent_workers:
+            self._close_pool()
         self._epoch, self._next_batch = epoch + 1, 0
+
+    def _drain_or_close(self) -> None:
+        """After a ``break``: keep persistent workers (once their in-flight batches are
+        received and dropped, so the next epoch starts clean), else stop them."""
+        if not self.persistent_workers or self._pool is None:
+            self._close_pool()
+            return
+        try:
+            while self._outstanding > 0:
+                self._pool.get()
+                self._outstanding -= 1
+        except BaseException:
+            self._close_pool()
+            raise
 
     def _run(self, plan, epoch: int, start: int) -> Iterator[dict]:
         pool, n = self._pool, len(plan)
         free = list(range(len(pool.slots)))[::-1]
         pending: dict[int, tuple] = {}
-        dispatch = start
+        dispatch, self._outstanding = start, 0
         for b in range(start, n):
             while free and dispatch < n:
                 pool.submit(dispatch % pool.num_workers, free.pop(), self._plan_with_labels(plan, dispatch))
                 dispatch += 1
+                self._outstanding += 1
             while b not in pending:
                 msg = pool.get()
+                self._outstanding -= 1
                 if msg[0] == "error":
                     raise WorkerError(f"decoding batch {msg[1]} failed: {msg[3]}", path=msg[5], remote_traceback=msg[4])
                 pending[msg[1]] = msg

@@ -101,7 +101,14 @@ class ProcessPool:
     def _wait_ready(self) -> None:
         ready, deadline = 0, time.monotonic() + WORKER_START_SECONDS
         while ready < self.num_workers:
-            msg = self.get(deadline=deadline)
+            try:
+                msg = self.get(deadline=deadline)
+            except WorkerError as exc:
+                raise WorkerError(
+                    f"{exc}. A worker that dies while starting usually means the script that "
+                    "creates the loader has no `if __name__ == \"__main__\":` guard: workers are "
+                    "started with 'spawn', which re-imports the main module"
+                ) from None
             if msg[0] == "ready":
                 ready += 1
             elif msg[0] == "error":
