@@ -1,0 +1,64 @@
+"""Clip sampler with NVVL / DALI semantics: fixed-length, strided frame sequences."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ._checks import check_bool, check_int
+from ._epoch import Mode, SpaceSampler
+from ._space import ClipShape
+
+
+class Clips(SpaceSampler):
+    """Clips of ``sequence_length`` frames, ``stride`` apart, starting every ``step`` frames.
+
+    A clip starting at frame ``s`` covers ``s, s + stride, ..., s + stride * (sequence_length
+    - 1)``. Every start with ``s % step == 0`` whose last frame is inside the video is a sample
+    (NVVL's ``VideoDataset``, DALI's ``readers.video``): no clip crosses the end of a video, and
+    a video shorter than ``stride * (sequence_length - 1) + 1`` frames has no clip. Two
+    100-frame videos with ``sequence_length=5`` hold 96 clips each, 192 in all; with
+    ``shuffle=False`` samples 0..95 are the first video's, 96..191 the second's.
+
+    ``Clips(sequence_length=1)`` enumerates exactly the frames, in the same order as
+    :class:`RandomFrames` with the same seed (both are views of one sample space).
+
+    Batches hold ``frame_indices`` of shape ``[B, sequence_length]`` (``is_clip=True``).
+
+    Args:
+        sequence_length (int): frames per clip.
+        stride (int): distance in frames between consecutive frames of a clip.
+        step (int): distance in frames between consecutive clip starts in a video.
+        shuffle (bool): a keyed random permutation of all clips each epoch; ``False``: clips
+            in order, video by video.
+        replacement (bool): i.i.d. uniform draws over all clips (needs ``shuffle=True``).
+        num_samples (int | None): clips per epoch over all ranks; default: all clips.
+        seed (int): seed of the order and of the per-sample seeds.
+
+    Raises:
+        ConfigError: a bad option; at ``plan_epoch``, an index where no video holds a clip.
+    """
+
+    is_clip = True
+
+    def __init__(
+        self, *, sequence_length: int, stride: int = 1, step: int = 1, shuffle: bool = True,
+        replacement: bool = False, num_samples: int | None = None, seed: int = 0,
+    ) -> None:
+        super().__init__(num_samples=num_samples, seed=seed)
+        self.sequence_length = check_int("sequence_length", sequence_length, minimum=1)
+        self.stride = check_int("stride", stride, minimum=1)
+        self.step = check_int("step", step, minimum=1)
+        self.shuffle = check_bool("shuffle", shuffle)
+        self.replacement = check_bool("replacement", replacement)
+        if self.replacement and not self.shuffle:
+            raise ConfigError(
+                "Clips(replacement=True, shuffle=False): draws with replacement are random; "
+                "pass shuffle=True, or replacement=False for clips in order"
+            )
+
+    def _clip_shape(self) -> ClipShape:
+        return ClipShape(self.sequence_length, self.stride, self.step)
+
+    def _mode(self) -> Mode:
+        if self.replacement:
+            return "replacement"
+        return "shuffle" if self.shuffle else "sequential"

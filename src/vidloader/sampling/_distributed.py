@@ -1,0 +1,89 @@
+"""Sharding an epoch over ranks, and finding this process's rank.
+
+Rank ``r`` of ``W`` takes positions ``r, r + W, r + 2W, ...`` of the global epoch order, so
+the ranks together cover the epoch and no two take the same position. Shapes follow
+``torch.utils.data.DistributedSampler``:
+
+- ``drop_last=False``: every rank gets ``ceil(N / W)`` samples; positions past the end wrap
+  to the start of the epoch order (``q % N``), so a few samples are seen twice.
+- ``drop_last=True``: every rank gets ``floor(N / W)``; the last ``N % W`` positions of the
+  epoch order are not used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import ConfigError
+
+
+def shard_length(total: int, world_size: int, drop_last: bool) -> int:
+    """Samples each rank gets from an epoch of ``total`` samples (equal on every rank)."""
+    return total // world_size if drop_last else -(-total // world_size)
+
+
+def shard_positions(local: np.ndarray, *, total: int, rank: int, world_size: int) -> np.ndarray:
+    """Global epoch positions of this rank's samples number ``local``.
+
+    Args:
+        local (np.ndarray): int64 positions in this rank's share (``< shard_length``).
+        total (int): samples in the epoch over all ranks.
+        rank (int), world_size (int): this rank and the number of ranks.
+
+    Returns:
+        np.ndarray: int64 positions in ``[0, total)``; padding positions wrap to the start.
+    """
+    return (rank + np.asarray(local, dtype=np.int64) * world_size) % total
+
+
+def num_batches(samples: int, batch_size: int, drop_last: bool) -> int:
+    """Batches of ``batch_size`` from ``samples``; a short last one is kept unless ``drop_last``."""
+    return samples // batch_size if drop_last else -(-samples // batch_size)
+
+
+def detect_rank_world() -> tuple[int, int]:
+    """This process's ``(rank, world_size)``.
+
+    Read from the ``RANK`` and ``WORLD_SIZE`` environment variables (set by ``torchrun``) when
+    both are set; else from ``torch.distributed`` when it is initialised; else ``(0, 1)``.
+
+    Returns:
+        tuple[int, int]: ``(rank, world_size)`` with ``0 <= rank < world_size``.
+
+    Raises:
+        ConfigError: only one of the variables is set, one is not an integer, or the rank is
+            outside ``[0, world_size)``.
+    """
+    rank_text = os.environ.get("RANK", "").strip()
+    world_text = os.environ.get("WORLD_SIZE", "").strip()
+    if rank_text or world_text:
+        if not (rank_text and world_text):
+            missing = "WORLD_SIZE" if rank_text else "RANK"
+            raise ConfigError(
+                f"RANK={rank_text or '<unset>'} and WORLD_SIZE={world_text or '<unset>'}: "
+                f"{missing} is not set; set both (torchrun does) or neither"
+            )
+        return _checked(_env_int("RANK", rank_text), _env_int("WORLD_SIZE", world_text))
+    import torch.distributed as dist  # lazy: importing torch costs ~1 s
+
+    if dist.is_available() and dist.is_initialized():
+        return _checked(dist.get_rank(), dist.get_world_size())
+    return 0, 1
+
+
+def _env_int(name: str, text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={text!r} is not an integer") from None
+
+
+def _checked(rank: int, world_size: int) -> tuple[int, int]:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ConfigError(
+            f"rank {rank} with world_size {world_size}: need world_size >= 1 and "
+            f"0 <= rank < world_size; check RANK and WORLD_SIZE"
+        )
+    return rank, world_size

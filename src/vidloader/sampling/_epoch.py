@@ -1,0 +1,222 @@
+"""The machinery every built-in sampler shares: an epoch order over a sample space, sharded
+over ranks and cut into batches, each batch computed on its own from its number.
+
+Three layers, each a pure function of integers:
+
+1. epoch position ``p`` → sample id: identity (sequential), a keyed permutation of the space
+   (shuffle, keyed by ``(seed, epoch)``), or an i.i.d. uniform draw number ``p`` (replacement);
+2. sample id → video and frames: :class:`SampleSpace`;
+3. (rank, batch, slot) → epoch position: :mod:`._distributed`.
+
+Nothing depends on the batch size, the rank or the number of workers except which positions
+a batch holds, so the global stream is the same however it is cut up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..index import VideoIndex
+from ._base import BatchPlan, EpochPlan, Sampler
+from ._checks import check_bool, check_int, check_optional_int
+from ._distributed import num_batches, shard_length, shard_positions
+from ._permutation import KeyedPermutation, counter_stream, derive_seed, uniform_below
+from ._space import ClipShape, SampleSpace
+
+Mode = Literal["sequential", "shuffle", "replacement"]
+
+# Purpose tags for derive_seed: each stream of an epoch gets its own key.
+_SHUFFLE_TAG = 1
+_DRAW_TAG = 2
+_SAMPLE_SEED_TAG = 3
+
+
+class EpochOrder:
+    """The global order of one epoch: epoch position ``p`` → sample id.
+
+    Args:
+        space_size (int): samples in the sample space.
+        length (int): positions in the epoch (``<= space_size`` unless ``mode="replacement"``).
+        mode (str): ``"sequential"`` (position = sample id), ``"shuffle"`` (a keyed
+            permutation, truncated to ``length``) or ``"replacement"`` (i.i.d. uniform draws).
+        seed (int), epoch (int): what the order is keyed on.
+    """
+
+    def __init__(self, space_size: int, length: int, *, mode: Mode, seed: int, epoch: int) -> None:
+        self.space_size = space_size
+        self.length = length
+        self.mode = mode
+        self._draw_key = derive_seed(seed, epoch, _DRAW_TAG)
+        self._permutation = (
+            KeyedPermutation(space_size, derive_seed(seed, epoch, _SHUFFLE_TAG))
+            if mode == "shuffle" else None
+        )
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """int64 sample ids at epoch ``positions``."""
+        if self.mode == "sequential":
+            return np.asarray(positions, dtype=np.int64)
+        if self._permutation is not None:
+            return self._permutation(positions)
+        return uniform_below(self._draw_key, positions, self.space_size)
+
+
+class SampledEpoch(EpochPlan):
+    """One rank's share of one epoch, as ``len(self)`` batches computed on demand.
+
+    Holds the sample space (two int64 per video) and a few keys; :meth:`batch` costs
+    O(batch_size) work and memory (plus a binary search over videos).
+
+    Attributes:
+        epoch (int), rank (int), world_size (int), batch_size (int), drop_last (bool): as
+            passed to ``plan_epoch``.
+        epoch_samples (int): samples in the epoch over all ranks.
+        num_samples (int): samples this rank delivers (padding included).
+    """
+
+    def __init__(
+        self, *, space: SampleSpace, order: EpochOrder, seed: int, epoch: int, batch_size: int,
+        rank: int, world_size: int, drop_last: bool, is_clip: bool,
+    ) -> None:
+        self.epoch, self.batch_size, self.drop_last = epoch, batch_size, drop_last
+        self.rank, self.world_size = rank, world_size
+        self.epoch_samples = order.length
+        self.num_samples = shard_length(order.length, world_size, drop_last)
+        self._space, self._order, self._is_clip = space, order, is_clip
+        self._seed_key = derive_seed(seed, epoch, _SAMPLE_SEED_TAG)
+        self._num_batches = num_batches(self.num_samples, batch_size, drop_last)
+
+    def __len__(self) -> int:
+        return self._num_batches
+
+    def positions(self, batch_index: int) -> np.ndarray:
+        """int64 global epoch positions of the samples of batch ``batch_index``."""
+        if not 0 <= batch_index < self._num_batches:
+            raise IndexError(
+                f"batch {batch_index} out of range: this epoch plan has {self._num_batches} "
+                f"batches (0..{self._num_batches - 1})"
+            )
+        first = batch_index * self.batch_size
+        local = np.arange(first, min(first + self.batch_size, self.num_samples), dtype=np.int64)
+        return shard_positions(
+            local, total=self.epoch_samples, rank=self.rank, world_size=self.world_size
+        )
+
+    def batch(self, batch_index: int) -> BatchPlan:
+        """The plan of batch ``batch_index`` (``0 <= batch_index < len(self)``)."""
+        positions = self.positions(batch_index)
+        videos, frames = self._space.locate(self._order(positions))
+        return BatchPlan(
+            epoch=self.epoch,
+            batch_index=batch_index,
+            video_indices=videos,
+            frame_indices=frames,
+            # Keyed on the global position: the same on resume, whatever the rank or batching.
+            sample_seeds=counter_stream(self._seed_key, positions),
+            is_clip=self._is_clip,
+        )
+
+    def __iter__(self) -> Iterator[BatchPlan]:
+        return (self.batch(b) for b in range(self._num_batches))
+
+    def __repr__(self) -> str:
+        return (
+            f"SampledEpoch(epoch={self.epoch}, rank={self.rank}/{self.world_size}, "
+            f"{self._num_batches} batches of {self.batch_size}, {self.num_samples} samples of "
+            f"{self.epoch_samples})"
+        )
+
+
+class SpaceSampler(Sampler):
+    """Base of the built-in samplers: a sample space, an epoch order and sharding.
+
+    Uses only ``index.num_frames`` (and ``len(index)``), so any object with an int64
+    ``num_frames`` array can stand in for a :class:`VideoIndex` (handy for huge synthetic
+    indexes). Subclasses say where a sample's frames lie (:meth:`_clip_shape`) and in which
+    order samples come (:meth:`_mode`).
+
+    Args:
+        num_samples (int | None): samples per epoch over all ranks; ``None``: the whole space.
+        seed (int): seed of the order and of ``sample_seeds``.
+    """
+
+    def __init__(self, *, num_samples: int | None, seed: int) -> None:
+        self._num_samples = check_optional_int("num_samples", num_samples, minimum=1)
+        self.seed = check_int("seed", seed)
+
+    def _clip_shape(self) -> ClipShape:
+        return ClipShape()
+
+    def _mode(self) -> Mode:
+        raise NotImplementedError
+
+    def sample_space(self, index: VideoIndex) -> SampleSpace:
+        """The samples this sampler draws from ``index``; ConfigError if there are none."""
+        space = SampleSpace(index.num_frames, self._clip_shape())
+        space.check_not_empty(repr(self))
+        return space
+
+    def num_samples(self, index: VideoIndex) -> int:
+        """Samples in one epoch over all ranks together (before padding or drop_last)."""
+        return self._epoch_length(self.sample_space(index))
+
+    def _epoch_length(self, space: SampleSpace) -> int:
+        wanted = self._num_samples
+        if wanted is None:
+            return space.size
+        if self._mode() != "replacement" and wanted > space.size:
+            raise ConfigError(
+                f"{self!r}: num_samples={wanted}, but the index holds only {space.size} "
+                f"samples and an epoch without replacement takes each at most once; lower "
+                f"num_samples or pass replacement=True"
+            )
+        return wanted
+
+    def plan_epoch(
+        self, index: VideoIndex, *, epoch: int, batch_size: int, rank: int = 0,
+        world_size: int = 1, drop_last: bool = False,
+    ) -> SampledEpoch:
+        """This rank's share of epoch ``epoch`` as a random-access sequence of batch plans.
+
+        Rank ``rank`` takes epoch positions ``rank, rank + world_size, ...``. With
+        ``drop_last=False`` each rank gets ``ceil(N / world_size)`` samples (short ranks wrap
+        to the start of the epoch order) and the last batch may be short; with
+        ``drop_last=True`` each gets ``floor(N / world_size)`` and only full batches.
+
+        Raises:
+            ConfigError: a bad argument, an index with no sample, or no batch for this rank.
+        """
+        epoch = check_int("epoch", epoch, minimum=0)
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        world_size = check_int("world_size", world_size, minimum=1)
+        rank = check_int("rank", rank, minimum=0)
+        if rank >= world_size:
+            raise ConfigError(f"rank={rank} is not below world_size={world_size}")
+        drop_last = check_bool("drop_last", drop_last)
+        space = self.sample_space(index)
+        order = EpochOrder(
+            space.size, self._epoch_length(space), mode=self._mode(), seed=self.seed, epoch=epoch
+        )
+        plan = SampledEpoch(
+            space=space, order=order, seed=self.seed, epoch=epoch, batch_size=batch_size,
+            rank=rank, world_size=world_size, drop_last=drop_last, is_clip=self.is_clip,
+        )
+        if len(plan) == 0:
+            raise ConfigError(
+                f"{self!r}: batch_size={batch_size} with drop_last=True leaves rank {rank} of "
+                f"{world_size} no batch (the epoch has {order.length} samples, "
+                f"{plan.num_samples} per rank); lower batch_size or pass drop_last=False"
+            )
+        return plan
+
+    def config(self) -> dict:
+        """A JSON-able description (stored in ``state_dict`` to refuse a mismatched resume)."""
+        return {**super().config(), "num_samples": self._num_samples}
+
+    def __repr__(self) -> str:
+        options = {k: v for k, v in self.config().items() if k != "type"}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in options.items())})"
