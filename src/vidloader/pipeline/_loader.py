@@ -148,10 +148,14 @@ class VideoLoader:
         return shapes
 
     def _epoch_plan(self, epoch: int):
-        return self.sampler.plan_epoch(
-            self.index, epoch=epoch, batch_size=self.batch_size, rank=self.rank,
-            world_size=self.world_size, drop_last=self.drop_last,
-        )
+        cached = getattr(self, "_plan_cache", None)
+        if cached is None or cached[0] != epoch:
+            plan = self.sampler.plan_epoch(
+                self.index, epoch=epoch, batch_size=self.batch_size, rank=self.rank,
+                world_size=self.world_size, drop_last=self.drop_last,
+            )
+            self._plan_cache = cached = (epoch, plan)
+        return cached[1]
 
     def _make_pool(self):
         num_slots = max(1, self.num_workers) * self.prefetch
@@ -266,6 +270,7 @@ class VideoLoader:
             "next_batch": self._next_batch,
             "sampler": self.sampler.config(),
             "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
             "rank": self.rank,
             "world_size": self.world_size,
         }
@@ -273,7 +278,7 @@ class VideoLoader:
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`; refuses a state from a different configuration."""
         mine = self.state_dict()
-        for key in ("sampler", "batch_size", "rank", "world_size"):
+        for key in ("sampler", "batch_size", "drop_last", "rank", "world_size"):
             if state.get(key) != mine[key]:
                 raise ConfigError(
                     f"cannot resume: state has {key}={state.get(key)!r} but this loader has "
