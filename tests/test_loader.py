@@ -249,3 +249,19 @@ def test_ctrl_c_leaves_no_worker(dataset, tmp_path):
     time.sleep(0.5)
     for pid in map(int, lines[0].split()):
         assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lookahead_keeps_the_stream_and_decodes_less(dataset, workers):
+    index, refs, _ = dataset
+    runs, decoded = [], []
+    for lookahead in (1, 4):
+        loader = VideoLoader(index, sampler=RandomFrames(seed=2), batch_size=10, size=SIZE,
+                             num_workers=workers, lookahead=lookahead)
+        runs.append(_collect(loader))
+        decoded.append(loader.decode_stats.decoded)
+    for a, b in zip(*runs):
+        assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["frame_index"], b["frame_index"])
+    for img, v, f in zip(runs[1][3]["frames"], runs[1][3]["video_index"], runs[1][3]["frame_index"]):
+        np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
+    assert decoded[1] < decoded[0]

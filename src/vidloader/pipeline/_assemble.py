@@ -29,13 +29,14 @@ class FillResult:
     errors: list[tuple[str, str]]
 
 
-def slots_by_frame(plan: BatchPlan) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """``(video, frame) -> [(sample, t), ...]``: every place a decoded frame must go."""
-    slots: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    videos = plan.video_indices.tolist()
-    for b, frames in enumerate(plan.frame_indices.tolist()):
-        for t, f in enumerate(frames):
-            slots[(videos[b], f)].append((b, t))
+def slots_by_frame(plans: list[BatchPlan]) -> dict[tuple[int, int], list[tuple[int, int, int]]]:
+    """``(video, frame) -> [(plan, sample, t), ...]``: every place a decoded frame must go."""
+    slots: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    for p, plan in enumerate(plans):
+        videos = plan.video_indices.tolist()
+        for b, frames in enumerate(plan.frame_indices.tolist()):
+            for t, f in enumerate(frames):
+                slots[(videos[b], f)].append((p, b, t))
     return slots
 
 
@@ -65,22 +66,30 @@ class BatchAssembler:
 
     def fill(self, plan: BatchPlan, staging: dict) -> FillResult:
         """Decode ``plan`` and write each output's frames into ``staging[name][b, slot]``."""
-        self._clear_unmapped_slots(plan, staging)
-        slots = slots_by_frame(plan)
-        transforms = self._sample_transforms(plan)
-        valid = np.ones(plan.batch_size, bool)
-        errors: list[tuple[str, str]] = []
-        for task in plan_tasks(plan, self.index):
-            sink = self._sink(task.video_index, slots, transforms, staging)
+        return self.fill_unit([plan], [staging])[0]
+
+    def fill_unit(self, plans: list[BatchPlan], stagings: list[dict]) -> list[FillResult]:
+        """Fill several batches planned together (lookahead): a GOP or frame that several
+        of them need is decoded once and delivered to all."""
+        for plan, staging in zip(plans, stagings):
+            self._clear_unmapped_slots(plan, staging)
+        slots = slots_by_frame(plans)
+        transforms = [self._sample_transforms(plan) for plan in plans]
+        results = [FillResult(np.ones(p.batch_size, bool), []) for p in plans]
+        for task in plan_tasks(plans, self.index):
+            sink = self._sink(task.video_index, slots, transforms, stagings)
             try:
                 self.executor.decode(task, sink)
             except MediaError as exc:
                 if self.on_error == "raise":
                     raise
                 log.warning("skipping %s: %s", exc.path, exc)
-                valid[plan.video_indices == task.video_index] = False
-                errors.append((exc.path, str(exc)))
-        return FillResult(valid, errors)
+                for plan, res in zip(plans, results):
+                    hit = plan.video_indices == task.video_index
+                    if hit.any():
+                        res.valid[hit] = False
+                        res.errors.append((exc.path, str(exc)))
+        return results
 
     def _sample_transforms(self, plan: BatchPlan) -> dict:
         videos, seeds = plan.video_indices.tolist(), plan.sample_seeds.tolist()
@@ -91,12 +100,12 @@ class BatchAssembler:
             for name, proc in self.outputs.items()
         }
 
-    def _sink(self, video: int, slots, transforms, staging):
+    def _sink(self, video: int, slots, transforms, stagings):
         outputs = self.outputs
 
         def sink(frame_index: int, frame) -> None:
             rgb_by_size: dict[tuple[int, int], object] = {}
-            for b, t in slots[(video, frame_index)]:
+            for p, b, t in slots[(video, frame_index)]:
                 for name, proc in outputs.items():
                     slot = proc.slots(t)
                     if slot < 0:
@@ -105,7 +114,7 @@ class BatchAssembler:
                     rgb = rgb_by_size.get(geom.decode_hw)
                     if rgb is None:
                         rgb = rgb_by_size[geom.decode_hw] = frame.to_rgb(geom.decode_hw)
-                    staging[name][b, slot] = apply_window(rgb, geom, transforms[name][b])
+                    stagings[p][name][b, slot] = apply_window(rgb, geom, transforms[p][name][b])
 
         return sink
 

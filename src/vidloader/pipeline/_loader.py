@@ -53,7 +53,11 @@ class VideoLoader:
         backend ("cpu"): decoding backend.
         num_workers (int | None): decoding processes (``spawn``); 0 decodes in the calling
             process. Default: the number of CPU cores.
-        prefetch (int): batches in flight per worker (bounded; each uses one staging slot).
+        prefetch (int): units of work in flight per worker (bounded: the loader holds
+            ``num_workers × prefetch × lookahead`` staging slots of one batch each).
+        lookahead (int | None): consecutive batches a worker plans and decodes together, so
+            that a GOP several of them need is decoded once. Default: the sampler's
+            ``preferred_lookahead`` if it has one, else 1.
         pin_memory (bool): return CPU batches in pinned memory (faster ``.cuda()``).
         device (str | torch.device | None): move each batch there (one non-blocking copy);
             dtype conversion and normalisation then run on that device.
@@ -82,6 +86,7 @@ class VideoLoader:
         backend: Literal["cpu"] = "cpu",
         num_workers: int | None = None,
         prefetch: int = DEFAULT_PREFETCH_PER_WORKER,
+        lookahead: int | None = None,
         pin_memory: bool = False,
         device: str | torch.device | None = None,
         on_error: Literal["raise", "skip"] = "raise",
@@ -105,6 +110,9 @@ class VideoLoader:
         self.backend, self.on_error = backend, on_error
         self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         self.prefetch, self.persistent_workers = prefetch, persistent_workers
+        self.lookahead = int(lookahead or getattr(self.sampler, "preferred_lookahead", None) or 1)
+        if self.lookahead < 1:
+            raise ConfigError(f"lookahead must be >= 1, got {lookahead}")
         self.executor_options = {"thread_count": decoder_threads}
         detected = detect_rank_world()
         self.rank = detected[0] if rank is None else rank
@@ -158,11 +166,11 @@ class VideoLoader:
         return cached[1]
 
     def _make_pool(self):
-        num_slots = max(1, self.num_workers) * self.prefetch
+        num_slots = max(1, self.num_workers) * self.prefetch * self.lookahead
         if self.num_workers == 0:
             executor = get_executor(self.backend, **self.executor_options)
             assembler = BatchAssembler(self.index, self.outputs, executor, on_error=self.on_error)
-            return InlinePool(assembler, self._shapes, 1)
+            return InlinePool(assembler, self._shapes, self.lookahead)
         config = WorkerConfig(
             self.index, self.outputs, self.backend, self.executor_options, self.on_error
         )
@@ -206,20 +214,25 @@ class VideoLoader:
             raise
 
     def _run(self, plan, epoch: int, start: int) -> Iterator[dict]:
-        pool, n = self._pool, len(plan)
+        pool, n, unit_size = self._pool, len(plan), self.lookahead
         free = list(range(len(pool.slots)))[::-1]
         pending: dict[int, tuple] = {}
-        dispatch, self._outstanding = start, 0
+        dispatch, unit, self._outstanding = start, 0, 0
         for b in range(start, n):
-            while free and dispatch < n:
-                pool.submit(dispatch % pool.num_workers, free.pop(), self._plan_with_labels(plan, dispatch))
-                dispatch += 1
-                self._outstanding += 1
+            # Hand out units of `lookahead` consecutive batches while slots are free.
+            while dispatch < n and len(free) >= min(unit_size, n - dispatch):
+                count = min(unit_size, n - dispatch)
+                slot_ids = [free.pop() for _ in range(count)]
+                plans = [self._plan_with_labels(plan, dispatch + i) for i in range(count)]
+                pool.submit(unit % pool.num_workers, slot_ids, plans)
+                unit, dispatch, self._outstanding = unit + 1, dispatch + count, self._outstanding + count
             while b not in pending:
                 msg = pool.get()
-                self._outstanding -= 1
                 if msg[0] == "error":
-                    raise WorkerError(f"decoding batch {msg[1]} failed: {msg[3]}", path=msg[5], remote_traceback=msg[4])
+                    raise WorkerError(
+                        f"decoding batch {msg[1]} failed: {msg[3]}", path=msg[5], remote_traceback=msg[4]
+                    )
+                self._outstanding -= 1
                 pending[msg[1]] = msg
             _, _, slot_id, valid, errors, delta = pending.pop(b)
             batch = self._collect(plan.batch(b), slot_id, valid, errors, delta)

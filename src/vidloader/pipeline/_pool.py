@@ -19,7 +19,7 @@ import torch
 from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SECONDS
 from ..errors import WorkerError
 from ._assemble import BatchAssembler
-from ._worker import WorkerConfig, worker_main
+from ._worker import WorkerConfig, fill_unit_messages, worker_main
 
 
 def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=False) -> list:
@@ -41,24 +41,9 @@ class InlinePool:
         self._done: collections.deque = collections.deque()
         self.num_workers = 1
 
-    def _views(self, slot_id: int, batch_size: int) -> dict:
-        views = {n: t[:batch_size] for n, t in self.slots[slot_id].items()}
-        if all(t.device.type == "cpu" for t in views.values()):
-            return {n: t.numpy() for n, t in views.items()}
-        return views
-
-    def submit(self, worker: int, slot_id: int, plan) -> None:
-        stats = self.assembler.executor.stats
-        before = dataclasses.asdict(stats)
-        try:
-            res = self.assembler.fill(plan, self._views(slot_id, plan.batch_size))
-        except Exception as exc:
-            path = getattr(exc, "path", None)
-            self._done.append(("error", plan.batch_index, slot_id, repr(exc), traceback.format_exc(), path))
-            return
-        after = dataclasses.asdict(stats)
-        delta = {k: after[k] - before[k] for k in after}
-        self._done.append(("done", plan.batch_index, slot_id, res.valid, res.errors, delta))
+    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
+        executor = self.assembler.executor
+        self._done.extend(fill_unit_messages(self.assembler, executor, self.slots, slot_ids, plans))
 
     def get(self):
         return self._done.popleft()
@@ -79,6 +64,7 @@ class ProcessPool:
         self.num_workers = num_workers
         self.slots = _allocate(shapes, num_slots, shared=True)
         self.result_q = ctx.Queue()
+        self._backlog: collections.deque = collections.deque()
         self.task_qs = [ctx.Queue() for _ in range(num_workers)]
         self.procs = [
             ctx.Process(
@@ -114,18 +100,25 @@ class ProcessPool:
             elif msg[0] == "error":
                 raise WorkerError(f"a worker failed to start: {msg[3]}", remote_traceback=msg[4])
 
-    def submit(self, worker: int, slot_id: int, plan) -> None:
-        self.task_qs[worker].put((slot_id, plan))
+    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
+        self.task_qs[worker].put((slot_ids, plans))
 
     def get(self, deadline: float | None = None):
         """Next message; raises :class:`WorkerError` if a worker died (never hangs)."""
+        if self._backlog:
+            return self._backlog.popleft()
         while True:
             try:
-                return self.result_q.get(timeout=QUEUE_POLL_SECONDS)
+                msg = self.result_q.get(timeout=QUEUE_POLL_SECONDS)
             except queue.Empty:
                 self._check_alive()
                 if deadline is not None and time.monotonic() > deadline:
                     raise WorkerError(f"workers did not start within {WORKER_START_SECONDS:.0f} s") from None
+                continue
+            if isinstance(msg, list):  # a unit's messages arrive together
+                self._backlog.extend(msg[1:])
+                msg = msg[0]
+            return msg
 
     def _check_alive(self) -> None:
         for p in self.procs:

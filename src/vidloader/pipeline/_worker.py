@@ -27,7 +27,11 @@ class WorkerConfig:
 
 
 def _staging_views(slot: dict, batch_size: int) -> dict:
-    return {name: tensor[:batch_size].numpy() for name, tensor in slot.items()}
+    """Writable views of a slot's first ``batch_size`` rows: numpy on CPU, torch on a GPU."""
+    views = {name: tensor[:batch_size] for name, tensor in slot.items()}
+    if all(t.device.type == "cpu" for t in views.values()):
+        return {name: t.numpy() for name, t in views.items()}
+    return views
 
 
 def worker_main(worker_id: int, config: WorkerConfig, slots: list, task_q, result_q) -> None:
@@ -56,14 +60,26 @@ def _serve(assembler, executor, slots, task_q, result_q) -> None:
         msg = task_q.get()
         if msg is None:
             return
-        slot_id, plan = msg
-        before = dataclasses.asdict(executor.stats)
-        try:
-            res = assembler.fill(plan, _staging_views(slots[slot_id], plan.batch_size))
-        except BaseException as exc:
-            path = getattr(exc, "path", None)
-            result_q.put(("error", plan.batch_index, slot_id, repr(exc), traceback.format_exc(), path))
-            continue
-        after = dataclasses.asdict(executor.stats)
-        delta = {k: after[k] - before[k] for k in after}
-        result_q.put(("done", plan.batch_index, slot_id, res.valid, res.errors, delta))
+        result_q.put(fill_unit_messages(assembler, executor, slots, *msg))
+
+
+def fill_unit_messages(assembler, executor, slots, slot_ids: list, plans: list) -> list:
+    """Fill a unit of batches; one ``done`` message per batch, or one ``error`` message.
+
+    The unit's decode counters ride on its first message.
+    """
+    before = dataclasses.asdict(executor.stats)
+    try:
+        stagings = [_staging_views(slots[s], p.batch_size) for s, p in zip(slot_ids, plans)]
+        results = assembler.fill_unit(plans, stagings)
+    except BaseException as exc:
+        path = getattr(exc, "path", None)
+        first = plans[0].batch_index
+        return [("error", first, slot_ids, repr(exc), traceback.format_exc(), path)]
+    after = dataclasses.asdict(executor.stats)
+    delta = {k: after[k] - before[k] for k in after}
+    zero = dict.fromkeys(delta, 0)
+    return [
+        ("done", p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero)
+        for i, (s, p, r) in enumerate(zip(slot_ids, plans, results))
+    ]
