@@ -5,7 +5,7 @@ from __future__ import annotations
 #: Version of the on-disk index format written by :meth:`VideoIndex.save`.
 INDEX_FORMAT_VERSION = 1
 
-#: Batches decoded ahead of the consumer, per worker (bounded prefetch).
+#: Units of work decoded ahead of the consumer beyond one per worker (bounded prefetch).
 DEFAULT_PREFETCH_PER_WORKER = 2
 
 #: Seconds the loader waits on its result queue before checking that workers are alive.
@@ -20,8 +20,9 @@ WORKER_START_SECONDS = 120.0
 #: Decoder threads per CPU decode (FFmpeg ``thread_count``); 0 lets FFmpeg choose.
 DEFAULT_DECODER_THREADS = 1
 
-#: Frames of the planner's lookahead window, in batches (GOP grouping across batches).
-DEFAULT_LOOKAHEAD_BATCHES = 1
+#: Consecutive batches one worker plans and decodes together (GOP grouping across batches).
+#: Staging memory is ``lookahead × (workers + prefetch − 1)`` batches.
+DEFAULT_LOOKAHEAD_BATCHES = 4
 
 #: Interpolation used by swscale when the decoder resizes (the resize pushdown).
 DEFAULT_INTERPOLATION = "BILINEAR"

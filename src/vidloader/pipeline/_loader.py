@@ -12,7 +12,11 @@ from typing import Literal
 import numpy as np
 import torch
 
-from ..constants import DEFAULT_DECODER_THREADS, DEFAULT_PREFETCH_PER_WORKER
+from ..constants import (
+    DEFAULT_DECODER_THREADS,
+    DEFAULT_LOOKAHEAD_BATCHES,
+    DEFAULT_PREFETCH_PER_WORKER,
+)
 from ..decoding import DecodeStats, get_executor
 from ..errors import ConfigError, WorkerError
 from ..index import VideoIndex
@@ -53,11 +57,11 @@ class VideoLoader:
         backend ("cpu"): decoding backend.
         num_workers (int | None): decoding processes (``spawn``); 0 decodes in the calling
             process. Default: the number of CPU cores.
-        prefetch (int): units of work in flight per worker (bounded: the loader holds
-            ``num_workers × prefetch × lookahead`` staging slots of one batch each).
+        prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
+            prefetch − 1)`` staging slots of one batch each, in shared memory.
         lookahead (int | None): consecutive batches a worker plans and decodes together, so
             that a GOP several of them need is decoded once. Default: the sampler's
-            ``preferred_lookahead`` if it has one, else 1.
+            ``preferred_lookahead`` if it has one, else 4.
         pin_memory (bool): return CPU batches in pinned memory (faster ``.cuda()``).
         device (str | torch.device | None): move each batch there (one non-blocking copy);
             dtype conversion and normalisation then run on that device.
@@ -110,7 +114,9 @@ class VideoLoader:
         self.backend, self.on_error = backend, on_error
         self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         self.prefetch, self.persistent_workers = prefetch, persistent_workers
-        self.lookahead = int(lookahead or getattr(self.sampler, "preferred_lookahead", None) or 1)
+        self.lookahead = int(
+            lookahead or getattr(self.sampler, "preferred_lookahead", None) or DEFAULT_LOOKAHEAD_BATCHES
+        )
         if self.lookahead < 1:
             raise ConfigError(f"lookahead must be >= 1, got {lookahead}")
         self.executor_options = {"thread_count": decoder_threads}
@@ -166,7 +172,7 @@ class VideoLoader:
         return cached[1]
 
     def _make_pool(self):
-        num_slots = max(1, self.num_workers) * self.prefetch * self.lookahead
+        num_slots = self.lookahead * (max(1, self.num_workers) + self.prefetch - 1)
         if self.num_workers == 0:
             executor = get_executor(self.backend, **self.executor_options)
             assembler = BatchAssembler(self.index, self.outputs, executor, on_error=self.on_error)
