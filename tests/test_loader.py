@@ -248,7 +248,15 @@ def test_ctrl_c_leaves_no_worker(dataset, tmp_path):
     assert "interrupted" in out.stdout, out.stderr
     time.sleep(0.5)
     for pid in map(int, lines[0].split()):
-        assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+        assert not _process_running(pid)
+
+
+def _process_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in status.read().lower()
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import weakref
@@ -317,10 +318,8 @@ class VideoLoader:
         self._close_pool()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.shutdown()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         return (

@@ -9,10 +9,9 @@ the batches in flight (the prefetch).
 from __future__ import annotations
 
 import collections
-import dataclasses
+import contextlib
 import queue
 import time
-import traceback
 
 import torch
 
@@ -137,10 +136,8 @@ class ProcessPool:
         self._closed = True
         for q, p in zip(self.task_qs, self.procs):
             if p.is_alive():
-                try:
+                with contextlib.suppress(Exception):
                     q.put(None)
-                except Exception:
-                    pass
         deadline = time.monotonic() + WORKER_JOIN_SECONDS
         for p in self.procs:
             if p.pid is not None:
