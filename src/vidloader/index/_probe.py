@@ -55,8 +55,7 @@ def probe_video(path: str | os.PathLike) -> VideoRecord:
     path = os.path.abspath(os.fspath(path))
     size = _check_file(path)
     try:
-        # Odd bytes in a metadata tag must not make a playable video unreadable.
-        container = av.open(path, "r", metadata_errors="replace")
+        container = _open(av, path)
     except av.FFmpegError as exc:
         reason = f"FFmpeg cannot open it ({exc.strerror or exc}); is it a video file?"
         raise CorruptVideoError(path, reason) from exc
@@ -67,6 +66,16 @@ def probe_video(path: str | os.PathLike) -> VideoRecord:
         raise CorruptVideoError(path, reason) from exc
     finally:
         container.close()
+
+
+def _open(av, path: str):
+    """Open for demuxing. Odd bytes in a metadata tag must not make a playable video
+    unreadable: PyAV < 19 takes ``metadata_errors``; PyAV 19 removed it (it decodes tags
+    leniently by itself)."""
+    try:
+        return av.open(path, "r", metadata_errors="replace")
+    except TypeError:
+        return av.open(path, "r")
 
 
 def _check_file(path: str) -> int:

@@ -1,0 +1,342 @@
+"""The NVDEC executor: GOPs demuxed to Annex B (here or in CPU workers), decoded on the GPU.
+
+Frames never leave the GPU: NVDEC writes NV12 into device memory, DLPack hands it to torch
+without a copy, and ``to_rgb(size)`` converts and resizes it with torch ops on the GPU.
+
+Two ways in:
+
+* :meth:`NvdecExecutor.decode` (the :class:`Executor` contract): demuxes in this process.
+* :meth:`NvdecExecutor.decode_bundle`: separation mode; the packets come as a
+  :class:`PacketBundle` demuxed elsewhere (:func:`vidloader.decoding._annexb.demux_gops` in a
+  CPU worker process, which never touches CUDA).
+
+With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads; the sink is
+still called on the caller's thread, task by task, frames ascending.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+import numpy as np
+import torch
+
+from .._utils._imports import require
+from ..errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
+from ..index import VideoRecord
+from ._annexb import ContainerCache, check_demuxable, demux_gops, full_gop_requests
+from ._base import DecodeTask, Executor, FrameSink, GopRequest
+from ._bundle import PacketBundle
+from ._gop_cache import FrameCache, GopPacketCache
+from ._nvdec_decoder import DecoderSlot
+from ._nvdec_frame import NvdecFrame, record_stream
+from ._nvdec_pool import DecoderPool
+
+#: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
+DEFAULT_FRAME_CACHE_BYTES = 256 << 20
+#: Demuxed GOPs kept in host memory per executor (0 disables the packet cache).
+DEFAULT_PACKET_CACHE_BYTES = 128 << 20
+
+#: ``sink(task_position, frame_index, frame)`` for :meth:`NvdecExecutor.decode_batch`.
+BatchSink = Callable[[int, int, NvdecFrame], None]
+
+_SUPPORTED_PIX_FMTS = ("yuv420p", "yuvj420p", "nv12")
+
+
+def load_pynvvideocodec():
+    """Import PyNvVideoCodec after checking for a CUDA GPU (its import needs the driver)."""
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            "backend='nvdec' needs an NVIDIA GPU, but no CUDA GPU is visible to torch "
+            "(torch.cuda.is_available() is False); use backend='cpu'"
+        )
+    return require("PyNvVideoCodec", purpose="backend='nvdec'")
+
+
+def check_nvdec_supported(record: VideoRecord) -> None:
+    """Raise :class:`UnsupportedCodecError` unless NVDEC here can decode ``record`` exactly."""
+    check_demuxable(record)
+    if record.bit_depth != 8 or record.pix_fmt not in _SUPPORTED_PIX_FMTS:
+        raise UnsupportedCodecError(
+            record.path,
+            f"backend 'nvdec' decodes 8-bit 4:2:0 video; this file is {record.codec} "
+            f"{record.pix_fmt} ({record.bit_depth}-bit); use backend='cpu' for it",
+        )
+
+
+@dataclasses.dataclass(eq=False)
+class _Job:
+    """One GOP to decode for the task at position ``pos`` of a batch."""
+
+    pos: int
+    record: VideoRecord
+    gop: GopRequest
+    bundle: PacketBundle | None = None  # packets given (separation mode), else demux
+    g: int = 0
+
+
+@dataclasses.dataclass(eq=False)
+class _Result:
+    frames: list[tuple[int, torch.Tensor]]
+    packets: int
+    decoded: int
+    event: torch.cuda.Event
+
+
+class NvdecExecutor(Executor):
+    """Decodes tasks with NVDEC through PyNvVideoCodec; frames stay on the GPU.
+
+    One decoder per codec is created lazily and reused for every video (flushed after each
+    GOP, reconfigured when the size changes). Create the executor in the process that owns the
+    GPU, after any worker processes were forked.
+
+    Args:
+        device: CUDA device index.
+        max_width, max_height: decoder surface maximum; set them to the dataset's largest
+            size to never re-create a decoder (0: grow as larger videos come).
+        num_decoders: decoder threads (1: decode on the calling thread, frames delivered
+            straight from the decoder's surface without a copy).
+        frame_cache_bytes: GPU bytes of decoded NV12 frames kept, keyed by (file, frame):
+            a request in a GOP decoded moments ago costs no decode. 0 disables.
+        packet_cache_bytes: host bytes of demuxed GOPs kept, keyed by (file, keyframe). 0
+            disables; when enabled, whole GOPs are demuxed so later requests can hit.
+
+    Raises:
+        BackendUnavailableError: no CUDA GPU is visible, or PyNvVideoCodec is missing.
+    """
+
+    name = "nvdec"
+
+    def __init__(
+        self,
+        *,
+        device: int = 0,
+        max_width: int = 0,
+        max_height: int = 0,
+        num_decoders: int = 1,
+        frame_cache_bytes: int = DEFAULT_FRAME_CACHE_BYTES,
+        packet_cache_bytes: int = DEFAULT_PACKET_CACHE_BYTES,
+    ) -> None:
+        super().__init__()
+        self._nvc = load_pynvvideocodec()
+        self.device = torch.device("cuda", int(device))
+        self.max_width, self.max_height = int(max_width), int(max_height)
+        self.frame_cache = FrameCache(frame_cache_bytes)
+        self.packet_cache = GopPacketCache(packet_cache_bytes)
+        self._slot: DecoderSlot | None = None
+        self._containers = ContainerCache()
+        self._pool = DecoderPool(self._make_slot, num_decoders) if num_decoders > 1 else None
+
+    def _make_slot(self) -> DecoderSlot:
+        return DecoderSlot(self._nvc, self.device.index, max_width=self.max_width, max_height=self.max_height)
+
+    @property
+    def slots(self) -> list[DecoderSlot]:
+        """The decoder slots created so far (for inspection and tests)."""
+        return self._pool.slots if self._pool else [s for s in (self._slot,) if s is not None]
+
+    # -- the Executor contract ------------------------------------------------------------
+
+    def decode(self, task: DecodeTask, sink: FrameSink) -> None:
+        """Decode ``task`` (demuxing here) and call ``sink(i, frame)`` per wanted frame."""
+        self.decode_batch([task], lambda _pos, i, frame: sink(i, frame))
+
+    def decode_bundle(self, task: DecodeTask, bundle: PacketBundle, sink: FrameSink) -> None:
+        """Separation mode: decode ``task`` from packets demuxed elsewhere.
+
+        ``bundle`` must hold one GOP per GOP of ``task`` (same keyframes, same order), e.g.
+        ``demux_gops(task.record, task.gops)`` run in a CPU worker.
+        """
+        self.decode_batch([task], lambda _pos, i, frame: sink(i, frame), bundles=[bundle])
+
+    def decode_batch(
+        self,
+        tasks: Sequence[DecodeTask],
+        sink: BatchSink,
+        *,
+        bundles: Sequence[PacketBundle | None] | None = None,
+    ) -> None:
+        """Decode several tasks, overlapping their GOPs on the decoder pool.
+
+        ``sink(pos, i, frame)`` is called on this thread for every wanted frame ``i`` of
+        ``tasks[pos]``, task after task, frames ascending. ``bundles[pos]``, when given, holds
+        the task's packets (separation mode); ``None`` entries are demuxed here.
+        """
+        jobs = self._jobs(tasks, bundles)
+        consumer = torch.cuda.current_stream(self.device)
+        with torch.cuda.device(self.device):
+            if self._pool is None:
+                self._run_inline(jobs, sink, consumer)
+            else:
+                self._run_pooled(jobs, sink, consumer)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        if self._slot is not None:
+            self._slot.close()
+            self._slot = None
+        self._containers.close()
+        self.frame_cache.clear()
+        self.packet_cache.clear()
+
+    # -- planning -------------------------------------------------------------------------
+
+    def _jobs(self, tasks: Sequence[DecodeTask], bundles) -> list[_Job]:
+        jobs: list[_Job] = []
+        for pos, task in enumerate(tasks):
+            check_nvdec_supported(task.record)
+            self.stats.tasks += 1
+            bundle = bundles[pos] if bundles is not None else None
+            if bundle is not None:
+                _check_bundle(task, bundle)
+                self.packet_cache.put(bundle)
+            for g, gop in enumerate(task.gops):
+                jobs.append(_Job(pos, task.record, gop, bundle, g))
+        return jobs
+
+    def _packets(self, job: _Job, containers: ContainerCache) -> tuple[PacketBundle, int]:
+        if job.bundle is not None:
+            return job.bundle, job.g
+        rec, gop = job.record, job.gop
+        if self.packet_cache.max_bytes == 0:
+            return demux_gops(rec, [gop], container_cache=containers), 0
+        bundle = self.packet_cache.get(rec.path, gop.keyframe, gop.last)
+        if bundle is None:
+            bundle = demux_gops(rec, full_gop_requests(rec, [gop]), container_cache=containers)
+            self.packet_cache.put(bundle)
+        return bundle, 0
+
+    def _cached(self, job: _Job) -> list[tuple[int, torch.Tensor]] | None:
+        """The GOP's wanted frames from the frame cache, or ``None`` unless all are there."""
+        cache, path = self.frame_cache, job.record.path
+        if cache.max_bytes == 0 or not cache.has_all(path, job.gop.frames):
+            return None
+        frames = [(i, cache.get(path, i)) for i in job.gop.frames.tolist()]
+        return None if any(t is None for _, t in frames) else frames
+
+    # -- inline: decode on this thread, deliver straight from the surface ----------------------
+
+    def _run_inline(self, jobs: list[_Job], sink: BatchSink, consumer) -> None:
+        if self._slot is None:
+            self._slot = self._make_slot()
+        slot = self._slot
+        slot.stream.wait_stream(consumer)  # the sink may write into the caller's buffers
+        try:
+            with torch.cuda.stream(slot.stream):
+                for job in jobs:
+                    cached = self._cached(job)
+                    if cached is not None:
+                        self._deliver_cached(job, cached, sink, consumer)
+                    else:
+                        self._decode_inline(slot, job, sink, consumer)
+        finally:
+            consumer.wait_stream(slot.stream)
+
+    def _decode_inline(self, slot: DecoderSlot, job: _Job, sink: BatchSink, consumer) -> None:
+        rec, wanted = job.record, set(job.gop.frames.tolist())
+        keep = self.frame_cache.max_bytes > 0
+        delivered: list[int] = []
+
+        def on_frame(i: int, nv12: torch.Tensor) -> None:
+            self.stats.decoded += 1
+            if keep and i >= 0:
+                nv12 = _compact(nv12, rec)
+                self.frame_cache.put(rec.path, i, nv12)
+            if i in wanted:
+                wanted.discard(i)
+                delivered.append(i)
+                sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
+
+        bundle, g = self._packets(job, self._containers)
+        packets, _ = slot.decode_gop(rec, bundle, g, job.gop.last, on_frame)
+        self._count(job, packets, len(delivered), wanted)
+
+    def _deliver_cached(self, job: _Job, frames, sink: BatchSink, consumer) -> None:
+        for i, nv12 in frames:
+            sink(job.pos, i, NvdecFrame(nv12, job.record, consumer))
+            self.stats.delivered += 1
+
+    def _count(self, job: _Job, packets: int, delivered: int, missing) -> None:
+        self.stats.seeks += 1
+        self.stats.packets += packets
+        self.stats.delivered += delivered
+        if missing:
+            raise CorruptVideoError(
+                job.record.path, f"NVDEC did not output frames {sorted(missing)[:8]} of the GOP "
+                f"at keyframe {job.gop.keyframe}; the file is damaged or the index is stale",
+            )
+
+    # -- pooled: GOPs decoded on decoder threads, delivered here in order ---------------------
+
+    def _run_pooled(self, jobs: list[_Job], sink: BatchSink, consumer) -> None:
+        window = 2 * self._pool.num_decoders  # bounds the cloned frames waiting for delivery
+        pending: deque[tuple[_Job, object]] = deque()
+        try:
+            for job in jobs:
+                cached = self._cached(job)  # taken now: later puts may evict them
+                pending.append((job, cached if cached is not None else self._pool.submit(self._decode_pooled, job)))
+                while len(pending) >= window:
+                    self._deliver_pooled(*pending.popleft(), sink, consumer)
+            while pending:
+                self._deliver_pooled(*pending.popleft(), sink, consumer)
+        finally:
+            for _, fut in pending:
+                if isinstance(fut, Future):
+                    fut.cancel()
+
+    def _decode_pooled(self, slot: DecoderSlot, containers: ContainerCache, job: _Job) -> _Result:
+        rec, wanted = job.record, set(job.gop.frames.tolist())
+        keep = self.frame_cache.max_bytes > 0
+        frames: list[tuple[int, torch.Tensor]] = []
+        decoded = 0
+
+        def on_frame(i: int, nv12: torch.Tensor) -> None:
+            nonlocal decoded
+            decoded += 1
+            if i in wanted or (keep and i >= 0):
+                frames.append((i, _compact(nv12, rec)))  # the surface is recycled next call
+
+        with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
+            bundle, g = self._packets(job, containers)
+            packets, _ = slot.decode_gop(rec, bundle, g, job.gop.last, on_frame)
+            event = torch.cuda.Event()
+            event.record(slot.stream)
+        return _Result(frames, packets, decoded, event)
+
+    def _deliver_pooled(self, job: _Job, fut, sink: BatchSink, consumer) -> None:
+        if not isinstance(fut, Future):
+            self._deliver_cached(job, fut, sink, consumer)
+            return
+        res: _Result = fut.result()
+        consumer.wait_event(res.event)
+        wanted = set(job.gop.frames.tolist())
+        self.stats.decoded += res.decoded
+        delivered = 0
+        for i, nv12 in res.frames:
+            record_stream(nv12, consumer)
+            if self.frame_cache.max_bytes > 0:
+                self.frame_cache.put(job.record.path, i, nv12)
+            if i in wanted:
+                wanted.discard(i)
+                delivered += 1
+                sink(job.pos, i, NvdecFrame(nv12, job.record, consumer))
+        self._count(job, res.packets, delivered, wanted)
+
+
+def _compact(nv12: torch.Tensor, rec: VideoRecord) -> torch.Tensor:
+    """A private, unpadded copy of a decoder surface view."""
+    rows = rec.height + (rec.height + 1) // 2
+    return nv12[:rows, : rec.width].clone()
+
+
+def _check_bundle(task: DecodeTask, bundle: PacketBundle) -> None:
+    keys = np.asarray([g.keyframe for g in task.gops], np.int64)
+    if bundle.path != task.record.path or not np.array_equal(bundle.gop_keyframes, keys):
+        raise CorruptVideoError(
+            task.record.path, f"packet bundle of {bundle.path!r} with GOPs at "
+            f"{bundle.gop_keyframes.tolist()} does not match the task's GOPs at {keys.tolist()}",
+        )

@@ -1,0 +1,328 @@
+"""The PyNvVideoCodec side of the NVDEC executor: decoders, the GOP loop, frame → tensor.
+
+A :class:`DecoderSlot` owns one CUDA stream and one low-level ``PyNvDecoder`` per codec,
+created with ``usedevicememory=True`` on that stream and reused across videos: a decoder is
+flushed (empty packet) after every GOP, told the new size (``setReconfigParams``) when the
+picture size changes within its maximum, and re-created only when a video is larger than that
+maximum or when a flushed decoder turns out not to accept new packets.
+
+Output frames are matched to display indices without trusting the container's timestamps to
+survive NVDEC: each packet of a GOP is fed with ``pts = 1 + its rank in display order``. If
+``DecodedFrame.getPTS()`` returns that rank, frames map by it (robust to dropped frames);
+otherwise they map by counting, since with ``latency=NATIVE`` frames leave in display order.
+The first frame a slot ever outputs decides which (:attr:`DecoderSlot.pts_mode`).
+
+Verified with PyNvVideoCodec 2.2.4 on an H200 (``benchmarks/nvdec_probe.py``): ``getPTS()``
+returns the pts of hand-built packets (with or without the TIMESTAMP flag), so frames map by
+rank; a flushed decoder decodes the next GOP bit-exactly; ``setReconfigParams`` is required
+before a smaller video (without it the old output size is kept); a video larger than the
+decoder's maximum raises "Reconfigure Not supported", hence re-creation; DLPack exports NV12
+as a compact ``(H*3/2, W)`` uint8 tensor; output buffers are recycled by the next ``Decode``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import CorruptVideoError, UnsupportedCodecError
+from ..index import VideoRecord
+from ._bundle import PacketBundle
+
+log = logging.getLogger(__name__)
+
+_CODEC_ENUM = {"h264": "H264", "hevc": "HEVC"}
+
+#: ``PacketData.decode_flag`` for every packet: TIMESTAMP (2), so the pts travels with the
+#: picture, and ENDOFPICTURE (8), since each demuxed packet is exactly one access unit; it
+#: lets the parser hand a picture to the decoder without waiting for the next packet.
+DEFAULT_PACKET_FLAGS = 2 | 8
+
+#: Whether a slot waits for its stream before a ``Decode`` call that follows one which returned
+#: frames. The next call recycles those frames' buffers, and which CUDA stream the binding
+#: writes them on is not established (its ``__cuda_array_interface__`` reports stream 2, the
+#: per-thread default stream, not the stream we pass). Waiting makes every read of a frame
+#: (conversion, clone) finish before its buffer can be reused, whatever that stream is. The
+#: probe ``benchmarks/nvdec_probe.py`` (facts → ``stream_order``) tells whether it can go.
+SYNC_BEFORE_RECYCLE = True
+
+#: Called for each output frame: ``(display_index or -1, nv12 view)``; the view is valid only
+#: until the decoder is called again.
+OnFrame = Callable[[int, torch.Tensor], None]
+
+
+def nv12_view(frame: Any, height: int, width: int, device: torch.device) -> torch.Tensor:
+    """A decoded NV12 frame as a uint8 ``(H + ⌈H/2⌉) × pitch`` CUDA tensor, zero-copy via DLPack
+    where the frame exports one (a copy of the planes otherwise)."""
+    rows = height + (height + 1) // 2
+    try:
+        t = torch.from_dlpack(frame)
+        if t.dim() == 3 and t.shape[-1] == 1:
+            t = t[..., 0]
+        if t.dim() == 2 and t.shape[0] >= rows and t.shape[1] >= width and t.dtype == torch.uint8:
+            return t
+    except (TypeError, RuntimeError, BufferError) as exc:
+        log.debug("DLPack export failed (%s); copying planes via __cuda_array_interface__", exc)
+    planes = [torch.as_tensor(p, device=device).reshape(-1) for p in frame.cuda()]
+    y = planes[0][: height * width].reshape(height, width)
+    uv = planes[1][: (rows - height) * width].reshape(rows - height, width)
+    return torch.cat([y, uv], 0)
+
+
+def current_cuda_context() -> int:
+    """The calling thread's current CUcontext handle (0 if none), read from the driver."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    ctx = ctypes.c_void_p()
+    return int(ctx.value or 0) if lib.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 else 0
+
+
+def _create(nvc, codec: str, gpu: int, stream: int, max_w: int, max_h: int):
+    kwargs = dict(
+        gpuid=gpu,
+        codec=getattr(nvc.cudaVideoCodec, _CODEC_ENUM[codec]),
+        cudacontext=0,
+        cudastream=stream,
+        usedevicememory=True,  # overload 1 would match first and default to host memory
+        maxwidth=max_w,
+        maxheight=max_h,
+        outputColorType=nvc.OutputColorType.NATIVE,
+        latency=nvc.DisplayDecodeLatencyType.NATIVE,
+    )
+    try:
+        return nvc.CreateDecoder(**kwargs)
+    except Exception as exc:
+        # If the binding's own context does not own torch's stream, hand it torch's context
+        # (the primary context, current in this thread since the stream was created).
+        ctx = current_cuda_context()
+        if not ctx or "context" not in str(exc).lower():
+            raise
+        log.info("CreateDecoder with cudacontext=0 failed (%s); passing the current context", exc)
+        return nvc.CreateDecoder(**{**kwargs, "cudacontext": ctx})
+
+
+class _Decoder:
+    """One ``PyNvDecoder`` and the size it is configured for."""
+
+    def __init__(self, nvc, codec: str, gpu: int, stream: int, max_w: int, max_h: int) -> None:
+        self.codec, self.max_w, self.max_h = codec, max_w, max_h
+        self.handle = _create(nvc, codec, gpu, stream, max_w, max_h)
+        self.size: tuple[int, int] | None = None
+        self.flushed = False  # an end-of-stream packet went through since creation
+
+
+class DecoderSlot:
+    """Decoders sharing one CUDA stream; serves one thread at a time.
+
+    Args:
+        nvc: the imported PyNvVideoCodec module.
+        device: CUDA device index.
+        max_width, max_height: initial decoder maximum (0: the first video's size); decoders
+            grow (are re-created) when a larger video comes.
+        packet_flags: ``PacketData.decode_flag`` for every packet.
+    """
+
+    def __init__(self, nvc, device: int, *, max_width: int = 0, max_height: int = 0,
+                 packet_flags: int = DEFAULT_PACKET_FLAGS) -> None:
+        self.nvc, self.gpu = nvc, int(device)
+        self.device = torch.device("cuda", self.gpu)
+        self.stream = torch.cuda.Stream(self.device)
+        self.max_width, self.max_height = int(max_width), int(max_height)
+        self.packet_flags = int(packet_flags)
+        self._decoders: dict[str, _Decoder] = {}
+        self.pts_mode: str | None = None  # "frame" (getPTS carries our rank) or "count"
+        self.reuse_after_flush: bool | None = None  # learnt on the first reuse
+        self.recreated = 0
+        self._caps: dict[str, dict | None] = {}
+        self._frames_out = False  # the last Decode returned frames that may still be read
+
+    def _decoder(self, record: VideoRecord) -> _Decoder:
+        if record.codec not in _CODEC_ENUM:
+            raise UnsupportedCodecError(record.path, f"NVDEC decoding supports h264 and hevc, not {record.codec!r}")
+        self._check_caps(record)
+        dec = self._decoders.get(record.codec)
+        w, h = record.width, record.height
+        if dec is None or w > dec.max_w or h > dec.max_h or (dec.flushed and self.reuse_after_flush is False):
+            dec = self._new_decoder(record, dec)
+        if dec.size not in (None, (w, h)):
+            # Required: without it a reused decoder keeps its previous output size (verified).
+            dec.handle.setReconfigParams(w, h)
+        dec.size = (w, h)
+        return dec
+
+    def _check_caps(self, record: VideoRecord) -> None:
+        """Raise :class:`UnsupportedCodecError` if this GPU's NVDEC cannot take the size."""
+        if record.codec not in self._caps:
+            try:
+                enum = getattr(self.nvc.cudaVideoCodec, _CODEC_ENUM[record.codec])
+                self._caps[record.codec] = dict(self.nvc.GetDecoderCaps(gpuid=self.gpu, codec=enum, bitdepth=8))
+            except Exception as exc:  # caps are advisory: decoding itself reports failures
+                log.debug("GetDecoderCaps failed (%s); not checking sizes", exc)
+                self._caps[record.codec] = None
+        caps = self._caps[record.codec]
+        if not caps:
+            return
+        w, h = record.width, record.height
+        macroblocks = ((w + 15) // 16) * ((h + 15) // 16)
+        if (not caps.get("supported", 1) or not caps.get("width_min", 0) <= w <= caps.get("width_max", w)
+                or not caps.get("height_min", 0) <= h <= caps.get("height_max", h)
+                or macroblocks > caps.get("mb_num_max", macroblocks)):
+            raise UnsupportedCodecError(
+                record.path, f"NVDEC on GPU {self.gpu} cannot decode {record.codec} {w}x{h} "
+                f"(supports {caps.get('width_min')}..{caps.get('width_max')} x "
+                f"{caps.get('height_min')}..{caps.get('height_max')}); use backend='cpu' for it",
+            )
+
+    def _new_decoder(self, record: VideoRecord, old: _Decoder | None) -> _Decoder:
+        max_w = max(self.max_width, record.width, old.max_w if old else 0)
+        max_h = max(self.max_height, record.height, old.max_h if old else 0)
+        self._decoders.pop(record.codec, None)
+        try:
+            dec = _Decoder(self.nvc, record.codec, self.gpu, self.stream.cuda_stream, max_w, max_h)
+        except Exception as exc:  # the binding raises its own exception types
+            raise UnsupportedCodecError(
+                record.path, f"NVDEC cannot decode {record.codec} {record.width}x{record.height} "
+                f"{record.pix_fmt} on GPU {self.gpu} ({exc})",
+            ) from exc
+        self._decoders[record.codec] = dec
+        self.recreated += 1
+        return dec
+
+    def decode_gop(self, record: VideoRecord, bundle: PacketBundle, g: int, last: int,
+                   on_frame: OnFrame, *, retry: bool = True) -> tuple[int, int]:
+        """Feed GOP ``g`` of ``bundle`` up to what frame ``last`` needs, flush, and call
+        ``on_frame`` for every output frame. Returns ``(packets fed, frames output)``.
+
+        Runs on :attr:`stream` (the caller makes it current).
+
+        Raises:
+            CorruptVideoError: NVDEC rejected the packets (after one retry on a fresh decoder).
+        """
+        dec = self._decoder(record)
+        feed = _packets_to_feed(record, bundle, g, last)
+        reused = dec.flushed  # this decoder already went through an end of stream
+        counter = _FrameCounter(self, record, feed, bundle)
+        try:
+            self._run(dec, bundle, feed, counter, on_frame)
+        except BaseException as exc:
+            # Fed but not flushed (a sink or decode error): its leftovers would come out with
+            # the next GOP, so it is dropped and re-created on next use.
+            self._decoders.pop(record.codec, None)
+            if not isinstance(exc, _DecodeFailure):
+                raise
+            if retry and counter.count == 0:
+                log.info("%s: NVDEC failed (%s); retrying on a fresh decoder", record.path, exc.__cause__)
+                return self.decode_gop(record, bundle, g, last, on_frame, retry=False)
+            raise CorruptVideoError(record.path, f"NVDEC failed in the GOP at keyframe "
+                                    f"{int(bundle.gop_keyframes[g])}: {exc.__cause__}") from exc.__cause__
+        out = counter.count
+        if out == 0 and len(feed) and reused and self.reuse_after_flush is None:
+            log.info("a flushed NVDEC decoder output nothing: re-creating decoders after each GOP")
+            self.reuse_after_flush = False
+            return self.decode_gop(record, bundle, g, last, on_frame)
+        if out and reused and self.reuse_after_flush is None:
+            self.reuse_after_flush = True
+        return len(feed), out
+
+    def _run(self, dec: _Decoder, bundle: PacketBundle, feed: np.ndarray, counter: _FrameCounter,
+             on_frame: OnFrame) -> None:
+        payload = bundle.payload  # referenced until the last Decode returns
+        base = payload.ctypes.data
+        for i, r in zip(feed.tolist(), counter.rank.tolist()):
+            pkt = self.nvc.PacketData()
+            pkt.bsl_data = base + int(bundle.offsets[i])
+            pkt.bsl = int(bundle.sizes[i])
+            pkt.pts = r
+            pkt.decode_flag = self.packet_flags
+            counter.take(self._decode(dec, pkt), on_frame)
+        eos = self.nvc.PacketData()
+        eos.bsl, eos.bsl_data = 0, 0
+        counter.take(self._decode(dec, eos), on_frame)
+        dec.flushed = True
+        del payload
+        counter.check(len(feed))
+
+    def _decode(self, dec: _Decoder, pkt) -> list:
+        if self._frames_out and SYNC_BEFORE_RECYCLE:
+            self.stream.synchronize()  # reads of the frames this call recycles are done
+        try:
+            frames = dec.handle.Decode(pkt)
+        except Exception as exc:
+            raise _DecodeFailure() from exc
+        self._frames_out = bool(frames)
+        return frames
+
+    def close(self) -> None:
+        self._decoders.clear()
+
+
+class _DecodeFailure(Exception):
+    """The binding's ``Decode`` raised (the cause is chained); not a sink error."""
+
+
+class _FrameCounter:
+    """Maps each output frame to its display index (see the module docstring).
+
+    Packet ``feed[j]`` is sent with ``pts = rank[j]``, its 1-based rank in display order;
+    ``display[r - 1]`` is the display index of the frame of rank ``r`` (-1: not a frame).
+    """
+
+    def __init__(self, slot: DecoderSlot, record: VideoRecord, feed: np.ndarray, bundle: PacketBundle) -> None:
+        self.slot, self.record = slot, record
+        pts = bundle.pts[feed]
+        order = np.argsort(pts, kind="stable")
+        self.rank = np.empty(len(feed), np.int64)
+        self.rank[order] = np.arange(1, len(feed) + 1)
+        self.display = _display_indices(record, pts[order])
+        self.count = 0
+
+    def take(self, frames, on_frame: OnFrame) -> None:
+        rec = self.record
+        for frame in frames:
+            r = self._rank(frame)
+            if not 1 <= r <= len(self.display):
+                raise CorruptVideoError(rec.path, f"NVDEC output a frame of unknown rank {r} (fed {len(self.display)} packets)")
+            self.count += 1
+            on_frame(int(self.display[r - 1]), nv12_view(frame, rec.height, rec.width, self.slot.device))
+
+    def _rank(self, frame) -> int:
+        slot = self.slot
+        if slot.pts_mode is None:
+            slot.pts_mode = "frame" if int(frame.getPTS()) == 1 else "count"
+            log.info("NVDEC frame order: matched by %s", slot.pts_mode)
+        return int(frame.getPTS()) if slot.pts_mode == "frame" else self.count + 1
+
+    def check(self, fed: int) -> None:
+        if self.slot.pts_mode == "count" and self.count not in (0, fed):
+            raise CorruptVideoError(
+                self.record.path, f"NVDEC output {self.count} frames for {fed} packets; frames "
+                "cannot be numbered (damaged GOP?)",
+            )
+
+
+def _packets_to_feed(record: VideoRecord, bundle: PacketBundle, g: int, last: int) -> np.ndarray:
+    """Positions of GOP ``g``'s packets up to the last one frames ``keyframe..last`` need."""
+    r = bundle.packet_range(g)
+    key = int(bundle.gop_keyframes[g])
+    if last > int(bundle.gop_last[g]):
+        raise CorruptVideoError(record.path, f"packet bundle covers frames up to {int(bundle.gop_last[g])}, not {last}")
+    needed = np.isin(bundle.pts[r.start : r.stop], record.pts[key : last + 1])
+    hits = np.flatnonzero(needed)
+    if len(hits) != last - key + 1:
+        raise CorruptVideoError(record.path, f"packet bundle lacks packets for frames {key}..{last}")
+    return np.arange(r.start, r.start + int(hits[-1]) + 1)
+
+
+def _display_indices(record: VideoRecord, sorted_pts: np.ndarray) -> np.ndarray:
+    """Display index of each pts (-1 for pts that are no frame of the record)."""
+    pos = np.searchsorted(record.pts, sorted_pts)
+    pos = np.minimum(pos, record.num_frames - 1)
+    return np.where(record.pts[pos] == sorted_pts, pos, -1)

@@ -1,0 +1,68 @@
+"""The NVDEC executor's :class:`DecodedFrame`: an NV12 picture on the GPU, converted on demand."""
+
+from __future__ import annotations
+
+import torch
+
+from ..index import VideoRecord
+from ..processing._nv12 import color_params, nv12_to_rgb
+
+
+def record_stream(tensor: torch.Tensor, stream) -> None:
+    """Tell the caching allocator that ``tensor`` (allocated on a decode stream) is used on
+    ``stream`` too, so its memory is not reused before ``stream``'s work on it is done."""
+    if tensor.is_cuda:
+        tensor.record_stream(stream)
+
+
+class NvdecFrame:
+    """A decoded NV12 frame handed to a sink (valid only during the sink call).
+
+    It may be a view of the decoder's output surface, which the next decode overwrites:
+    convert (:meth:`to_rgb`) or copy (:meth:`planes`) inside the sink. Results never leave the
+    GPU, and are safe to use on the stream that was current when the executor was called.
+    """
+
+    __slots__ = ("_nv12", "_record", "_consumer")
+
+    def __init__(self, nv12: torch.Tensor, record: VideoRecord, consumer: torch.cuda.Stream) -> None:
+        self._nv12 = nv12
+        self._record = record
+        self._consumer = consumer
+
+    def to_rgb(
+        self,
+        size: tuple[int, int] | None = None,
+        *,
+        crop: tuple[int, int, int, int] | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """RGB uint8 ``H×W×3`` CUDA tensor, converted by a fused GPU kernel chain.
+
+        Args:
+            size: output ``(height, width)``; the picture (or ``crop``) is resized to it.
+            crop: ``(top, left, height, width)`` window of the picture to convert.
+            out: a preallocated uint8 CUDA tensor of the output shape to write into.
+        """
+        rec = self._record
+        matrix, full = color_params(rec.color_space, rec.color_range, rec.pix_fmt)
+        rgb = nv12_to_rgb(
+            self._nv12, height=rec.height, width=rec.width, matrix=matrix, full_range=full,
+            out_size=size, crop=crop, out=out,
+        )
+        if out is None:
+            record_stream(rgb, self._consumer)
+        return rgb
+
+    def planes(self) -> torch.Tensor:
+        """The NV12 picture, a compact uint8 ``(H + ⌈H/2⌉) × W`` CUDA tensor (a private copy)."""
+        rec = self._record
+        rows = rec.height + (rec.height + 1) // 2
+        copy = self._nv12[:rows, : rec.width].clone()
+        record_stream(copy, self._consumer)
+        return copy
+
+    @property
+    def nv12(self) -> torch.Tensor:
+        """The NV12 tensor itself, without copying (valid only during the sink call)."""
+        return self._nv12

@@ -1,0 +1,168 @@
+"""A CPU stand-in for PyNvVideoCodec and ``torch.cuda``, to test the NVDEC executor's logic.
+
+The fake decoder parses the hand-built ``PacketData`` exactly as NVDEC would (raw pointer +
+size of Annex B bytes, flush on an empty packet) and decodes with FFmpeg. It is deliberately
+hostile where the real one may be: every ``Decode`` call scribbles over the surfaces it
+returned before (surface recycling), surfaces are pitched (rows wider than the picture), and
+``getPTS`` can be made to return 0 (no timestamp pass-through) or a flushed decoder made to
+ignore new packets. What it cannot check (CUDA streams, real NVDEC output) the ``cuda`` tests do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import types
+
+import numpy as np
+import torch
+
+from vidloader.processing._nv12 import i420_to_nv12
+
+_CODECS = {4: "h264", 8: "hevc"}
+
+
+class PacketData:
+    def __init__(self) -> None:
+        self.key = self.pts = self.dts = self.pos = self.bsl = self.bsl_data = 0
+        self.duration = self.decode_flag = self.stream_index = self.is_video = 0
+
+
+class _Frame:
+    def __init__(self, surface: torch.Tensor, pts: int) -> None:
+        self._surface, self._pts = surface, pts
+
+    def getPTS(self) -> int:  # noqa: N802 (PyNvVideoCodec's name)
+        return self._pts
+
+    def __dlpack__(self, stream=None):
+        return self._surface.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._surface.__dlpack_device__()
+
+
+class FakeDecoder:
+    """One fake ``PyNvDecoder``; see the module docstring."""
+
+    PITCH_PAD = 64
+
+    def __init__(self, owner: FakeNvc, codec: int, maxwidth: int, maxheight: int) -> None:
+        import av
+
+        self.owner, self.codec = owner, _CODECS[codec]
+        self.max_w, self.max_h = maxwidth, maxheight
+        self.cc = av.CodecContext.create(self.codec, "r")
+        self.surfaces: list[torch.Tensor] = []
+        self.flushed = False
+        self.reconfigs: list[tuple[int, int]] = []
+
+    def setReconfigParams(self, width: int, height: int) -> int:  # noqa: N802
+        assert width <= self.max_w and height <= self.max_h, "reconfigured beyond the maximum"
+        self.reconfigs.append((width, height))
+        return 0
+
+    def Decode(self, pkt: PacketData) -> list[_Frame]:  # noqa: N802
+        import av
+
+        for s in self.surfaces:  # recycle: whatever a caller kept is now garbage
+            s.fill_(0xA5)
+        self.owner.packets.append((pkt.bsl, pkt.decode_flag))
+        if self.flushed and self.owner.broken_reuse:
+            return []
+        if self.owner.fail_decodes > 0:
+            self.owner.fail_decodes -= 1
+            raise RuntimeError("fake NVDEC failure")
+        if pkt.bsl == 0:
+            frames = self.cc.decode(None)
+            self.cc = av.CodecContext.create(self.codec, "r")
+            self.flushed = True
+        else:
+            packet = av.Packet(ctypes.string_at(pkt.bsl_data, pkt.bsl))
+            packet.pts = pkt.pts
+            frames = self.cc.decode(packet)
+        return [self._surface(i, f) for i, f in enumerate(frames)]
+
+    def _surface(self, i: int, frame) -> _Frame:
+        assert frame.width <= self.max_w and frame.height <= self.max_h
+        nv12 = torch.from_numpy(i420_to_nv12(frame.to_ndarray(format="yuv420p")))
+        while len(self.surfaces) <= i:
+            self.surfaces.append(torch.empty(0, dtype=torch.uint8))
+        surf = torch.zeros(nv12.shape[0], nv12.shape[1] + self.PITCH_PAD, dtype=torch.uint8)
+        surf[:, : nv12.shape[1]] = nv12
+        self.surfaces[i] = surf
+        view = surf[:, : nv12.shape[1]]  # DLPack carries the pitch in the strides
+        return _Frame(view, frame.pts if self.owner.pts_passthrough else 0)
+
+
+class FakeNvc(types.ModuleType):
+    """The fake ``PyNvVideoCodec`` module."""
+
+    #: What ``GetDecoderCaps(bitdepth=8)`` returned on an H200 (driver 580), per codec id.
+    CAPS = {
+        4: {"supported": 1, "width_min": 48, "width_max": 4096, "height_min": 16, "height_max": 4096,
+            "mb_num_max": 65536, "num_decoder_engines": 7},
+        8: {"supported": 1, "width_min": 144, "width_max": 8192, "height_min": 144, "height_max": 8192,
+            "mb_num_max": 262144, "num_decoder_engines": 7},
+    }
+
+    def __init__(self, *, pts_passthrough: bool = True, broken_reuse: bool = False,
+                 fail_decodes: int = 0) -> None:
+        super().__init__("PyNvVideoCodec")
+        self.pts_passthrough, self.broken_reuse = pts_passthrough, broken_reuse
+        self.fail_decodes = fail_decodes  # the next N Decode calls raise
+        self.decoders: list[FakeDecoder] = []
+        self.packets: list[tuple[int, int]] = []
+        self.PacketData = PacketData
+        self.cudaVideoCodec = types.SimpleNamespace(H264=4, HEVC=8)
+        self.OutputColorType = types.SimpleNamespace(NATIVE=0)
+        self.DisplayDecodeLatencyType = types.SimpleNamespace(NATIVE=0)
+
+    def GetDecoderCaps(self, *, gpuid, codec, bitdepth):  # noqa: N802
+        return dict(self.CAPS[codec])
+
+    def CreateDecoder(self, *, gpuid, codec, cudacontext, cudastream, usedevicememory,  # noqa: N802
+                      maxwidth, maxheight, outputColorType, latency):
+        assert usedevicememory is True and cudastream != 0
+        dec = FakeDecoder(self, codec, maxwidth, maxheight)
+        self.decoders.append(dec)
+        return dec
+
+
+class _Stream:
+    cuda_stream = 0xC0FFEE
+    syncs = 0  # synchronize() calls, all streams together
+
+    def __init__(self, device=None) -> None:
+        pass
+
+    def wait_stream(self, other) -> None:
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        _Stream.syncs += 1
+
+
+class _Event:
+    def record(self, stream=None) -> None:
+        pass
+
+
+def install(monkeypatch, nvc: FakeNvc) -> None:
+    """Make ``torch.cuda`` look present and ``import PyNvVideoCodec`` return ``nvc``."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", nvc)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Stream", _Stream)
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.cpu().numpy()

@@ -1,0 +1,217 @@
+"""CPU tests of the NVDEC executor's logic against a fake PyNvVideoCodec (``_fake_nvc``).
+
+They check what does not need a GPU: frame numbering (with and without timestamp
+pass-through), surface recycling, decoder reuse and reconfiguration, the frame and packet
+caches, the decoder pool, separation mode and the error paths. ``test_nvdec.py`` repeats the
+important ones on a real GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from vidloader.decoding._annexb import demux_gops
+from vidloader.decoding._nvdec import NvdecExecutor
+from vidloader.errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
+from vidloader.planning import plan_tasks_for_frames
+
+from . import _fake_nvc
+from ._nvdec_media import make_media, random_frame_sets, record_of, reference_nv12
+
+
+@pytest.fixture(scope="session")
+def media(tmp_path_factory):
+    return make_media(tmp_path_factory)
+
+@pytest.fixture
+def fake(monkeypatch):
+    nvc = _fake_nvc.FakeNvc()
+    _fake_nvc.install(monkeypatch, nvc)
+    return nvc
+
+
+def _collect(executor, task, *, bundle=None):
+    got = {}
+
+    def sink(i, frame):
+        assert i not in got, f"frame {i} delivered twice"
+        got[i] = _fake_nvc.as_numpy(frame.planes())
+
+    if bundle is None:
+        executor.decode(task, sink)
+    else:
+        executor.decode_bundle(task, bundle, sink)
+    assert list(got) == sorted(got), "frames not delivered in ascending order"
+    return got
+
+
+def _check(executor, path, frames):
+    record = record_of(path)
+    task = plan_tasks_for_frames(0, record, frames)
+    got = _collect(executor, task)
+    ref = reference_nv12(path)
+    assert sorted(got) == sorted(set(int(f) for f in frames))
+    for i, nv12 in got.items():
+        assert np.array_equal(nv12, ref[i]), f"{path.name}: frame {i} differs"
+
+
+@pytest.mark.parametrize("passthrough", [True, False])
+@pytest.mark.parametrize("name", ["h264", "hevc"])
+def test_random_frames_exact(media, monkeypatch, name, passthrough):
+    nvc = _fake_nvc.FakeNvc(pts_passthrough=passthrough)
+    _fake_nvc.install(monkeypatch, nvc)
+    ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=0)
+    for frames in random_frame_sets(record_of(media[name]).num_frames, count=10, seed=3):
+        _check(ex, media[name], frames)
+    slot = ex.slots[0]
+    assert slot.pts_mode == ("frame" if passthrough else "count")
+    assert slot.reuse_after_flush is True and len(nvc.decoders) == 1
+    assert all(flag == 2 | 8 for size, flag in nvc.packets if size)
+    assert _fake_nvc._Stream.syncs > 0  # waits before a Decode that recycles delivered frames
+    assert ex.stats.delivered == ex.stats.decoded - (ex.stats.decoded - ex.stats.delivered)
+    assert ex.stats.decoded >= ex.stats.delivered > 0 and ex.stats.seeks > 0
+    ex.close()
+
+
+def test_to_rgb_uses_the_records_colors(media, fake):
+    from vidloader.processing._nv12 import nv12_to_rgb
+
+    record = record_of(media["h264"])
+    ex = NvdecExecutor()
+    out = {}
+    ex.decode(plan_tasks_for_frames(0, record, [3]), lambda i, f: out.update(rgb=f.to_rgb((90, 160)), nv=f.planes()))
+    ref = nv12_to_rgb(out["nv"], height=180, width=320, out_size=(90, 160))
+    assert out["rgb"].shape == (90, 160, 3) and (out["rgb"] == ref).all()
+
+
+def test_decoder_reused_across_sizes_and_codecs(media, fake):
+    ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=0)
+    for name in ["h264", "h264_small", "hevc", "h264", "h264_large", "h264_small"]:
+        _check(ex, media[name], [0, 5, 11])
+    created = [(d.codec, d.max_w, d.max_h) for d in fake.decoders]
+    # one h264 decoder grown once for the larger video, one hevc decoder
+    assert created == [("h264", 320, 180), ("hevc", 320, 180), ("h264", 480, 272)]
+    assert fake.decoders[0].reconfigs == [(192, 108), (320, 180)]
+    assert fake.decoders[2].reconfigs == [(192, 108)]
+
+
+def test_max_size_avoids_recreation(media, fake):
+    ex = NvdecExecutor(max_width=640, max_height=360, frame_cache_bytes=0)
+    for name in ["h264_small", "h264_large", "h264"]:
+        _check(ex, media[name], [1, 9])
+    assert len(fake.decoders) == 1
+
+
+def test_flushed_decoder_that_ignores_packets_is_recreated(media, monkeypatch):
+    nvc = _fake_nvc.FakeNvc(broken_reuse=True)
+    _fake_nvc.install(monkeypatch, nvc)
+    ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=0)
+    _check(ex, media["h264"], [2, 20, 40, 41])
+    assert ex.slots[0].reuse_after_flush is False
+    assert len(nvc.decoders) == 3  # one per GOP (3 GOPs) once the reuse was found broken
+
+
+def test_frame_cache_serves_repeats_without_decoding(media, fake):
+    ex = NvdecExecutor(frame_cache_bytes=64 << 20, packet_cache_bytes=0)
+    _check(ex, media["h264"], [13, 16])
+    decoded = ex.stats.decoded
+    _check(ex, media["h264"], [12, 14, 16])  # all decoded for the first request (refs)
+    assert ex.stats.decoded == decoded
+    _check(ex, media["h264"], [12, 22])  # 22 was not decoded: the GOP is decoded again
+    assert ex.stats.decoded > decoded
+
+
+def test_packet_cache_demuxes_whole_gops_once(media, fake, monkeypatch):
+    import vidloader.decoding._nvdec as nvdec_mod
+
+    calls = []
+    real = nvdec_mod.demux_gops
+    monkeypatch.setattr(nvdec_mod, "demux_gops", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=16 << 20)
+    _check(ex, media["hevc"], [13])
+    _check(ex, media["hevc"], [20, 23])
+    assert len(calls) == 1 and len(ex.packet_cache) == 1
+    # but only the packets frame 13 needs were fed the first time
+    assert ex.stats.packets < 12 + 12
+
+
+@pytest.mark.parametrize("cache", [0, 64 << 20])
+def test_pool_matches_inline(media, fake, cache):
+    ex = NvdecExecutor(num_decoders=3, frame_cache_bytes=cache, packet_cache_bytes=cache)
+    wanted = [("h264", [1, 15, 30, 63]), ("hevc", [0, 40]), ("h264_small", [7, 8, 39]), ("h264", [2, 15, 16])]
+    tasks = [plan_tasks_for_frames(k, record_of(media[n]), f) for k, (n, f) in enumerate(wanted)]
+    got = []
+    ex.decode_batch(tasks, lambda pos, i, f: got.append((pos, i, _fake_nvc.as_numpy(f.planes()))))
+    assert [(p, i) for p, i, _ in got] == [(t.video_index, int(i)) for t in tasks for i in t.frames]
+    for pos, i, nv12 in got:
+        assert np.array_equal(nv12, reference_nv12(media[wanted[pos][0]])[i])
+    assert 1 <= len(ex.slots) <= 3
+    ex.close()
+
+
+def test_separation_mode_decodes_given_bundles(media, fake, monkeypatch):
+    import vidloader.decoding._nvdec as nvdec_mod
+
+    record = record_of(media["hevc"])
+    task = plan_tasks_for_frames(0, record, [5, 17, 18, 50])
+    bundle = demux_gops(record, task.gops)  # as a CPU worker would
+    monkeypatch.setattr(nvdec_mod, "demux_gops", lambda *a, **k: pytest.fail("demuxed again"))
+    ex = NvdecExecutor(packet_cache_bytes=0)
+    got = _collect(ex, task, bundle=bundle)
+    ref = reference_nv12(media["hevc"])
+    assert sorted(got) == [5, 17, 18, 50] and all(np.array_equal(v, ref[i]) for i, v in got.items())
+    other = plan_tasks_for_frames(0, record, [5, 30])
+    with pytest.raises(CorruptVideoError, match="does not match"):
+        ex.decode_bundle(other, bundle, lambda i, f: None)
+
+
+def test_unsupported_inputs(media, fake):
+    ex = NvdecExecutor()
+    rec10 = record_of(media["hevc_10bit"])
+    with pytest.raises(UnsupportedCodecError, match="hevc_10bit.mp4"):
+        ex.decode(plan_tasks_for_frames(0, rec10, [0]), lambda i, f: None)
+    mpeg4 = dataclasses.replace(record_of(media["h264"]), codec="mpeg4")
+    with pytest.raises(UnsupportedCodecError, match="mpeg4"):
+        ex.decode(plan_tasks_for_frames(0, mpeg4, [0]), lambda i, f: None)
+
+
+def test_sizes_outside_the_decoder_caps_are_refused(media, fake):
+    ex = NvdecExecutor()
+    task = plan_tasks_for_frames(0, record_of(media["hevc_tiny"]), [1])
+    with pytest.raises(UnsupportedCodecError, match=r"hevc_tiny.mp4.*144"):
+        ex.decode(task, lambda i, f: None)
+
+
+def test_decode_failure_retried_once_then_typed(media, monkeypatch):
+    nvc = _fake_nvc.FakeNvc(fail_decodes=1)
+    _fake_nvc.install(monkeypatch, nvc)
+    ex = NvdecExecutor(frame_cache_bytes=0)
+    _check(ex, media["h264"], [3, 30])  # the first failure is retried on a fresh decoder
+    assert len(nvc.decoders) == 2
+    nvc.fail_decodes = 2
+    with pytest.raises(CorruptVideoError, match=r"h264.mp4.*NVDEC failed"):
+        ex.decode(plan_tasks_for_frames(0, record_of(media["h264"]), [40]), lambda i, f: None)
+    _check(ex, media["h264"], [41])  # and the executor still works afterwards
+
+
+def test_sink_error_leaves_no_half_fed_decoder(media, fake):
+    ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=0)
+    record = record_of(media["h264"])
+
+    def bad_sink(i, f):
+        raise KeyError("sink failed")
+
+    with pytest.raises(KeyError):
+        ex.decode(plan_tasks_for_frames(0, record, [12, 13, 14]), bad_sink)
+    _check(ex, media["h264"], [24, 30])  # a fresh decoder: no leftovers of the failed GOP
+
+
+def test_no_gpu_is_a_clear_error(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(BackendUnavailableError, match="no CUDA GPU is visible"):
+        NvdecExecutor()
