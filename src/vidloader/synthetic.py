@@ -8,6 +8,7 @@ returns the wrong frame is caught by comparing pixels.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -193,7 +194,9 @@ def _run_jobs(todo, workers: int, progress: bool) -> None:
             _make_one(job)
             bar.update()
     else:
-        with ProcessPoolExecutor(workers) as pool:
+        # spawn, never fork: the caller may already hold CUDA or threads (a fork would copy
+        # their locks into the children and hang them).
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             for _ in pool.map(_make_one, todo):
                 bar.update()
     bar.close()

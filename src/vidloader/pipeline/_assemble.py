@@ -68,28 +68,65 @@ class BatchAssembler:
         """Decode ``plan`` and write each output's frames into ``staging[name][b, slot]``."""
         return self.fill_unit([plan], [staging])[0]
 
-    def fill_unit(self, plans: list[BatchPlan], stagings: list[dict]) -> list[FillResult]:
+    def fill_unit(
+        self,
+        plans: list[BatchPlan],
+        stagings: list[dict],
+        bundles: list | None = None,
+        failed: list[tuple[int, str, str]] = (),
+    ) -> list[FillResult]:
         """Fill several batches planned together (lookahead): a GOP or frame that several
-        of them need is decoded once and delivered to all."""
+        of them need is decoded once and delivered to all.
+
+        Args:
+            plans, stagings: the batches and their staging buffers.
+            bundles: separation mode: the packets of each task (in ``plan_tasks`` order),
+                demuxed by a CPU worker; ``None`` for a task whose demux failed.
+            failed: ``(video, path, message)`` for each task whose demux failed.
+        """
         for plan, staging in zip(plans, stagings):
             self._clear_unmapped_slots(plan, staging)
         slots = slots_by_frame(plans)
         transforms = [self._sample_transforms(plan) for plan in plans]
         results = [FillResult(np.ones(p.batch_size, bool), []) for p in plans]
-        for task in plan_tasks(plans, self.index):
-            sink = self._sink(task.video_index, slots, transforms, stagings)
+        for video, path, message in failed:
+            self._mark_failed(plans, results, video, path, message)
+        tasks = plan_tasks(plans, self.index)
+        if bundles is not None:  # demux failures were reported in `failed`
+            kept = [i for i, b in enumerate(bundles) if b is not None]
+            tasks, bundles = [tasks[i] for i in kept], [bundles[i] for i in kept]
+        sinks = [self._sink(t.video_index, slots, transforms, stagings) for t in tasks]
+        if hasattr(self.executor, "decode_batch"):
             try:
-                self.executor.decode(task, sink)
+                self.executor.decode_batch(tasks, lambda k, i, f: sinks[k](i, f), bundles=bundles)
+                return results
+            except MediaError:
+                if self.on_error == "raise":
+                    raise
+                # One bad file: redo task by task, to tell the good from the bad.
+        for k, task in enumerate(tasks):
+            try:
+                self._decode_one(task, sinks[k], None if bundles is None else bundles[k])
             except MediaError as exc:
                 if self.on_error == "raise":
                     raise
-                log.warning("skipping %s: %s", exc.path, exc)
-                for plan, res in zip(plans, results):
-                    hit = plan.video_indices == task.video_index
-                    if hit.any():
-                        res.valid[hit] = False
-                        res.errors.append((exc.path, str(exc)))
+                self._mark_failed(plans, results, task.video_index, exc.path, str(exc))
         return results
+
+    def _decode_one(self, task, sink, bundle) -> None:
+        if bundle is None:
+            self.executor.decode(task, sink)
+        else:
+            self.executor.decode_bundle(task, bundle, sink)
+
+    @staticmethod
+    def _mark_failed(plans, results, video: int, path: str, message: str) -> None:
+        log.warning("skipping %s: %s", path, message)
+        for plan, res in zip(plans, results):
+            hit = plan.video_indices == video
+            if hit.any():
+                res.valid[hit] = False
+                res.errors.append((path, message))
 
     def _sample_transforms(self, plan: BatchPlan) -> dict:
         videos, seeds = plan.video_indices.tolist(), plan.sample_seeds.tolist()

@@ -16,6 +16,7 @@ import torch
 from ..constants import (
     DEFAULT_DECODER_THREADS,
     DEFAULT_LOOKAHEAD_BATCHES,
+    DEFAULT_NVDEC_DECODERS,
     DEFAULT_PREFETCH_PER_WORKER,
 )
 from ..decoding import DecodeStats, get_executor
@@ -24,7 +25,7 @@ from ..index import VideoIndex
 from ..processing import Process, as_outputs, finalize
 from ..sampling import RandomFrames, Sampler, detect_rank_world, resolve_labels
 from ._assemble import BatchAssembler
-from ._pool import InlinePool, ProcessPool
+from ._pool import InlinePool, ProcessPool, SeparationPool
 from ._transfer import Transfer
 from ._worker import WorkerConfig
 
@@ -55,9 +56,11 @@ class VideoLoader:
             several named outputs from the same decoded frames.
         labels: a sequence aligned with the index's videos, a dict path→label, or a callable
             on the path.
-        backend ("cpu"): decoding backend.
-        num_workers (int | None): decoding processes (``spawn``); 0 decodes in the calling
-            process. Default: the number of CPU cores.
+        backend ("cpu" | "nvdec"): decoding backend. ``"nvdec"`` decodes on the GPU given by
+            ``device`` (default ``cuda:$LOCAL_RANK``) in this process; frames never leave it.
+        num_workers (int | None): CPU processes (``spawn``). With ``"cpu"`` they decode; with
+            ``"nvdec"`` they only demux (separation mode) and this process decodes. 0 does
+            everything in the calling process. Default: the number of CPU cores.
         prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
             prefetch − 1)`` staging slots of one batch each, in shared memory.
         lookahead (int | None): consecutive batches a worker plans and decodes together, so
@@ -72,7 +75,8 @@ class VideoLoader:
         rank, world_size (int | None): distributed shard; default from ``RANK``/``WORLD_SIZE``
             or ``torch.distributed``.
         persistent_workers (bool): keep workers between epochs.
-        decoder_threads (int): FFmpeg threads per decode.
+        decoder_threads (int): FFmpeg threads per decode (``"cpu"``).
+        nvdec_decoders (int): NVDEC decoders on threads, to keep the engines busy (``"nvdec"``).
 
     .. note:: The stream of batches is a pure function of (sampler seed, epoch, rank): the same
        whatever ``num_workers``. :meth:`state_dict` taken mid-epoch and loaded into a fresh
@@ -88,7 +92,7 @@ class VideoLoader:
         size: tuple[int, int] | int | None = None,
         processing: Process | Mapping[str, Process] | None = None,
         labels: Sequence[int] | Mapping[str, int] | Callable[[str], int] | None = None,
-        backend: Literal["cpu"] = "cpu",
+        backend: Literal["cpu", "nvdec"] = "cpu",
         num_workers: int | None = None,
         prefetch: int = DEFAULT_PREFETCH_PER_WORKER,
         lookahead: int | None = None,
@@ -100,6 +104,7 @@ class VideoLoader:
         world_size: int | None = None,
         persistent_workers: bool = False,
         decoder_threads: int = DEFAULT_DECODER_THREADS,
+        nvdec_decoders: int = DEFAULT_NVDEC_DECODERS,
     ) -> None:
         if len(index) == 0:
             raise ConfigError("the index holds no readable videos" + _rejected_hint(index))
@@ -120,7 +125,12 @@ class VideoLoader:
         )
         if self.lookahead < 1:
             raise ConfigError(f"lookahead must be >= 1, got {lookahead}")
-        self.executor_options = {"thread_count": decoder_threads}
+        if backend not in ("cpu", "nvdec"):
+            raise ConfigError(f"backend must be 'cpu' or 'nvdec', got {backend!r}")
+        self.executor_options = (
+            {"thread_count": decoder_threads} if backend == "cpu"
+            else _nvdec_options(index, device, nvdec_decoders)
+        )
         detected = detect_rank_world()
         self.rank = detected[0] if rank is None else rank
         self.world_size = detected[1] if world_size is None else world_size
@@ -174,6 +184,8 @@ class VideoLoader:
 
     def _make_pool(self):
         num_slots = self.lookahead * (max(1, self.num_workers) + self.prefetch - 1)
+        if self.backend == "nvdec":
+            return self._make_nvdec_pool(num_slots)
         if self.num_workers == 0:
             executor = get_executor(self.backend, **self.executor_options)
             assembler = BatchAssembler(self.index, self.outputs, executor, on_error=self.on_error)
@@ -182,6 +194,17 @@ class VideoLoader:
             self.index, self.outputs, self.backend, self.executor_options, self.on_error
         )
         return ProcessPool(config, self._shapes, num_slots, self.num_workers)
+
+    def _make_nvdec_pool(self, num_slots: int):
+        # Demux workers start first (spawn): CUDA is initialised here only afterwards, and
+        # never in a worker.
+        gpu = torch.device("cuda", self.executor_options["device"])
+        if self.num_workers == 0:
+            executor = get_executor("nvdec", **self.executor_options)
+            assembler = BatchAssembler(self.index, self.outputs, executor, on_error=self.on_error)
+            return InlinePool(assembler, self._shapes, self.lookahead, device=gpu)
+        assembler = BatchAssembler(self.index, self.outputs, _LazyExecutor(self.executor_options), on_error=self.on_error)
+        return SeparationPool(assembler, self._shapes, num_slots, self.num_workers, gpu)
 
     # -- iteration ----------------------------------------------------------------------
 
@@ -327,6 +350,47 @@ class VideoLoader:
             f"batch_size={self.batch_size}, outputs={list(self.outputs)}, "
             f"backend={self.backend!r}, num_workers={self.num_workers})"
         )
+
+
+def _nvdec_options(index: VideoIndex, device, decoders: int) -> dict:
+    """NVDEC executor options: the GPU, and decoder size limits that fit every video (so one
+    decoder per codec is reconfigured, never recreated)."""
+    if device is not None and torch.device(device).type == "cuda":
+        gpu = torch.device(device).index or 0
+    else:
+        gpu = int(os.environ.get("LOCAL_RANK", "0"))
+    return {
+        "device": gpu,
+        "max_width": max(r.width for r in index),
+        "max_height": max(r.height for r in index),
+        "num_decoders": decoders,
+    }
+
+
+class _LazyExecutor:
+    """Creates the NVDEC executor on first use, i.e. after the demux workers were spawned,
+    so CUDA is never initialised before a process start."""
+
+    def __init__(self, options: dict) -> None:
+        self._options, self._executor = options, None
+
+    def _get(self):
+        if self._executor is None:
+            self._executor = get_executor("nvdec", **self._options)
+        return self._executor
+
+    @property
+    def stats(self):
+        return self._get().stats
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._get(), name)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
 
 
 def _distinct_sizes(index: VideoIndex):

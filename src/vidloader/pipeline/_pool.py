@@ -1,15 +1,14 @@
-"""Where batches are filled: a pool of spawned CPU worker processes, or the calling process.
+"""Where batches are filled: spawned CPU workers, the calling process, or separation mode.
 
-Both pools share one protocol: ``submit(slot_id, plan)`` then ``get()`` returns a message
-``("done", batch_index, slot_id, valid, errors, stats)`` or ``("error", batch_index, slot_id,
-message, traceback, path)``. Staging slots are preallocated once; the number of slots bounds
-the batches in flight (the prefetch).
+Every pool has one protocol: ``submit(worker, slot_ids, plans)`` hands over a unit of
+consecutive batches, and ``get()`` returns one message per batch: ``("done", batch_index,
+slot_id, valid, errors, stats)`` or ``("error", batch_index, slot_ids, message, traceback,
+path)``. Staging slots are preallocated once; their number bounds the batches in flight.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import queue
 import time
 
@@ -18,13 +17,19 @@ import torch
 from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SECONDS
 from ..errors import WorkerError
 from ._assemble import BatchAssembler
-from ._worker import WorkerConfig, fill_unit_messages, worker_main
+from ._worker import WorkerConfig, demux_worker_main, fill_unit_messages, worker_main
+
+_SPAWN_HINT = (
+    ". A worker that dies while starting usually means the script that creates the loader "
+    "has no `if __name__ == \"__main__\":` guard: workers are started with 'spawn', which "
+    "re-imports the main module"
+)
 
 
 def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=False) -> list:
     slots = []
     for _ in range(num_slots):
-        slot = {name: torch.zeros(shape, dtype=torch.uint8, device=device) for name, shape in shapes.items()}
+        slot = {n: torch.zeros(s, dtype=torch.uint8, device=device) for n, s in shapes.items()}
         if shared:
             slot = {name: t.share_memory_() for name, t in slot.items()}
         slots.append(slot)
@@ -32,7 +37,7 @@ def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=F
 
 
 class InlinePool:
-    """Fills batches synchronously in the calling process (``num_workers=0``, or NVDEC)."""
+    """Fills batches synchronously in the calling process (``num_workers=0``)."""
 
     def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int, device=None) -> None:
         self.assembler = assembler
@@ -51,26 +56,20 @@ class InlinePool:
         self.assembler.executor.close()
 
 
-class ProcessPool:
-    """``num_workers`` spawned processes filling shared-memory slots.
+class WorkerProcesses:
+    """``num_workers`` spawned processes, each with its own task queue and one shared result
+    queue. ``get`` never hangs: it notices a dead worker and raises :class:`WorkerError`."""
 
-    Slots are torch tensors in shared memory (``share_memory_``): they are freed by torch
-    when the last process lets go, so no named segment can outlive the loader.
-    """
-
-    def __init__(self, config: WorkerConfig, shapes: dict, num_slots: int, num_workers: int) -> None:
+    def __init__(self, target, args: list[tuple], num_workers: int) -> None:
         ctx = torch.multiprocessing.get_context("spawn")
         self.num_workers = num_workers
-        self.slots = _allocate(shapes, num_slots, shared=True)
         self.result_q = ctx.Queue()
         self._backlog: collections.deque = collections.deque()
         self.task_qs = [ctx.Queue() for _ in range(num_workers)]
         self.procs = [
             ctx.Process(
-                target=worker_main,
-                args=(i, config, self.slots, self.task_qs[i], self.result_q),
-                daemon=True,
-                name=f"vidloader-worker-{i}",
+                target=target, args=(*args[i], self.task_qs[i], self.result_q),
+                daemon=True, name=f"vidloader-worker-{i}",
             )
             for i in range(num_workers)
         ]
@@ -89,18 +88,14 @@ class ProcessPool:
             try:
                 msg = self.get(deadline=deadline)
             except WorkerError as exc:
-                raise WorkerError(
-                    f"{exc}. A worker that dies while starting usually means the script that "
-                    "creates the loader has no `if __name__ == \"__main__\":` guard: workers are "
-                    "started with 'spawn', which re-imports the main module"
-                ) from None
+                raise WorkerError(f"{exc}{_SPAWN_HINT}") from None
             if msg[0] == "ready":
                 ready += 1
             elif msg[0] == "error":
                 raise WorkerError(f"a worker failed to start: {msg[3]}", remote_traceback=msg[4])
 
-    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
-        self.task_qs[worker].put((slot_ids, plans))
+    def put(self, worker: int, message) -> None:
+        self.task_qs[worker].put(message)
 
     def get(self, deadline: float | None = None):
         """Next message; raises :class:`WorkerError` if a worker died (never hangs)."""
@@ -136,8 +131,10 @@ class ProcessPool:
         self._closed = True
         for q, p in zip(self.task_qs, self.procs):
             if p.is_alive():
-                with contextlib.suppress(Exception):
+                try:
                     q.put(None)
+                except Exception:  # a closed or broken queue: terminate() below handles it
+                    pass
         deadline = time.monotonic() + WORKER_JOIN_SECONDS
         for p in self.procs:
             if p.pid is not None:
@@ -152,4 +149,62 @@ class ProcessPool:
         for q in [*self.task_qs, self.result_q]:
             q.cancel_join_thread()
             q.close()
+
+
+class ProcessPool(WorkerProcesses):
+    """CPU decoding in spawned workers that write into shared-memory staging slots.
+
+    Slots are torch tensors in shared memory (``share_memory_``): torch frees them when the
+    last process lets go, so no named segment can outlive the loader.
+    """
+
+    def __init__(self, config: WorkerConfig, shapes: dict, num_slots: int, num_workers: int) -> None:
+        self.slots = _allocate(shapes, num_slots, shared=True)
+        args = [(i, config, self.slots) for i in range(num_workers)]
+        super().__init__(worker_main, args, num_workers)
+
+    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
+        self.put(worker, (slot_ids, plans))
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.slots = []
+
+
+class SeparationPool(WorkerProcesses):
+    """NVIDIA's separation mode: CPU workers demux GOPs to Annex-B packet bundles; this
+    process decodes them on the GPU (NVDEC) into GPU staging slots. Workers never touch CUDA.
+    """
+
+    def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int,
+                 num_workers: int, device) -> None:
+        self.assembler = assembler
+        self.slots = _allocate(shapes, num_slots, device=device)
+        self._units: dict[int, tuple[list, list]] = {}
+        self._done: collections.deque = collections.deque()
+        args = [(i, assembler.index, assembler.on_error) for i in range(num_workers)]
+        super().__init__(demux_worker_main, args, num_workers)
+
+    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
+        key = plans[0].batch_index
+        self._units[key] = (slot_ids, plans)
+        self.put(worker, (key, plans))
+
+    def get(self, deadline: float | None = None):
+        if self._done:
+            return self._done.popleft()
+        msg = super().get(deadline)
+        if msg[0] != "bundles":
+            return msg
+        _, key, bundles, failed = msg
+        slot_ids, plans = self._units.pop(key)
+        executor = self.assembler.executor
+        self._done.extend(
+            fill_unit_messages(self.assembler, executor, self.slots, slot_ids, plans, bundles, failed)
+        )
+        return self._done.popleft()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.assembler.executor.close()
         self.slots = []

@@ -63,7 +63,9 @@ def _serve(assembler, executor, slots, task_q, result_q) -> None:
         result_q.put(fill_unit_messages(assembler, executor, slots, *msg))
 
 
-def fill_unit_messages(assembler, executor, slots, slot_ids: list, plans: list) -> list:
+def fill_unit_messages(
+    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=()
+) -> list:
     """Fill a unit of batches; one ``done`` message per batch, or one ``error`` message.
 
     The unit's decode counters ride on its first message.
@@ -71,7 +73,7 @@ def fill_unit_messages(assembler, executor, slots, slot_ids: list, plans: list) 
     before = dataclasses.asdict(executor.stats)
     try:
         stagings = [_staging_views(slots[s], p.batch_size) for s, p in zip(slot_ids, plans)]
-        results = assembler.fill_unit(plans, stagings)
+        results = assembler.fill_unit(plans, stagings, bundles, failed)
     except BaseException as exc:
         path = getattr(exc, "path", None)
         first = plans[0].batch_index
@@ -83,3 +85,47 @@ def fill_unit_messages(assembler, executor, slots, slot_ids: list, plans: list) 
         ("done", p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero)
         for i, (s, p, r) in enumerate(zip(slot_ids, plans, results))
     ]
+
+
+def demux_worker_main(worker_id: int, index, on_error: str, task_q, result_q) -> None:
+    """Separation mode: demux the GOPs a unit of batches needs into Annex-B packet bundles.
+
+    CPU only by construction: it imports neither torch.cuda nor PyNvVideoCodec, so it is
+    safe under fork as well as spawn (the exercise's CUDA_ERROR_NOT_INITIALIZED cannot
+    happen here). Messages: ``("bundles", key, bundles, failed)`` or ``("error", …)``.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from ..decoding._annexb import ContainerCache
+    from ..planning import plan_tasks
+
+    containers = ContainerCache()
+    result_q.put(("ready", worker_id))
+    try:
+        while (msg := task_q.get()) is not None:
+            key, plans = msg
+            try:
+                tasks = plan_tasks(plans, index)
+                bundles, failed = _demux_tasks(tasks, containers, on_error)
+            except BaseException as exc:
+                tb = traceback.format_exc()
+                result_q.put(("error", key, None, repr(exc), tb, getattr(exc, "path", None)))
+                continue
+            result_q.put(("bundles", key, bundles, failed))
+    finally:
+        containers.close()
+
+
+def _demux_tasks(tasks, containers, on_error: str):
+    from ..decoding._annexb import demux_gops
+    from ..errors import MediaError
+
+    bundles, failed = [], []
+    for task in tasks:
+        try:
+            bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
+        except MediaError as exc:
+            if on_error == "raise":
+                raise
+            bundles.append(None)
+            failed.append((task.video_index, exc.path, str(exc)))
+    return bundles, failed
