@@ -273,3 +273,16 @@ def test_lookahead_keeps_the_stream_and_decodes_less(dataset, workers):
     for img, v, f in zip(runs[1][3]["frames"], runs[1][3]["video_index"], runs[1][3]["frame_index"]):
         np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
     assert decoded[1] < decoded[0]
+
+
+def test_gop_shuffle_through_the_loader_is_exact_and_cheap(dataset):
+    index, refs, _ = dataset
+    loader = VideoLoader(index, sampler=vidloader.GopShuffle(window_gops=4, seed=0), batch_size=10,
+                         size=SIZE, num_workers=2)
+    seen = []
+    for batch in loader:
+        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
+            np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
+            seen.append((int(v), int(f)))
+    assert sorted(seen) == [(k, f) for k, r in enumerate(index) for f in range(r.num_frames)]
+    assert loader.decode_stats.decoded_per_delivered < 1.5

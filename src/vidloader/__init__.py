@@ -29,7 +29,7 @@ from .errors import (
 from .index import VideoIndex, VideoRecord, build_index, probe_video
 from .pipeline import VideoLoader
 from .processing import Process
-from .sampling import Clips, RandomFrames, Sampler, SequentialFrames
+from .sampling import Clips, GopShuffle, RandomFrames, Sampler, SequentialFrames
 
 __version__ = "0.1.0"
 
@@ -39,6 +39,7 @@ __all__ = [
     "ConfigError",
     "CorruptVideoError",
     "FrameIndexError",
+    "GopShuffle",
     "IndexFormatError",
     "MediaError",
     "Process",

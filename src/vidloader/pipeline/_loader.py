@@ -120,10 +120,8 @@ class VideoLoader:
         self.backend, self.on_error = backend, on_error
         self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         self.prefetch, self.persistent_workers = prefetch, persistent_workers
-        self.lookahead = int(
-            lookahead or getattr(self.sampler, "preferred_lookahead", None) or DEFAULT_LOOKAHEAD_BATCHES
-        )
-        if self.lookahead < 1:
+        self._lookahead_arg = lookahead
+        if lookahead is not None and lookahead < 1:
             raise ConfigError(f"lookahead must be >= 1, got {lookahead}")
         if backend not in ("cpu", "nvdec"):
             raise ConfigError(f"backend must be 'cpu' or 'nvdec', got {backend!r}")
@@ -171,6 +169,15 @@ class VideoLoader:
             (h, w), t = sizes.pop(), proc.frames_out(self._seq_len)
             shapes[name] = (self.batch_size, t, h, w, 3)
         return shapes
+
+    @property
+    def lookahead(self) -> int:
+        """Batches per unit of work: the argument, else the epoch plan's preference (a
+        GOP-local sampler wants its whole block decoded as one unit), else the default."""
+        if self._lookahead_arg is not None:
+            return int(self._lookahead_arg)
+        preferred = getattr(self._epoch_plan(self._epoch), "preferred_lookahead", None)
+        return int(preferred or DEFAULT_LOOKAHEAD_BATCHES)
 
     def _epoch_plan(self, epoch: int):
         cached = getattr(self, "_plan_cache", None)

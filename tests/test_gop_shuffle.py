@@ -1,0 +1,448 @@
+"""GopShuffle and the sampling statistics: epochs are permutations, batches are GOP-local and
+computable out of order, ranks partition the epoch, the analytic cluster sizes match the
+measured ones, and the ICC estimator recovers a known correlation."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import vidloader
+from vidloader.errors import ConfigError
+from vidloader.index import VideoIndex, VideoRecord
+from vidloader.sampling import (
+    Clips,
+    GopShuffle,
+    RandomFrames,
+    SequentialFrames,
+    estimate_intra_gop_correlation,
+    intraclass_correlation,
+    sampling_report,
+)
+from vidloader.sampling._clustering import gop_shuffle_mbar, straddle_factor
+from vidloader.sampling._gop_epoch import slice_plan
+from vidloader.sampling._gop_table import GopTable, sample_ids
+from vidloader.sampling._icc import bootstrap_pair_icc
+
+from .media import make_small_dataset, reference_frames
+
+FRAME_COUNTS = [1, 7, 30, 100, 250, 3]  # 391 frames, GOPs of 10 (and ragged tails)
+TOTAL = sum(FRAME_COUNTS)
+
+
+def make_index(counts, gop: int = 10) -> VideoIndex:
+    return VideoIndex([
+        VideoRecord(
+            path=f"/data/video_{k}.mp4", codec="h264", width=64, height=48, pix_fmt="yuv420p",
+            bit_depth=8, rotation=0, fps=30.0, time_base=Fraction(1, 30), num_frames=n,
+            keyframes=np.arange(0, n, gop, dtype=np.int64), pts=np.arange(n, dtype=np.int64),
+        )
+        for k, n in enumerate(counts)
+    ])
+
+
+@pytest.fixture(scope="module")
+def index() -> VideoIndex:
+    return make_index(FRAME_COUNTS)
+
+
+@pytest.fixture(scope="module")
+def even_index() -> VideoIndex:
+    """16 videos of 150 frames, GOP 30: the benchmark's shape."""
+    return make_index([150] * 16, gop=30)
+
+
+def epoch_ids(sampler, index, **kwargs) -> np.ndarray:
+    """Sample ids of one rank's epoch, in stream order."""
+    kwargs.setdefault("epoch", 0)
+    kwargs.setdefault("batch_size", 16)
+    space = sampler.sample_space(index)
+    plan = sampler.plan_epoch(index, **kwargs)
+    return np.concatenate([
+        sample_ids(space, b.video_indices, b.frame_indices[:, 0]) for b in plan
+    ])
+
+
+def global_order(sampler, index, epoch: int = 0) -> np.ndarray:
+    """The global epoch order (one rank, batch size 1)."""
+    return epoch_ids(sampler, index, epoch=epoch, batch_size=1)
+
+
+# --- an epoch is a permutation -----------------------------------------------------------------
+
+@pytest.mark.parametrize("window", [1, 3, 8, 1000, None])
+@pytest.mark.parametrize("batch_size", [1, 7, 16, 64])
+def test_epoch_is_a_permutation_of_all_frames(index, window, batch_size):
+    sampler = GopShuffle(window_gops=window, seed=3)
+    ids = epoch_ids(sampler, index, batch_size=batch_size)
+    np.testing.assert_array_equal(np.sort(ids), np.arange(TOTAL))
+    assert sampler.num_samples(index) == TOTAL
+
+
+@pytest.mark.parametrize("length, stride, step", [(4, 2, 3), (5, 1, 1), (2, 3, 7)])
+@pytest.mark.parametrize("window", [1, 4, 50])
+def test_epoch_is_a_permutation_of_all_clips(index, length, stride, step, window):
+    sampler = GopShuffle(window_gops=window, sequence_length=length, stride=stride, step=step)
+    reference = Clips(sequence_length=length, stride=stride, step=step, shuffle=False)
+    plan = sampler.plan_epoch(index, epoch=2, batch_size=9)
+    batches = list(plan)
+    assert all(b.is_clip and b.frame_indices.shape[1] == length for b in batches)
+    got = {(v, tuple(f)) for b in batches for v, f in zip(b.video_indices.tolist(), b.frame_indices.tolist())}
+    want = {(v, tuple(f)) for b in reference.plan_epoch(index, epoch=0, batch_size=9)
+            for v, f in zip(b.video_indices.tolist(), b.frame_indices.tolist())}
+    assert got == want
+    assert sum(b.batch_size for b in batches) == len(want) == sampler.num_samples(index)
+
+
+def test_clip_belongs_to_the_gop_of_its_first_frame(index):
+    sampler = GopShuffle(window_gops=1, sequence_length=4, stride=3)  # spans cross GOPs of 10
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=1000)
+    table = sampler.gop_table(index)
+    for block in range(plan.num_blocks):
+        assert len(plan.gops_of_block(block)) == 1
+    batch = plan.batch(0)
+    gop_of_first = table.keyframes[table.gop_of(
+        sample_ids(table.space, batch.video_indices, batch.frame_indices[:, 0]))]
+    np.testing.assert_array_equal(gop_of_first, batch.frame_indices[:, 0] // 10 * 10)
+    assert (batch.frame_indices[:, -1] // 10 != batch.frame_indices[:, 0] // 10).any()
+
+
+@pytest.mark.parametrize("window", [2, 7])
+def test_drop_last_keeps_full_batches_of_the_same_order(index, window):
+    sampler = GopShuffle(window_gops=window, seed=5)
+    full = epoch_ids(sampler, index, batch_size=16)
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=16, drop_last=True)
+    assert len(plan) == TOTAL // 16
+    assert all(b.batch_size == 16 for b in plan)
+    np.testing.assert_array_equal(np.sort(epoch_ids(sampler, index, batch_size=16, drop_last=True)),
+                                  np.sort(full[: TOTAL // 16 * 16]))
+
+
+def test_frames_of_a_batch_come_sorted_by_gop_within_each_block(index):
+    plan = GopShuffle(window_gops=4, seed=1).plan_epoch(index, epoch=0, batch_size=32)
+    space = plan._table.space
+    for b in range(len(plan)):
+        ids = sample_ids(space, plan.batch(b).video_indices, plan.batch(b).frame_indices[:, 0])
+        for _, start, stop in plan.segments(b):
+            assert np.all(np.diff(ids[start:stop]) > 0)
+
+
+# --- reproducibility and resume ------------------------------------------------------------------
+
+def test_batches_out_of_order_equal_batches_in_order(index):
+    sampler = GopShuffle(window_gops=3, seed=9)
+    forward = list(sampler.plan_epoch(index, epoch=4, batch_size=10))
+    fresh = GopShuffle(window_gops=3, seed=9).plan_epoch(index, epoch=4, batch_size=10)
+    for b in [len(forward) - 1, 7, 0, 19, 3, 7]:
+        got = fresh.batch(b)
+        np.testing.assert_array_equal(got.video_indices, forward[b].video_indices)
+        np.testing.assert_array_equal(got.frame_indices, forward[b].frame_indices)
+        np.testing.assert_array_equal(got.sample_seeds, forward[b].sample_seeds)
+        assert got.batch_index == b and got.epoch == 4
+
+
+def test_same_seed_same_stream_other_seed_or_epoch_differs(index):
+    a = global_order(GopShuffle(window_gops=4, seed=1), index, epoch=0)
+    np.testing.assert_array_equal(a, global_order(GopShuffle(window_gops=4, seed=1), index, epoch=0))
+    assert not np.array_equal(a, global_order(GopShuffle(window_gops=4, seed=2), index, epoch=0))
+    assert not np.array_equal(a, global_order(GopShuffle(window_gops=4, seed=1), index, epoch=1))
+
+
+def test_global_order_does_not_depend_on_batch_size(index):
+    sampler = GopShuffle(window_gops=5, seed=4)
+    np.testing.assert_array_equal(
+        np.sort(epoch_ids(sampler, index, batch_size=13)), np.sort(global_order(sampler, index))
+    )
+    order = global_order(sampler, index)
+    by_batches = []
+    for b in sampler.plan_epoch(index, epoch=0, batch_size=13):  # same sets per batch
+        by_batches.append(np.sort(sample_ids(sampler.sample_space(index), b.video_indices, b.frame_indices[:, 0])))
+    np.testing.assert_array_equal(np.concatenate(by_batches),
+                                  np.concatenate([np.sort(order[i:i + 13]) for i in range(0, TOTAL, 13)]))
+
+
+def test_sampler_and_plan_pickle_and_config_is_json(index):
+    sampler = GopShuffle(window_gops=6, sequence_length=2, seed=3)
+    sampler.plan_epoch(index, epoch=0, batch_size=8)  # fills the table cache
+    clone = pickle.loads(pickle.dumps(sampler))
+    np.testing.assert_array_equal(global_order(clone, index), global_order(sampler, index))
+    config = json.loads(json.dumps(sampler.config()))
+    assert config == {"type": "GopShuffle", "window_gops": 6, "sequence_length": 2, "stride": 1,
+                      "step": 1, "seed": 3}
+    batch = sampler.plan_epoch(index, epoch=0, batch_size=8).batch(1)
+    assert pickle.loads(pickle.dumps(batch)).frame_indices.tolist() == batch.frame_indices.tolist()
+
+
+# --- ranks ---------------------------------------------------------------------------------------
+
+def rank_streams(sampler, index, world: int, drop_last: bool, batch_size: int = 16):
+    plans = [sampler.plan_epoch(index, epoch=1, batch_size=batch_size, rank=r, world_size=world,
+                                drop_last=drop_last) for r in range(world)]
+    assert len({len(p) for p in plans}) == 1  # equal batch counts on every rank
+    reference = RandomFrames().plan_epoch(index, epoch=1, batch_size=batch_size, world_size=world,
+                                          drop_last=drop_last)
+    assert len(plans[0]) == len(reference)  # the same counts as the other samplers
+    return [epoch_ids(sampler, index, epoch=1, batch_size=batch_size, rank=r, world_size=world,
+                      drop_last=drop_last) for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("window", [1, 4, 64])
+def test_ranks_pad_by_wrapping_like_distributed_sampler(index, world, window):
+    sampler = GopShuffle(window_gops=window, seed=6)
+    order = global_order(sampler, index, epoch=1)
+    streams = rank_streams(sampler, index, world, drop_last=False)
+    per_rank = -(-TOTAL // world)
+    assert {len(s) for s in streams} == {per_rank}
+    union = np.concatenate(streams)
+    np.testing.assert_array_equal(np.unique(union), np.arange(TOTAL))
+    values, counts = np.unique(union, return_counts=True)
+    padding = per_rank * world - TOTAL
+    np.testing.assert_array_equal(np.sort(values[counts == 2]), np.sort(order[:padding]))
+    for r, stream in enumerate(streams):  # rank r holds a contiguous run of the epoch order
+        run = np.take(order, np.arange(r * per_rank, (r + 1) * per_rank), mode="wrap")
+        np.testing.assert_array_equal(np.sort(stream), np.sort(run))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_drop_last_gives_disjoint_equal_shards(index, world):
+    sampler = GopShuffle(window_gops=4, seed=6)
+    order = global_order(sampler, index, epoch=1)
+    streams = rank_streams(sampler, index, world, drop_last=True, batch_size=1)
+    assert {len(s) for s in streams} == {TOTAL // world}
+    union = np.concatenate(streams)
+    assert len(np.unique(union)) == len(union)
+    np.testing.assert_array_equal(np.sort(union), np.sort(order[: TOTAL // world * world]))
+
+
+def test_more_ranks_than_samples(index):
+    tiny = make_index([3])
+    plans = [GopShuffle().plan_epoch(tiny, epoch=0, batch_size=4, rank=r, world_size=5)
+             for r in range(5)]
+    assert [len(p) for p in plans] == [1] * 5
+
+
+# --- locality and decode units -------------------------------------------------------------------
+
+@pytest.mark.parametrize("window, batch_size", [(1, 16), (4, 16), (8, 64), (3, 100)])
+def test_each_batch_touches_at_most_w_gops_per_block(even_index, window, batch_size):
+    sampler = GopShuffle(window_gops=window, seed=2)
+    plan = sampler.plan_epoch(even_index, epoch=0, batch_size=batch_size)
+    table = sampler.gop_table(even_index)
+    block_samples = window * 30
+    most_blocks = -(-(batch_size - 1) // block_samples) + 1
+    for b in range(len(plan)):
+        batch = plan.batch(b)
+        gops = table.gop_of(sample_ids(table.space, batch.video_indices, batch.frame_indices[:, 0]))
+        blocks = plan.segments(b)
+        assert len(blocks) <= most_blocks
+        assert len(np.unique(gops)) <= window * len(blocks)
+        assert len(np.unique(batch.video_indices)) <= len(np.unique(gops))
+        for block, start, stop in blocks:
+            assert set(gops[start:stop].tolist()) <= set(plan.gops_of_block(block).tolist())
+
+
+@pytest.mark.parametrize("world, drop_last", [(1, False), (2, False), (3, False), (2, True)])
+@pytest.mark.parametrize("window, batch_size", [(3, 24), (1, 40), (50, 7)])
+def test_decode_units_cover_every_row_once_and_keep_to_their_block(index, world, drop_last,
+                                                                    window, batch_size):
+    sampler = GopShuffle(window_gops=window, seed=8)
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=batch_size, rank=world - 1,
+                              world_size=world, drop_last=drop_last)
+    table = sampler.gop_table(index)
+    covered = {b: np.zeros(plan.batch(b).batch_size, int) for b in range(len(plan))}
+    units = list(plan.decode_units())
+    expected = [(b, s, e) for b in range(len(plan)) for _, s, e in plan.segments(b)]
+    assert sorted(p for unit in units for p in unit) == sorted(expected)
+    resumed = list(plan.decode_units(first_batch=len(plan) // 2))
+    assert sorted(p for unit in resumed for p in unit) == sorted(
+        p for p in expected if p[0] >= len(plan) // 2)
+    for unit in units:
+        blocks = set()
+        for b, start, stop in unit:
+            covered[b][start:stop] += 1
+            part = slice_plan(plan.batch(b), start, stop)
+            gops = table.gop_of(sample_ids(table.space, part.video_indices, part.frame_indices[:, 0]))
+            blocks.add(int(plan.blocks_of(plan.positions(b)[start:stop])[0]))
+            assert set(gops.tolist()) <= set(plan.gops_of_block(next(iter(blocks))).tolist())
+        assert len(blocks) == 1
+    assert all((c == 1).all() for c in covered.values())
+
+
+def test_blocks_are_balanced(even_index):
+    plan = GopShuffle(window_gops=64).plan_epoch(even_index, epoch=0, batch_size=64)
+    assert plan.num_blocks == 2  # 80 GOPs, W=64: two blocks of 40, not 64 + 16
+    assert [len(plan.gops_of_block(k)) for k in range(2)] == [40, 40]
+    assert plan.preferred_lookahead == 19  # ceil(1200 / 64)
+    small = GopShuffle(window_gops=2).plan_epoch(even_index, epoch=0, batch_size=64)
+    assert small.preferred_lookahead == 4  # never below the loader's default
+
+
+def test_first_batch_holds_every_frame_equally_often():
+    # Per-step unbiasedness: over epochs, a frame is in batch 0 with probability B / N.
+    index = make_index([30] * 8)  # equal GOPs of 10: exact
+    sampler = GopShuffle(window_gops=4, seed=11)
+    counts = np.zeros(240, int)
+    for epoch in range(1500):
+        plan = sampler.plan_epoch(index, epoch=epoch, batch_size=8)
+        b = plan.batch(0)
+        counts[sample_ids(plan._table.space, b.video_indices, b.frame_indices[:, 0])] += 1
+    assert stats.chisquare(counts).pvalue > 1e-3
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("window", [1, 4, 8, 16, 64, 80])
+def test_analytic_mbar_matches_measured(even_index, window):
+    report = sampling_report(GopShuffle(window_gops=window, seed=1), even_index, batch_size=64,
+                             epochs=8)
+    assert report.inclusion_min == report.inclusion_max == 8
+    assert report.inclusion_tv == 0
+    assert report.mbar_gop == pytest.approx(report.mbar_gop_analytic, rel=0.05)
+    assert report.mbar_video == pytest.approx(report.mbar_video_analytic, rel=0.05)
+    if window >= 80:  # one block: uniform shuffling
+        assert report.mbar_gop_analytic == pytest.approx(report.uniform_mbar_gop)
+
+
+def test_closed_form_for_equal_gops(even_index):
+    table = GopShuffle().gop_table(even_index)
+    w, g, b = 8, 30, 64
+    m_gop, _ = gop_shuffle_mbar(table, b, w)
+    assert m_gop == pytest.approx(1 + (b - 1) * straddle_factor(b, w * g) * (g - 1) / (w * g - 1))
+    assert straddle_factor(10, 1e9) == pytest.approx(1.0)
+    # B <= M closed form against the exact average over phases
+    m = 50
+    phases = [sum(x * (x - 1) for x in (min(10, m - p), 10 - min(10, m - p))) for p in range(m)]
+    assert straddle_factor(10, m) == pytest.approx(np.mean(phases) / 90)
+
+
+def test_unequal_gops_analytic_within_tolerance(index):
+    report = sampling_report(GopShuffle(window_gops=5, seed=2), index, batch_size=16, epochs=30)
+    assert report.mbar_gop == pytest.approx(report.mbar_gop_analytic, rel=0.1)
+
+
+def test_random_frames_report_has_deff_near_one():
+    big = make_index([300] * 200, gop=30)  # 60,000 frames
+    report = sampling_report(RandomFrames(seed=0), big, batch_size=32, epochs=1, rho=0.8)
+    expected = 1 + 31 * 29 / 59_999  # 1 + (B-1)(G-1)/(N-1)
+    assert report.mbar_gop_analytic == pytest.approx(expected)
+    assert report.mbar_gop == pytest.approx(expected, abs=0.01)
+    assert report.deff == pytest.approx(1.0, abs=0.02)
+    assert report.effective_batch_size == pytest.approx(32, rel=0.02)
+    assert abs(report.position_bias) < 0.05
+    assert "effective batch" in str(report)
+
+
+def test_report_flags_sequential_order_and_replacement(even_index):
+    seq = sampling_report(SequentialFrames(), even_index, batch_size=64, epochs=1)
+    assert seq.position_bias > 0.99 and seq.mbar_gop_analytic is None
+    assert seq.mbar_gop > 20
+    rep = sampling_report(RandomFrames(replacement=True, seed=1), even_index, batch_size=64, epochs=2)
+    assert rep.inclusion_tv > 0.1 and rep.inclusion_min < rep.inclusion_max
+    assert rep.mbar_gop == pytest.approx(rep.mbar_gop_analytic, rel=0.05)
+    json.dumps(rep.to_dict())
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.8])
+@pytest.mark.parametrize("dims", [1, 20])
+def test_icc_recovers_a_known_correlation(rho, dims):
+    rng = np.random.default_rng(int(rho * 10) + dims)
+    groups, members = 3000, 2
+    shared = rng.normal(scale=np.sqrt(rho), size=(groups, 1, dims))
+    noise = rng.normal(scale=np.sqrt(1 - rho), size=(groups, members, dims))
+    data = 5.0 + shared + noise
+    estimate = intraclass_correlation(data if dims > 1 else data[..., 0])
+    assert estimate == pytest.approx(rho, abs=0.04)
+    boot = bootstrap_pair_icc(data, resamples=300, seed=0)
+    assert boot.mean() == pytest.approx(estimate, abs=0.02)
+    # ICC(1) of pairs: standard error about (1 - rho^2) / sqrt(groups) for one feature,
+    # less when independent features are pooled
+    one_feature = (1 - rho**2) / np.sqrt(groups)
+    if dims == 1:
+        assert boot.std() == pytest.approx(one_feature, rel=0.3)
+    else:
+        assert 0 < boot.std() < one_feature
+    wide = bootstrap_pair_icc(data[:40], resamples=300, seed=0)  # fewer pairs than features
+    assert wide.std() > boot.std()
+
+
+def test_icc_of_larger_groups_and_bad_shapes():
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(500, 1)) * np.sqrt(0.5) + rng.normal(size=(500, 6)) * np.sqrt(0.5)
+    assert intraclass_correlation(data) == pytest.approx(0.5, abs=0.06)
+    with pytest.raises(ConfigError):
+        intraclass_correlation(np.zeros((1, 2)))
+
+
+def test_intra_gop_correlation_on_decoded_frames(tmp_path):
+    paths = make_small_dataset(tmp_path, n=4)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    gop = estimate_intra_gop_correlation(index, num_pairs=40, size=(16, 16), resamples=200)
+    rand = estimate_intra_gop_correlation(index, num_pairs=40, size=(16, 16), level="random",
+                                          resamples=200, seed=1)
+    video = estimate_intra_gop_correlation(index, num_pairs=20, size=(16, 16), level="video",
+                                           feature="mean_rgb", resamples=200)
+    assert gop.rho > 0.5 and gop.rho > rand.rho + 3 * rand.stderr
+    assert -0.5 < rand.rho < gop.rho and -1 <= video.rho <= 1
+    assert gop.ci95[0] <= gop.rho <= gop.ci95[1]
+    assert "rho_gop" in str(gop)
+
+
+def test_loader_runs_gop_shuffle_exactly(tmp_path):
+    paths = make_small_dataset(tmp_path, n=3)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    refs = {k: reference_frames(r.path, (16, 24)) for k, r in enumerate(index)}
+    loader = vidloader.VideoLoader(index, sampler=GopShuffle(window_gops=2, seed=1), batch_size=8,
+                                   size=(16, 24), num_workers=0)
+    seen = []
+    for batch in loader:
+        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
+            np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
+            seen.append((int(v), int(f)))
+    assert sorted(seen) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs", [
+    {"window_gops": 0}, {"window_gops": True}, {"window_gops": 2.5}, {"sequence_length": 0},
+    {"stride": 0}, {"step": -1}, {"seed": "1"},
+])
+def test_bad_options_are_config_errors(kwargs):
+    with pytest.raises(ConfigError):
+        GopShuffle(**kwargs)
+
+
+def test_bad_plans_are_config_errors(index):
+    sampler = GopShuffle()
+    with pytest.raises(ConfigError):
+        sampler.plan_epoch(index, epoch=0, batch_size=8, rank=2, world_size=2)
+    with pytest.raises(ConfigError):
+        sampler.plan_epoch(index, epoch=0, batch_size=1000, drop_last=True)
+    with pytest.raises(ConfigError, match="keyframes"):
+
+        class ArrayIndex:
+            num_frames = np.array([10, 20])
+
+            def __len__(self):
+                return 2
+
+            def __iter__(self):
+                return iter([1, 2])
+
+        sampler.plan_epoch(ArrayIndex(), epoch=0, batch_size=8)
+    with pytest.raises(ConfigError, match="clip"):
+        GopShuffle(sequence_length=500).plan_epoch(index, epoch=0, batch_size=8)
+    with pytest.raises(IndexError):
+        sampler.plan_epoch(index, epoch=0, batch_size=8).batch(10_000)
+
+
+def test_gop_table_skips_gops_without_samples(index):
+    table = GopTable.from_index(index, GopShuffle(sequence_length=8).sample_space(index))
+    assert (table.sizes > 0).all()
+    assert table.starts[-1] == table.space.size
