@@ -9,6 +9,7 @@ path)``. Staging slots are preallocated once; their number bounds the batches in
 from __future__ import annotations
 
 import collections
+import contextlib
 import queue
 import time
 
@@ -131,10 +132,9 @@ class WorkerProcesses:
         self._closed = True
         for q, p in zip(self.task_qs, self.procs):
             if p.is_alive():
-                try:
+                # A closed or broken queue: terminate() below handles that worker.
+                with contextlib.suppress(Exception):
                     q.put(None)
-                except Exception:  # a closed or broken queue: terminate() below handles it
-                    pass
         deadline = time.monotonic() + WORKER_JOIN_SECONDS
         for p in self.procs:
             if p.pid is not None:

@@ -14,6 +14,7 @@ a batch holds, so the global stream is the same however it is cut up.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterator
 from typing import Literal
 
@@ -151,8 +152,9 @@ class SpaceSampler(Sampler):
     def _clip_shape(self) -> ClipShape:
         return ClipShape()
 
+    @abc.abstractmethod
     def _mode(self) -> Mode:
-        raise NotImplementedError
+        """How the epoch orders the sample space (shuffled, sequential, with replacement)."""
 
     def sample_space(self, index: VideoIndex) -> SampleSpace:
         """The samples this sampler draws from ``index``; ConfigError if there are none."""
