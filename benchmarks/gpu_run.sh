@@ -1,5 +1,7 @@
 #!/bin/bash
-# One call on the GPU machine: GPU tests, then the benchmarks; every log goes into $OUT.
+# One call on the GPU machine: the benchmarks (and, with GPU_TESTS=1, the GPU tests first).
+# Every (workload, backend) pair is its own command under its own time limit, writing its own
+# JSON under $OUT/bench/<backend>/, so one slow backend cannot cost the others their results.
 # Device tool: install .whl into .site, export PYTHONPATH=$PWD/src:$PWD/.site, then
 #   bash benchmarks/gpu_run.sh
 set -u
@@ -7,18 +9,25 @@ OUT=${OUT:-/tmp/vidloader-gpu-out}
 mkdir -p "$OUT/bench"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-# Each test file in its own process under its own limit: a hang cannot eat the call.
-for t in tests/test_nvdec.py tests/test_loader_nvdec.py; do
-  VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 150 python3 -m pytest -q -p no:cacheprovider "$t" \
-    2>&1 | tee -a "$OUT/gpu_tests.log"
-  echo "exit ${PIPESTATUS[0]} for $t" | tee -a "$OUT/gpu_tests.log"
-done
-bench() {  # workload, backends
-  timeout 240 python3 -m vidloader.bench --scale "${BENCH_SCALE:-gpu}" --dataset W1 \
-    --data-dir /tmp/bench-data --out "$OUT/bench" --workers 16 --no-plot \
-    --batches "${BENCH_BATCHES:-40}" --max-seconds "${BENCH_MAX_SECONDS:-15}" --timeout 200 \
-    --workload "$1" --backends "$2" 2>&1 | tee -a "$OUT/bench.log"
+if [ "${GPU_TESTS:-0}" = 1 ]; then
+  for t in tests/test_nvdec.py tests/test_loader_nvdec.py; do
+    VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 150 python3 -m pytest -q -p no:cacheprovider "$t" \
+      2>&1 | tee -a "$OUT/gpu_tests.log"
+  done
+fi
+SCALE=${BENCH_SCALE:-gpu-quick}
+timeout 150 python3 -c "from vidloader.bench._datasets import prepare_dataset as p; p('W1', '$SCALE', data_dir='/tmp/bench-data')" \
+  2>&1 | grep -v "generating videos" | tee -a "$OUT/bench.log"
+bench() {  # workload backend seconds
+  timeout "$3" python3 -m vidloader.bench --scale "$SCALE" --dataset W1 --data-dir /tmp/bench-data \
+    --out "$OUT/bench/$2" --workers 16 --no-plot --batches "${BENCH_BATCHES:-30}" \
+    --max-seconds "${BENCH_MAX_SECONDS:-10}" --timeout "$3" --workload "$1" --backends "$2" \
+    2>&1 | tee -a "$OUT/bench.log"
 }
-bench sequential "vidloader-nvdec,pynvc-threads,vidloader"
-bench random "vidloader-nvdec,pynvc-simple,vidloader,naive"
-bench relaxed "vidloader-nvdec,vidloader"
+bench sequential vidloader-nvdec 45
+bench sequential pynvc-threads 40
+bench random vidloader-nvdec 50
+bench random pynvc-simple 40
+bench relaxed vidloader-nvdec 50
+bench random vidloader 60
+bench sequential vidloader 50

@@ -27,6 +27,7 @@ DEFAULT_LOOKAHEAD_BATCHES = 4
 #: Interpolation used by swscale when the decoder resizes (the resize pushdown).
 DEFAULT_INTERPOLATION = "BILINEAR"
 
-#: NVDEC decoders per GPU run on threads by the loader: the H200 has 7 NVDEC engines, and
-#: 4 threads left the loader at 44% of the raw 8-thread ceiling in the first H200 run.
-DEFAULT_NVDEC_DECODERS = 8
+#: NVDEC decoders per GPU run on threads by the loader (the H200 has 7 NVDEC engines). 4 is the
+#: configuration measured through the loader on the H200 (benchmarks/results/gpu); 8 was
+#: faster at the executor level (nvdec_bench json) but is not yet measured through the loader.
+DEFAULT_NVDEC_DECODERS = 4
