@@ -1,4 +1,4 @@
-"""Entry point of the ``vidloader`` command: ``demo``, ``index``, ``info``."""
+"""Entry point of the ``vidloader`` command: ``demo``, ``index``, ``info``, ``bench``."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import argparse
 import logging
 import sys
 
+from ..bench import register_bench
 from ..errors import VidloaderError
 from ._demo import register_demo
 from ._index import register_index
 from ._info import register_info
 
 #: Each entry adds one subcommand to the parser (litData's registry pattern).
-COMMAND_REGISTRY = [register_demo, register_index, register_info]
+COMMAND_REGISTRY = [register_demo, register_index, register_info, register_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,259 @@
+"""Resource sampling during a timed run: CPU time and memory of the process tree (psutil, or
+``/proc`` without it), whole-machine CPU (to see what else ran), and GPU / NVDEC utilisation
+and memory from ``nvidia-smi`` sampled every 200 ms in a background subprocess.
+
+Memory is the proportional set size (PSS) where the OS gives it: worker processes share the
+staging memory and the libraries, and RSS would count those pages once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+#: Sampling period of the process tree and of ``nvidia-smi``.
+SAMPLE_SECONDS = 0.2
+_SMI_QUERY = "index,utilization.gpu,utilization.decoder,memory.used"
+
+
+class _ProcfsTree:
+    """The process tree rooted at ``pid`` read from ``/proc`` (Linux without psutil)."""
+
+    source = "procfs"
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.page = os.sysconf("SC_PAGE_SIZE")
+
+    def _stat(self, pid: int) -> list[str] | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()  # after "(comm)", which may hold spaces
+        except OSError:
+            return None
+
+    def pids(self) -> list[int]:
+        parent = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                st = self._stat(int(name))
+                if st:
+                    parent[int(name)] = int(st[1])
+        tree, frontier = [self.pid], [self.pid]
+        while frontier:
+            frontier = [p for p, pp in parent.items() if pp in frontier]
+            tree += frontier
+        return tree
+
+    def sample(self) -> dict[int, tuple[float, int]]:
+        """``pid -> (cpu seconds, memory bytes)`` for every live process of the tree."""
+        out = {}
+        for pid in self.pids():
+            st = self._stat(pid)
+            if st:
+                out[pid] = ((int(st[11]) + int(st[12])) / self.tick, self._memory(pid))
+        return out
+
+    def _memory(self, pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                return int(f.read().split()[1]) * self.page
+        except OSError:
+            return 0
+
+    @staticmethod
+    def system_cpu() -> tuple[float, float]:
+        """(busy, total) CPU seconds of the whole machine since boot."""
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+        tick = os.sysconf("SC_CLK_TCK")
+        return (sum(fields[:8]) - idle) / tick, sum(fields[:8]) / tick
+
+
+class _PsutilTree:
+    """The same readings through psutil (any OS)."""
+
+    source = "psutil"
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.psutil, self.root = psutil, psutil.Process(pid)
+
+    def sample(self) -> dict[int, tuple[float, int]]:
+        out = {}
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except self.psutil.Error:
+            return out
+        for p in procs:
+            try:
+                with p.oneshot():
+                    t = p.cpu_times()
+                    out[p.pid] = (t.user + t.system, self._memory(p))
+            except self.psutil.Error:
+                continue
+        return out
+
+    def _memory(self, p) -> int:
+        try:
+            return int(p.memory_full_info().pss)
+        except (self.psutil.Error, AttributeError):
+            return int(p.memory_info().rss)
+
+    def system_cpu(self) -> tuple[float, float]:
+        t = self.psutil.cpu_times()
+        total = sum(tuple(t)[:8])  # the guest fields are already inside user time
+        return total - t.idle - getattr(t, "iowait", 0.0), total
+
+
+def process_tree(pid: int):
+    """psutil where installed, else ``/proc``; ``None`` where neither works."""
+    try:
+        return _PsutilTree(pid)
+    except ImportError:
+        pass
+    return _ProcfsTree(pid) if os.path.exists("/proc/self/stat") else None
+
+
+class GpuSampler:
+    """``nvidia-smi ... -lms 200`` in a background subprocess; lines kept with their time."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int, float, float, float]] = []
+        exe = shutil.which("nvidia-smi")
+        self.proc = None
+        if exe:
+            cmd = [exe, f"--query-gpu={_SMI_QUERY}", "--format=csv,noheader,nounits",
+                   "-lms", str(int(SAMPLE_SECONDS * 1000))]
+            try:
+                self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                             stderr=subprocess.DEVNULL, text=True)
+            except OSError:
+                self.proc = None
+        if self.proc is not None:
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                self.samples.append((time.monotonic(), int(parts[0]), *map(_num, parts[1:4])))
+            except (ValueError, IndexError):
+                continue  # "[N/A]" on GPUs without a decoder counter, or a partial line
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def summary(self, t0: float, t1: float) -> dict:
+        """Means over [t0, t1] of the busiest GPU, and its memory peak above the baseline."""
+        if self.proc is None:
+            return {}
+        by_gpu: dict[int, list] = {}
+        for s in self.samples:
+            by_gpu.setdefault(s[1], []).append(s)
+        best = {}
+        for rows in by_gpu.values():
+            window = [r for r in rows if t0 <= r[0] <= t1] or rows[-1:]
+            before = [r for r in rows if r[0] < t0] or rows[:1]
+            util = sum(r[2] for r in window) / len(window)
+            if not best or util > best["gpu_util_pct"]:
+                best = {
+                    "gpu_util_pct": util,
+                    "nvdec_util_pct": sum(r[3] for r in window) / len(window),
+                    "gpu_mem_peak_bytes": int(max(r[4] for r in rows) * 2**20),
+                    "gpu_mem_baseline_bytes": int(min(r[4] for r in before) * 2**20),
+                }
+        return best
+
+
+def _num(text: str) -> float:
+    return float(text)
+
+
+class Monitor:
+    """Samples the process tree of ``pid`` (and the machine) every 200 ms from :meth:`start` to
+    :meth:`stop`; :meth:`summary` reports on any time window inside that span."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.tree = process_tree(pid or os.getpid())
+        self.gpu = GpuSampler()
+        #: (time, {pid: cpu seconds}, tree memory bytes, machine busy s, machine total s)
+        self.samples: list[tuple[float, dict, int, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.load = [_loadavg()]
+
+    def start(self) -> Monitor:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            self._sample()
+
+    def _sample(self) -> None:
+        if self.tree is None:
+            return
+        snap = self.tree.sample()
+        busy, total = self.tree.system_cpu()
+        cpu = {pid: c for pid, (c, _) in snap.items()}
+        self.samples.append((time.monotonic(), cpu, sum(m for _, m in snap.values()), busy, total))
+
+    def stop(self) -> None:
+        """Stop sampling (once; later calls do nothing)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sample()
+        self.gpu.stop()
+        self.load.append(_loadavg())
+
+    def _bracket(self, t0: float, t1: float):
+        """The last sample at or before ``t0`` and the first at or after ``t1``."""
+        before = [s for s in self.samples if s[0] <= t0] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= t1] or self.samples[-1:]
+        return before[-1], after[0]
+
+    def summary(self, t0: float, t1: float) -> dict:
+        """CPU, memory and GPU figures of the window ``[t0, t1]`` (``time.monotonic()``)."""
+        out: dict = {"monitor": self.tree.source if self.tree else "none", "load_avg": self.load}
+        if len(self.samples) >= 2:
+            a, b = self._bracket(t0, t1)
+            wall = max(b[0] - a[0], 1e-9)
+            # A process born inside the window counts from 0: all its CPU time is the run's.
+            busy = sum(c - a[1].get(pid, 0.0) for pid, c in b[1].items())
+            cores = os.cpu_count() or 1
+            machine = 100 * (b[3] - a[3]) / max(b[4] - a[4], 1e-9)
+            out.update(cpu_util_pct=100 * busy / (wall * cores), cpu_cores_busy=busy / wall,
+                       machine_cpu_pct=machine,
+                       other_cpu_pct=max(0.0, machine - 100 * busy / (wall * cores)),
+                       peak_host_memory_bytes=max(s[2] for s in self.samples))
+        out.update(self.gpu.summary(t0, t1))
+        return out
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None

@@ -1,0 +1,331 @@
+"""One adapter per backend under test, all on the same contract.
+
+A peer receives a :class:`Job` (the index, the shared plan of batches, the workload, the number
+of workers) and yields the plan's batches, in order, as uint8 tensors of the workload's shape
+(a decode-only *ceiling* peer yields frame counts instead). Each adapter imports its library
+lazily and raises :class:`Skip` (``skipped: <why>`` in reports) when it cannot run here.
+
+CPU peers run under ``torch.utils.data.DataLoader`` with the same number of ``spawn`` workers as
+vidloader. This module holds vidloader itself and the exercise's naive loader; decord, OpenCV
+and torchcodec are in :mod:`._peers_cpu`, the GPU peers in :mod:`._peers_gpu`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from ._batching import data_loader, resize_torch
+from ._workloads import Geometry, Plan, Skip, Workload
+
+
+@dataclasses.dataclass
+class Job:
+    """Everything a peer needs for one run.
+
+    Attributes:
+        index: the :class:`~vidloader.VideoIndex` of the dataset.
+        plan (Plan): the batches (warm-up first), shared by every peer.
+        workload (Workload): geometry and shape.
+        workers (int): worker processes (or threads, for the NVDEC ceiling).
+        device (str | None): where batches must end up (``None``: where the peer leaves them).
+    """
+
+    index: object
+    plan: Plan
+    workload: Workload
+    workers: int
+    device: str | None = None
+
+
+class Peer:
+    """Base of the adapters. Subclasses set :attr:`name` and implement :meth:`batches`."""
+
+    #: Name on the command line and in reports.
+    name = ""
+    #: Distribution whose version the report records.
+    library = ""
+    #: A decode-only upper bound, not a loader: excluded from the "best peer" ratio.
+    ceiling = False
+    #: One line shown under the table.
+    note = ""
+
+    def check(self) -> None:
+        """Raise :class:`Skip` when the backend cannot run here (library missing …)."""
+
+    def batches(self, job: Job) -> Iterator[torch.Tensor | int]:
+        """Yield the plan's batches in order (or frame counts, for a ceiling)."""
+        raise NotImplementedError
+
+    def counters(self) -> dict | None:
+        """Cumulative ``decoded`` / ``delivered`` frame counts, where the backend tells."""
+        return None
+
+    def pipeline(self, job: Job) -> tuple[int, int]:
+        """``(depth, cycle)``: batches the backend may decode ahead of the consumer, and
+        batches it delivers per production cycle (all workers finishing one unit each).
+
+        The warm-up is at least ``depth`` batches, so no timed batch was decoded while the
+        pipeline was filling; the timed window spans several cycles, so the bursts at its
+        ends weigh little. A DataLoader: ``prefetch_factor=2`` batches per worker, one batch
+        per worker per cycle.
+        """
+        return (2 * job.workers, job.workers) if job.workers else (1, 1)
+
+
+def version_of(distribution: str) -> str:
+    """Installed version of a distribution, or ``"not installed"``."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        if distribution == "vidloader":  # run from a source tree (PYTHONPATH=src)
+            from .. import __version__
+
+            return f"{__version__} (source tree)"
+        return "not installed"
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost cause of an exception, as ``Type: message`` on one line."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def import_or_skip(module: str, distribution: str):
+    """Import ``module`` or raise :class:`Skip` saying why."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if version_of(distribution) == "not installed":
+            raise Skip(f"{distribution} is not installed (pip install {distribution})") from None
+        raise Skip(f"{distribution} {version_of(distribution)} is installed but does not import "
+                   f"here: {root_cause(exc)}") from None
+    except Exception as exc:  # a broken native library raises OSError, RuntimeError …
+        raise Skip(f"{distribution} {version_of(distribution)} is installed but does not import "
+                   f"here: {root_cause(exc)}") from None
+
+
+# -- vidloader --------------------------------------------------------------------------------
+
+
+class VidloaderPeer(Peer):
+    """``vidloader.VideoLoader`` with the workload's own sampler and processing."""
+
+    name, library, backend = "vidloader", "vidloader", "cpu"
+
+    def __init__(self) -> None:
+        self._loader = None
+
+    def batches(self, job: Job) -> Iterator[torch.Tensor]:
+        loader = self._make_loader(job)
+        self._loader = loader
+        try:
+            yield from self._iterate(loader, job.plan)
+        finally:
+            loader.shutdown()
+
+    def _make_loader(self, job: Job):
+        from ..errors import BackendUnavailableError, ConfigError
+        from ..pipeline import VideoLoader
+
+        try:
+            return VideoLoader(
+                job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+                processing=job.workload.geometry.process(), backend=self.backend,
+                num_workers=job.workers, drop_last=True, persistent_workers=True,
+                device=job.device,
+            )
+        except (BackendUnavailableError, ConfigError) as exc:
+            if self.backend == "cpu":
+                raise
+            raise Skip(f"VideoLoader(backend={self.backend!r}): {exc}") from None
+
+    def _iterate(self, loader, plan: Plan) -> Iterator[torch.Tensor]:
+        done, n = 0, len(plan.batches)
+        while done < n:
+            before = done
+            for batch in self._guard(iter(loader), first=done == 0):
+                _check_same_batch(batch, plan.batches[done])
+                done += 1
+                yield batch["frames"]
+                if done >= n:
+                    break
+            if done == before:
+                raise RuntimeError("VideoLoader delivered no batch in an epoch")
+
+    def _guard(self, it, *, first: bool):
+        """Turn a missing GPU backend found by the first batch into a skip."""
+        if not first or self.backend == "cpu":
+            yield from it
+            return
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if any(k in text for k in ("BackendUnavailable", "ConfigError", "PyNvVideoCodec")):
+                raise Skip(f"VideoLoader(backend={self.backend!r}) cannot decode here: "
+                           f"{text.splitlines()[0]}") from None
+            raise
+        yield batch
+        yield from it
+
+    def counters(self) -> dict | None:
+        if self._loader is None:
+            return None
+        return dataclasses.asdict(self._loader.decode_stats)
+
+    def pipeline(self, job: Job) -> tuple[int, int]:
+        # VideoLoader holds lookahead x (workers + prefetch - 1) staging slots, and a worker
+        # delivers its `lookahead` batches at once. A CPU loader with the same settings says
+        # what it would choose (the constructor starts nothing).
+        from ..pipeline import VideoLoader
+
+        loader = VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+                             processing=job.workload.geometry.process(), num_workers=job.workers,
+                             drop_last=True)
+        lookahead, workers = int(getattr(loader, "lookahead", 1)), max(1, job.workers)
+        return lookahead * (workers + loader.prefetch - 1), lookahead * workers
+
+
+def _check_same_batch(batch: dict, bp) -> None:
+    """The comparison is like for like only if vidloader delivered the planned frames."""
+    want = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
+    got_v = batch["video_index"].cpu().numpy()
+    got_f = batch["frame_index"].cpu().numpy()
+    if not (np.array_equal(got_v, bp.video_indices) and np.array_equal(got_f, want)):
+        raise RuntimeError(f"vidloader delivered other frames than planned in batch "
+                           f"{bp.batch_index} of epoch {bp.epoch}")
+
+
+class VidloaderNvdecPeer(VidloaderPeer):
+    """``VideoLoader(..., backend="nvdec")``: skipped while the backend is unavailable."""
+
+    name, backend = "vidloader-nvdec", "nvdec"
+
+    def check(self) -> None:
+        if not torch.cuda.is_available():
+            raise Skip("no CUDA GPU visible to torch")
+
+
+# -- the exercise's naive loader --------------------------------------------------------------
+
+
+class _NaiveDataset(torch.utils.data.Dataset):
+    """The exercise's loader: every item opens its file, seeks with PyAV to the keyframe before
+    its (first) frame, decodes forward to it, converts to RGB and resizes after decoding.
+
+    Items are ``(path, stream_index, pts of the wanted frames)``; an item returns the frame(s)
+    and the number of frames it decoded.
+    """
+
+    def __init__(self, items: list[tuple[str, int, tuple[int, ...]]], geometry: Geometry,
+                 is_clip: bool) -> None:
+        self.items, self.geometry, self.is_clip = items, geometry, is_clip
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        import av
+
+        path, stream_index, pts = self.items[i]
+        with av.open(path) as container:
+            stream = container.streams[stream_index]
+            container.seek(pts[0], stream=stream)  # backward, to the keyframe at or before
+            pictures, decoded = _decode_until(container, stream, pts)
+        x = resize_torch(torch.from_numpy(np.stack(pictures)), self.geometry)
+        return (x if self.is_clip else x[0]), decoded
+
+
+def _decode_until(container, stream, pts: tuple[int, ...]) -> tuple[list[np.ndarray], int]:
+    pictures, decoded, k = [], 0, 0
+    for frame in container.decode(stream):
+        decoded += 1
+        if frame.pts is None or frame.pts < pts[k]:
+            continue
+        if frame.pts != pts[k]:
+            raise RuntimeError(f"{container.name}: no frame at pts {pts[k]}")
+        pictures.append(frame.to_ndarray(format="rgb24"))
+        k += 1
+        if k == len(pts):
+            return pictures, decoded
+    raise RuntimeError(f"{container.name}: ended before pts {pts[k]}")
+
+
+class NaivePeer(Peer):
+    """The exercise's ``Dataset`` (PyAV seek per item) under a ``DataLoader``."""
+
+    name, library = "naive", "av"
+    note = "naive: PyAV, open + seek + decode per item, resize after decode (the exercise)"
+
+    def __init__(self) -> None:
+        self._counts = {"decoded": 0, "delivered": 0}
+
+    def batches(self, job: Job) -> Iterator[torch.Tensor]:
+        items = []
+        for bp in job.plan.batches:
+            for v, frames in zip(bp.video_indices, bp.frame_indices):
+                rec = job.index[int(v)]
+                items.append((rec.path, rec.stream_index, tuple(int(p) for p in rec.pts[frames])))
+        clip = job.plan.batches[0].is_clip
+        dataset = _NaiveDataset(items, job.workload.geometry, clip)
+        loader = data_loader(dataset, workers=job.workers, batch_size=job.plan.batch_size,
+                             pin_memory=job.device == "cuda")
+        for frames, decoded in loader:
+            self._counts["decoded"] += int(decoded.sum())
+            self._counts["delivered"] += int(np.prod(frames.shape[:-3]))
+            yield frames
+
+    def counters(self) -> dict:
+        return dict(self._counts)
+
+
+def _registry() -> dict[str, type[Peer]]:
+    from ._peers_cpu import DecordPeer, OpenCvPeer, TorchcodecPeer
+    from ._peers_gpu import DaliPeer, PynvcSimplePeer, PynvcThreadsPeer
+
+    peers = [VidloaderPeer, VidloaderNvdecPeer, NaivePeer, DecordPeer, OpenCvPeer,
+             TorchcodecPeer, PynvcSimplePeer, PynvcThreadsPeer, DaliPeer]
+    return {p.name: p for p in peers}
+
+
+#: Names that expand to several backends on the command line.
+BACKEND_ALIASES = {
+    "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec"],
+    "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads"],
+}
+
+
+def backend_names() -> list[str]:
+    """Every backend name the bench knows."""
+    return list(_registry())
+
+
+def resolve_backends(names: str) -> list[str]:
+    """Backend names from a comma-separated list of names or aliases (``all`` for every one).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    known = _registry()
+    out: list[str] = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        for real in BACKEND_ALIASES.get(name, list(known) if name == "all" else [name]):
+            if real not in known:
+                raise ValueError(f"unknown backend {real!r}; choose from "
+                                 f"{', '.join([*known, *BACKEND_ALIASES, 'all'])}")
+            if real not in out:
+                out.append(real)
+    return out
+
+
+def make_peer(name: str) -> Peer:
+    """A fresh adapter for backend ``name``."""
+    return _registry()[name]()

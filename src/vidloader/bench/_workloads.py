@@ -1,0 +1,229 @@
+"""The benchmark workloads: which frames every batch holds, and what shape it is delivered in.
+
+A workload is defined once and shared by every backend: vidloader's own sampler plans the
+batches, and the peers receive exactly the same (video, frames) requests, so every backend
+decodes the same frames of the same files and delivers batches of the same shape.
+
+==============  ===========  =====================================================================
+workload        dataset      batch
+==============  ===========  =====================================================================
+random          W1           128 uniformly random frames, resized to 224×224
+clips           W4           8 clips of 16 frames, stride 2; short side 128, centre crop 112
+sequential      W1           128 frames in stream order (the ceiling of any sampler)
+multicam-stream W3           8 (clip, frame) samples × 6 cameras, stream order, native size
+multicam-random W3           8 (clip, frame) samples × 6 cameras, random access, native size
+relaxed         W1           vidloader.GopShuffle (GOP-local random), 128 frames, 224×224
+==============  ===========  =====================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+
+from ..index import VideoIndex
+from ..processing import Process
+from ..sampling import BatchPlan, Clips, RandomFrames, Sampler, SequentialFrames
+from ._multicam import MultiCameraFrames
+
+
+class Skip(Exception):
+    """A run that cannot happen here; the message says why (``skipped: <why>`` in reports)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """What every backend does to a decoded frame: resize, then centre crop.
+
+    Attributes:
+        size ((int, int) | None): resize to exactly ``(height, width)``.
+        short_side (int | None): resize so the short side has this length (aspect kept).
+        crop ((int, int) | None): centre crop ``(height, width)`` after the resize.
+    """
+
+    size: tuple[int, int] | None = None
+    short_side: int | None = None
+    crop: tuple[int, int] | None = None
+
+    def resized(self, height: int, width: int) -> tuple[int, int]:
+        """``(height, width)`` after the resize step, for a ``height × width`` source."""
+        if self.size is not None:
+            return self.size
+        if self.short_side is not None:
+            s = self.short_side / min(height, width)
+            return max(1, round(height * s)), max(1, round(width * s))
+        return height, width
+
+    def output(self, height: int, width: int) -> tuple[int, int]:
+        """``(height, width)`` delivered for a ``height × width`` source."""
+        return self.crop or self.resized(height, width)
+
+    def process(self) -> Process:
+        """The same geometry as a vidloader :class:`Process`."""
+        if self.short_side is not None:
+            return Process(short_side=self.short_side, size=self.crop, crop="center")
+        return Process(size=self.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One benchmark workload.
+
+    Attributes:
+        name (str): its name on the command line.
+        description (str): one line for reports.
+        dataset (str): default dataset (``W1``, ``W3``, ``W4``).
+        batch_size (int): rows of the loader's batch (samples, or samples × cameras).
+        geometry (Geometry): resize and crop of every frame.
+        make_sampler (Callable): ``(index, dataset, samples_needed, seed) -> Sampler``.
+        cameras (int): rows per sample (``> 1``: batches reshape to ``groups × cameras``).
+        stream_order (bool): the frames come in stream order (a decode-only ceiling applies).
+        repeat_index (bool): when one epoch is shorter than the run, list the videos several
+            times (as the exercise duplicates its video 200 times), so the run is one epoch.
+    """
+
+    name: str
+    description: str
+    dataset: str
+    batch_size: int
+    geometry: Geometry
+    make_sampler: Callable[..., Sampler]
+    cameras: int = 1
+    stream_order: bool = False
+    repeat_index: bool = False
+
+
+def _uniform(cls, index, needed: int, seed: int, **options) -> Sampler:
+    """A sampler whose single epoch holds ``needed`` samples: a truncated permutation when the
+    dataset is large enough, i.i.d. uniform draws when it is not (tiny datasets)."""
+    total = cls(seed=seed, **options).num_samples(index)
+    replacement = needed > total
+    return cls(seed=seed, num_samples=needed, replacement=replacement, **options)
+
+
+def _random(index, dataset, needed: int, seed: int) -> Sampler:
+    return _uniform(RandomFrames, index, needed, seed)
+
+
+def _clips(index, dataset, needed: int, seed: int) -> Sampler:
+    return _uniform(Clips, index, needed, seed, sequence_length=16, stride=2, step=1)
+
+
+def _sequential(index, dataset, needed: int, seed: int) -> Sampler:
+    return SequentialFrames(num_samples=min(needed, index.total_frames), seed=seed)
+
+
+def _gop_shuffle(index, dataset, needed: int, seed: int) -> Sampler:
+    import vidloader
+
+    from .. import sampling
+
+    cls = getattr(vidloader, "GopShuffle", None) or getattr(sampling, "GopShuffle", None)
+    if cls is None:
+        raise Skip("vidloader.GopShuffle (the relaxed GOP-local sampler) does not exist yet")
+    return cls(seed=seed)
+
+
+def _multicam(order: str) -> Callable[..., Sampler]:
+    def make(index, dataset, needed: int, seed: int) -> Sampler:
+        if not dataset.clips:
+            raise Skip(f"dataset {dataset.spec.name} has no multi-camera clips (use W3)")
+        position = {p: i for i, p in enumerate(index.paths)}
+        try:
+            clips = [[position[os.path.abspath(p)] for p in clip] for clip in dataset.clips]
+        except KeyError as exc:
+            raise Skip(f"camera file {exc} is not in the index") from None
+        cams = len(clips[0])
+        return MultiCameraFrames(clips, order=order, num_samples=needed // cams, seed=seed)
+    return make
+
+
+_FRAME = Geometry(size=(224, 224))
+WORKLOADS: dict[str, Workload] = {w.name: w for w in [
+    Workload("random", "uniform random frames, batch 128, 224x224", "W1", 128, _FRAME, _random),
+    Workload("clips", "random clips of 16 frames, stride 2, batch 8; short side 128, crop 112",
+             "W4", 8, Geometry(short_side=128, crop=(112, 112)), _clips),
+    Workload("sequential", "all frames in stream order, batch 128, 224x224 (the ceiling)", "W1",
+             128, _FRAME, _sequential, stream_order=True, repeat_index=True),
+    Workload("multicam-stream", "6 cameras at the same frame, stream order, 8 clips x 6 cams, "
+             "native size", "W3", 48, Geometry(), _multicam("stream"), cameras=6,
+             stream_order=True),
+    Workload("multicam-random", "6 cameras at the same frame, random access, 8 clips x 6 cams, "
+             "native size", "W3", 48, Geometry(), _multicam("random"), cameras=6),
+    Workload("relaxed", "vidloader.GopShuffle: GOP-local random frames, batch 128, 224x224",
+             "W1", 128, _FRAME, _gop_shuffle, repeat_index=True),
+]}
+
+#: Names that expand to several workloads on the command line.
+ALIASES = {"multicam": ["multicam-stream", "multicam-random"], "all": list(WORKLOADS)}
+
+
+def resolve_workloads(names: str) -> list[Workload]:
+    """Workloads from a comma-separated list of names or aliases.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    out: list[Workload] = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        for real in ALIASES.get(name, [name]):
+            if real not in WORKLOADS:
+                choices = ", ".join([*WORKLOADS, *ALIASES])
+                raise ValueError(f"unknown workload {real!r}; choose from {choices}")
+            if WORKLOADS[real] not in out:
+                out.append(WORKLOADS[real])
+    return out
+
+
+@dataclasses.dataclass
+class Plan:
+    """The batches of one run, shared by every backend.
+
+    Attributes:
+        index: the index the plans refer to (the dataset's, or it repeated; see
+            :attr:`Workload.repeat_index`).
+        sampler (Sampler): vidloader's sampler (the peers get its batch plans).
+        batches (list[BatchPlan]): warm-up batches first, then the timed ones.
+        batch_size (int): rows per batch.
+        repeats (int): how many times the index lists each video.
+    """
+
+    index: object
+    sampler: Sampler
+    batches: list[BatchPlan]
+    batch_size: int
+    repeats: int = 1
+
+
+def make_plan(workload: Workload, index, dataset, *, batches: int, seed: int = 0,
+              batch_size: int | None = None) -> Plan:
+    """Plan ``batches`` full batches of ``workload`` over ``index``.
+
+    When one epoch holds fewer batches, the index is repeated for stream-order workloads
+    (:attr:`Workload.repeat_index`); otherwise the next epochs follow, as a training loop
+    would see them.
+
+    Raises:
+        Skip: the workload does not apply (no multi-camera clips, no GopShuffle yet).
+    """
+    size = batch_size or workload.batch_size
+    if size % workload.cameras:
+        raise Skip(f"batch size {size} is not a multiple of {workload.cameras} cameras")
+    sampler = workload.make_sampler(index, dataset, batches * size, seed)
+    repeats = 1
+    if workload.repeat_index:
+        per_epoch = len(sampler.plan_epoch(index, epoch=0, batch_size=size, drop_last=True))
+        repeats = max(1, -(-batches // max(1, per_epoch)))
+        if repeats > 1:
+            index = VideoIndex(list(index) * repeats)
+            sampler = workload.make_sampler(index, dataset, batches * size, seed)
+    plans: list[BatchPlan] = []
+    epoch = 0
+    while len(plans) < batches:
+        epoch_plan = sampler.plan_epoch(index, epoch=epoch, batch_size=size, drop_last=True)
+        if len(epoch_plan) == 0:
+            raise Skip(f"the dataset holds no full batch of {size} for {workload.name}")
+        plans.extend(epoch_plan.batch(b) for b in range(min(len(epoch_plan), batches - len(plans))))
+        epoch += 1
+    return Plan(index, sampler, plans, size, repeats)

@@ -1,0 +1,216 @@
+"""``vidloader bench``: datasets, workloads, peers, harness and reports, on tiny data (CPU only).
+
+The end-to-end tests run every workload for vidloader and the naive peer in-process with small
+batches; one test runs the isolated (subprocess, spawned worker) path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vidloader.bench import (
+    WORKLOADS,
+    RunConfig,
+    Skip,
+    dataset_spec,
+    load_index,
+    main,
+    markdown_section,
+    prepare_dataset,
+    register_bench,
+    run_isolated,
+)
+from vidloader.bench._harness import steady_window
+from vidloader.bench._markdown import load_reports
+from vidloader.bench._multicam import MultiCameraFrames
+from vidloader.bench._peers import Job, make_peer, resolve_backends, root_cause
+from vidloader.bench._workloads import Geometry, make_plan, resolve_workloads
+
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+RUN_KEYS = {
+    "backend", "workload", "status", "frames_per_s", "ratio_to_best_peer", "frames", "seconds",
+    "window_batches", "decoded_per_delivered", "cpu_util_pct", "other_cpu_pct",
+    "peak_host_memory_bytes", "gpu_util_pct", "nvdec_util_pct", "peak_gpu_memory_bytes",
+    "batch_shape", "arrivals_s", "end_to_end_frames_per_s",
+}
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench-data")
+
+
+@pytest.fixture(scope="session")
+def w1(data_dir):
+    ds = prepare_dataset("W1", "tiny", data_dir=data_dir)
+    return ds, load_index(ds)
+
+
+@pytest.fixture(scope="session")
+def w3(data_dir):
+    ds = prepare_dataset("W3", "tiny", data_dir=data_dir)
+    return ds, load_index(ds)
+
+
+# -- datasets and workloads -------------------------------------------------------------------
+
+
+def test_dataset_specs_scale_and_hash():
+    tiny, full = dataset_spec("W1", "tiny"), dataset_spec("W1", "full")
+    assert len(full.files) == 200 and full.files[0][1].width == 1920
+    assert full.files[0][1].num_frames == 300 and full.files[0][1].bitrate == 12_000_000
+    assert len(tiny.files) < 10 and tiny.files[0][1].width == 480
+    assert tiny.digest() == dataset_spec("W1", "tiny").digest() != full.digest()
+    w3 = dataset_spec("W3", "full")
+    assert w3.cameras == 6 and w3.files[0][1].codec == "hevc" and w3.files[0][1].bframes == 0
+    assert w3.files[0][0].startswith("clip_000/CAM_")
+    w4 = dataset_spec("W4", "full")
+    assert {s.gop for _, s in w4.files} == {250}
+    assert {(s.width, s.height) for _, s in w4.files} == {(454, 340), (1280, 720)}
+    with pytest.raises(ValueError):
+        dataset_spec("W9")
+
+
+def test_dataset_is_cached(w1, data_dir):
+    ds, index = w1
+    again = prepare_dataset("W1", "tiny", data_dir=data_dir)
+    assert again.root == ds.root and (ds.root / "dataset.json").exists()
+    assert len(index) == len(ds.paths) and ds.summary()["digest"] in ds.root.name
+
+
+def test_resolve_names():
+    assert [w.name for w in resolve_workloads("multicam")] == ["multicam-stream", "multicam-random"]
+    assert resolve_backends("cpu")[:2] == ["vidloader", "naive"]
+    with pytest.raises(ValueError, match="unknown workload"):
+        resolve_workloads("nope")
+    with pytest.raises(ValueError, match="unknown backend"):
+        resolve_backends("vidloader,nope")
+
+
+def test_geometry():
+    assert Geometry(size=(224, 224)).output(1080, 1920) == (224, 224)
+    g = Geometry(short_side=128, crop=(112, 112))
+    assert g.resized(360, 640) == (128, 228) and g.output(360, 640) == (112, 112)
+    assert Geometry().output(900, 1600) == (900, 1600)
+
+
+def test_multicam_sampler_orders(w3):
+    ds, index = w3
+    pos = {p: i for i, p in enumerate(index.paths)}
+    clips = [[pos[str(p)] for p in clip] for clip in ds.clips]
+    stream = MultiCameraFrames(clips, order="stream").plan_epoch(index, epoch=0, batch_size=12)
+    b0, b1 = stream.batch(0), stream.batch(1)
+    assert np.array_equal(b1.frame_indices, b0.frame_indices + 1)  # walks frame by frame
+    for bp in (b0, MultiCameraFrames(clips, order="random", seed=1).plan_epoch(
+            index, epoch=0, batch_size=12).batch(3)):
+        rows = bp.video_indices.reshape(2, 6)
+        assert all(list(r) in clips for r in rows)  # 6 cameras of one clip per sample
+        assert (bp.frame_indices.reshape(2, 6) == bp.frame_indices.reshape(2, 6)[:, :1]).all()
+
+
+# -- like for like: every peer decodes the planned frames -------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["naive", "decord", "opencv"])
+def test_peers_deliver_the_same_frames_as_vidloader(w3, backend):
+    ds, index = w3
+    peer = make_peer(backend)
+    try:
+        peer.check()
+    except Skip as exc:
+        pytest.skip(str(exc))
+    plan = make_plan(WORKLOADS["multicam-random"], index, ds, batches=2, seed=5, batch_size=12)
+    job = Job(plan.index, plan, WORKLOADS["multicam-random"], workers=0)
+    ref = [b.clone() for b in make_peer("vidloader").batches(job)]
+    got = [b.clone() for b in peer.batches(job)]
+    assert [tuple(b.shape) for b in got] == [(12, 224, 400, 3)] * 2
+    for a, b in zip(got, ref):  # native size: no resize, so the same decoded pictures
+        assert (a.float() - b.float()).abs().mean() < 1.0
+    assert (got[0].float() - ref[1].float()).abs().mean() > 5  # and the check can fail
+
+
+def test_gpu_peers_skip_with_a_reason():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    for name in ("pynvc-simple", "pynvc-threads", "vidloader-nvdec", "dali"):
+        with pytest.raises(Skip, match="CUDA"):
+            make_peer(name).check()
+
+
+def test_root_cause():
+    try:
+        try:
+            raise OSError("libnvrtc.so.13: cannot open shared object file")
+        except OSError as exc:
+            raise RuntimeError("could not load") from exc
+    except RuntimeError as exc:
+        assert root_cause(exc) == "OSError: libnvrtc.so.13: cannot open shared object file"
+
+
+# -- harness ---------------------------------------------------------------------------------
+
+
+def test_steady_window_skips_the_rest_of_a_burst():
+    # Bursts of 4 batches every second; warm-up ends inside the first burst.
+    arrivals = [t + 0.001 * k for t in (1.0, 2.0, 3.0, 4.0) for k in range(4)]
+    s, e = steady_window(arrivals, warmup=2)
+    assert s == 3 and e == 15  # 12 batches in 3 s: 4 batches/s, the true rate
+    assert steady_window([0.0, 1.0, 2.0, 3.0, 4.0], warmup=2) == (1, 4)
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+def _bench(tmp_path, data_dir, *extra) -> int:
+    return main(["--backends", "vidloader,naive", "--scale", "tiny", "--batches", "2",
+                 "--warmup", "1", "--workers", "0", "--batch-size", "12", "--max-seconds", "5",
+                 "--no-isolate", "--data-dir", str(data_dir), "--out", str(tmp_path), *extra])
+
+
+def test_every_workload_writes_json_and_png(tmp_path, data_dir, w1, w3):
+    assert _bench(tmp_path, data_dir, "--workload", "all", "--note", "test machine") == 0
+    for workload in WORKLOADS.values():
+        stems = list(tmp_path.glob(f"{workload.name}-*.json"))
+        assert len(stems) == 1, workload.name
+        report = json.loads(stems[0].read_text())
+        png = stems[0].with_suffix(".png")
+        assert png.stat().st_size > 1000 if HAVE_MATPLOTLIB else not png.exists()
+        assert report["command"].startswith("vidloader bench --workload all")
+        env = report["environment"]
+        assert {"cpu", "logical_cores", "gpus", "gpu_driver", "libraries", "note"} <= set(env)
+        assert env["note"] == "test machine" and "torch" in env["libraries"]
+        runs = {r["backend"]: r for r in report["runs"]}
+        assert set(runs) == {"vidloader", "naive"}
+        if workload.name == "relaxed" and runs["vidloader"]["status"] == "skipped":
+            assert "GopShuffle" in runs["vidloader"]["reason"]
+            continue
+        for run in runs.values():
+            assert run["status"] == "ok", run
+            assert set(run) >= RUN_KEYS, RUN_KEYS - set(run)
+            assert run["frames_per_s"] > 0 and run["decoded_per_delivered"] >= 1
+        assert report["best_peer"] == "naive"
+        assert runs["naive"]["ratio_to_best_peer"] == 1.0
+    section = markdown_section(load_reports(tmp_path), base=tmp_path)
+    assert "## Performance" in section and "](random-W1-tiny.json)" in section
+
+
+def test_isolated_run_with_a_worker(data_dir, w1):
+    cfg = RunConfig("random", "vidloader", "W1", "tiny", str(data_dir), batches=3, warmup=1,
+                    workers=1, batch_size=16, max_seconds=5)
+    result = run_isolated(cfg, timeout_s=120)
+    assert result["status"] == "ok", result
+    assert result["batch_shape"] == [16, 224, 224, 3]
+    assert result["cpu_cores_busy"] > 0 and result["peak_host_memory_bytes"] > 50 * 2**20
+
+
+def test_register_bench_adds_the_subcommand():
+    parser = argparse.ArgumentParser()
+    register_bench(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "--workload", "clips", "--scale", "tiny"])
+    assert args.workload == "clips" and callable(args.func)
