@@ -12,6 +12,7 @@ and torchcodec are in :mod:`._peers_cpu`, the GPU peers in :mod:`._peers_gpu`.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import importlib.metadata
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ class Job:
     device: str | None = None
 
 
-class Peer:
+class Peer(abc.ABC):
     """Base of the adapters. Subclasses set :attr:`name` and implement :meth:`batches`."""
 
     #: Name on the command line and in reports.
@@ -57,9 +58,9 @@ class Peer:
     def check(self) -> None:
         """Raise :class:`Skip` when the backend cannot run here (library missing …)."""
 
+    @abc.abstractmethod
     def batches(self, job: Job) -> Iterator[torch.Tensor | int]:
         """Yield the plan's batches in order (or frame counts, for a ceiling)."""
-        raise NotImplementedError
 
     def counters(self) -> dict | None:
         """Cumulative ``decoded`` / ``delivered`` frame counts, where the backend tells."""

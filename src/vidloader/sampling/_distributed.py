@@ -87,3 +87,16 @@ def _checked(rank: int, world_size: int) -> tuple[int, int]:
             f"0 <= rank < world_size; check RANK and WORLD_SIZE"
         )
     return rank, world_size
+
+
+def local_batch_positions(
+    batch_index: int, num_batches: int, batch_size: int, num_samples: int
+) -> np.ndarray:
+    """int64 positions, within this rank's share, of the samples of batch ``batch_index``."""
+    if not 0 <= batch_index < num_batches:
+        raise IndexError(
+            f"batch {batch_index} out of range: this epoch plan has {num_batches} "
+            f"batches (0..{num_batches - 1})"
+        )
+    first = batch_index * batch_size
+    return np.arange(first, min(first + batch_size, num_samples), dtype=np.int64)

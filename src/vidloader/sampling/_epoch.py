@@ -23,8 +23,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..index import VideoIndex
 from ._base import BatchPlan, EpochPlan, Sampler
-from ._checks import check_bool, check_int, check_optional_int
-from ._distributed import num_batches, shard_length, shard_positions
+from ._checks import check_int, check_optional_int, check_plan_args
+from ._distributed import local_batch_positions, num_batches, shard_length, shard_positions
 from ._permutation import KeyedPermutation, counter_stream, derive_seed, uniform_below
 from ._space import ClipShape, SampleSpace
 
@@ -96,13 +96,9 @@ class SampledEpoch(EpochPlan):
 
     def positions(self, batch_index: int) -> np.ndarray:
         """int64 global epoch positions of the samples of batch ``batch_index``."""
-        if not 0 <= batch_index < self._num_batches:
-            raise IndexError(
-                f"batch {batch_index} out of range: this epoch plan has {self._num_batches} "
-                f"batches (0..{self._num_batches - 1})"
-            )
-        first = batch_index * self.batch_size
-        local = np.arange(first, min(first + self.batch_size, self.num_samples), dtype=np.int64)
+        local = local_batch_positions(
+            batch_index, self._num_batches, self.batch_size, self.num_samples
+        )
         return shard_positions(
             local, total=self.epoch_samples, rank=self.rank, world_size=self.world_size
         )
@@ -192,13 +188,9 @@ class SpaceSampler(Sampler):
         Raises:
             ConfigError: a bad argument, an index with no sample, or no batch for this rank.
         """
-        epoch = check_int("epoch", epoch, minimum=0)
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        world_size = check_int("world_size", world_size, minimum=1)
-        rank = check_int("rank", rank, minimum=0)
-        if rank >= world_size:
-            raise ConfigError(f"rank={rank} is not below world_size={world_size}")
-        drop_last = check_bool("drop_last", drop_last)
+        epoch, batch_size, rank, world_size, drop_last = check_plan_args(
+            epoch, batch_size, rank, world_size, drop_last
+        )
         space = self.sample_space(index)
         order = EpochOrder(
             space.size, self._epoch_length(space), mode=self._mode(), seed=self.seed, epoch=epoch

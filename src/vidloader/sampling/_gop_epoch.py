@@ -26,7 +26,7 @@ import numpy as np
 
 from ..constants import DEFAULT_LOOKAHEAD_BATCHES
 from ._base import BatchPlan, EpochPlan
-from ._distributed import num_batches, shard_length
+from ._distributed import local_batch_positions, num_batches, shard_length
 from ._epoch import _SAMPLE_SEED_TAG
 from ._gop_table import GopTable
 from ._permutation import KeyedPermutation, counter_stream, derive_seed
@@ -124,13 +124,9 @@ class GopShuffleEpoch(EpochPlan):
 
     def positions(self, batch_index: int) -> np.ndarray:
         """int64 global epoch positions of batch ``batch_index``, ascending (but for the wrap)."""
-        if not 0 <= batch_index < self._num_batches:
-            raise IndexError(
-                f"batch {batch_index} out of range: this epoch plan has {self._num_batches} "
-                f"batches (0..{self._num_batches - 1})"
-            )
-        first = batch_index * self.batch_size
-        local = np.arange(first, min(first + self.batch_size, self.num_samples), dtype=np.int64)
+        local = local_batch_positions(
+            batch_index, self._num_batches, self.batch_size, self.num_samples
+        )
         return contiguous_shard(
             local, total=self.epoch_samples, share=self.num_samples, rank=self.rank
         )

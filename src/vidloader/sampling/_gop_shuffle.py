@@ -15,7 +15,7 @@ import weakref
 from ..errors import ConfigError
 from ..index import VideoIndex
 from ._base import Sampler
-from ._checks import check_bool, check_int, check_optional_int
+from ._checks import check_int, check_optional_int, check_plan_args
 from ._gop_epoch import GopShuffleEpoch
 from ._gop_table import GopTable
 from ._space import ClipShape, SampleSpace
@@ -132,13 +132,9 @@ class GopShuffle(Sampler):
             ConfigError: a bad argument, an index with no sample or no keyframes, or no batch
                 for this rank.
         """
-        epoch = check_int("epoch", epoch, minimum=0)
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        world_size = check_int("world_size", world_size, minimum=1)
-        rank = check_int("rank", rank, minimum=0)
-        if rank >= world_size:
-            raise ConfigError(f"rank={rank} is not below world_size={world_size}")
-        drop_last = check_bool("drop_last", drop_last)
+        epoch, batch_size, rank, world_size, drop_last = check_plan_args(
+            epoch, batch_size, rank, world_size, drop_last
+        )
         plan = GopShuffleEpoch(
             table=self.gop_table(index), window=self.window_for(batch_size), seed=self.seed,
             epoch=epoch, batch_size=batch_size, rank=rank, world_size=world_size,
