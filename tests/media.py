@@ -39,3 +39,13 @@ def write_corrupt(path: Path, good: Path) -> Path:
     data = bytearray(good.read_bytes())
     path.write_bytes(bytes(data[: len(data) // 3]))
     return path
+
+
+def collect_batches(loader, limit: int | None = None) -> list[dict]:
+    """The batches of one pass over ``loader`` (the first ``limit`` when given)."""
+    out = []
+    for i, batch in enumerate(loader):
+        out.append(batch)
+        if limit is not None and i + 1 >= limit:
+            break
+    return out

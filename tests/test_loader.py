@@ -16,7 +16,7 @@ import torch
 import vidloader
 from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
 
-from .media import make_small_dataset, reference_frames
+from .media import collect_batches, make_small_dataset, reference_frames
 
 SIZE = (32, 48)
 
@@ -31,13 +31,6 @@ def dataset(tmp_path_factory):
     return index, refs, full
 
 
-def _collect(loader, limit=None):
-    out = []
-    for i, batch in enumerate(loader):
-        out.append(batch)
-        if limit is not None and i + 1 >= limit:
-            break
-    return out
 
 
 def _children() -> set[int]:
@@ -73,7 +66,7 @@ def test_same_stream_whatever_num_workers(dataset):
     for workers in (0, 2):
         loader = VideoLoader(index, sampler=RandomFrames(seed=11), batch_size=12, size=SIZE,
                              num_workers=workers, prefetch=2)
-        runs.append(_collect(loader))
+        runs.append(collect_batches(loader))
     assert len(runs[0]) == len(runs[1])
     for a, b in zip(*runs):
         for key in ("frames", "video_index", "frame_index"):
@@ -120,14 +113,14 @@ def test_resume_mid_epoch_continues_identically(dataset, workers):
         return VideoLoader(index, sampler=RandomFrames(seed=5), batch_size=10, size=SIZE,
                            num_workers=workers)
 
-    full = _collect(make())
+    full = collect_batches(make())
     first = make()
-    head = _collect(first, limit=4)
+    head = collect_batches(first, limit=4)
     state = first.state_dict()
     first.shutdown()
     resumed = make()
     resumed.load_state_dict(state)
-    tail = _collect(resumed)
+    tail = collect_batches(resumed)
     assert len(head) + len(tail) == len(full)
     for a, b in zip(head + tail, full):
         assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["frame_index"], b["frame_index"])
@@ -136,11 +129,11 @@ def test_resume_mid_epoch_continues_identically(dataset, workers):
 def test_epochs_differ_and_set_epoch_replays(dataset):
     index, _, _ = dataset
     loader = VideoLoader(index, batch_size=10, size=SIZE, num_workers=0)
-    e0 = _collect(loader)
-    e1 = _collect(loader)
+    e0 = collect_batches(loader)
+    e1 = collect_batches(loader)
     assert not torch.equal(e0[0]["frame_index"], e1[0]["frame_index"])
     loader.set_epoch(0)
-    again = _collect(loader)
+    again = collect_batches(loader)
     assert torch.equal(again[0]["frame_index"], e0[0]["frame_index"])
 
 
@@ -169,7 +162,7 @@ def test_bad_video_raises_worker_error_naming_file(broken_index, workers):
     index, bad = broken_index
     loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=16, size=SIZE, num_workers=workers)
     with pytest.raises(WorkerError) as info:
-        _collect(loader)
+        collect_batches(loader)
     assert bad in str(info.value)
     assert _children() == set()
 
@@ -178,7 +171,7 @@ def test_bad_video_skipped_and_counted(broken_index):
     index, bad = broken_index
     loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=16, size=SIZE,
                          num_workers=2, on_error="skip")
-    batches = _collect(loader)
+    batches = collect_batches(loader)
     delivered = sum(len(b["frames"]) for b in batches)
     assert loader.stats["skipped_samples"] == index[1].num_frames
     assert delivered == index.total_frames - index[1].num_frames
@@ -203,7 +196,7 @@ def test_break_and_del_leave_no_process_or_shared_memory(dataset):
             break
     assert _children() == set()
     persistent = VideoLoader(index, batch_size=8, size=SIZE, num_workers=2, persistent_workers=True)
-    _collect(persistent, limit=2)
+    collect_batches(persistent, limit=2)
     assert len(_children()) == 2
     del persistent
     import gc
@@ -266,7 +259,7 @@ def test_lookahead_keeps_the_stream_and_decodes_less(dataset, workers):
     for lookahead in (1, 4):
         loader = VideoLoader(index, sampler=RandomFrames(seed=2), batch_size=10, size=SIZE,
                              num_workers=workers, lookahead=lookahead)
-        runs.append(_collect(loader))
+        runs.append(collect_batches(loader))
         decoded.append(loader.decode_stats.decoded)
     for a, b in zip(*runs):
         assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["frame_index"], b["frame_index"])

@@ -12,7 +12,7 @@ import torch
 import vidloader
 from vidloader import Clips, Process, RandomFrames, VideoLoader
 
-from .media import make_small_dataset, reference_frames
+from .media import collect_batches, make_small_dataset, reference_frames
 
 pytestmark = pytest.mark.cuda
 SIZE = (64, 96)  # native size of the small dataset: no resize, so RGB is compared tightly
@@ -25,13 +25,6 @@ def dataset(tmp_path_factory):
     return index, {k: reference_frames(r.path) for k, r in enumerate(index)}
 
 
-def _collect(loader, limit=None):
-    out = []
-    for i, batch in enumerate(loader):
-        out.append(batch)
-        if limit is not None and i + 1 >= limit:
-            break
-    return out
 
 
 def _assert_close_to_reference(batches, refs):
@@ -47,10 +40,10 @@ def test_nvdec_loader_random_frames_match_cpu_decode(dataset, workers):
     index, refs = dataset
     loader = VideoLoader(index, sampler=RandomFrames(seed=4), batch_size=16, backend="nvdec",
                          num_workers=workers)
-    batches = _collect(loader)
+    batches = collect_batches(loader)
     assert sum(len(b["frames"]) for b in batches) == index.total_frames
     _assert_close_to_reference(batches, refs)
-    cpu = _collect(VideoLoader(index, sampler=RandomFrames(seed=4), batch_size=16, num_workers=0))
+    cpu = collect_batches(VideoLoader(index, sampler=RandomFrames(seed=4), batch_size=16, num_workers=0))
     for g, c in zip(batches, cpu):
         assert torch.equal(g["frame_index"], c["frame_index"])
 
@@ -58,7 +51,7 @@ def test_nvdec_loader_random_frames_match_cpu_decode(dataset, workers):
 def test_separation_equals_in_process(dataset):
     index, _ = dataset
     runs = [
-        _collect(VideoLoader(index, sampler=RandomFrames(seed=9), batch_size=12, size=(32, 48),
+        collect_batches(VideoLoader(index, sampler=RandomFrames(seed=9), batch_size=12, size=(32, 48),
                              backend="nvdec", num_workers=w))
         for w in (0, 3)
     ]
@@ -85,7 +78,7 @@ def test_workers_never_touch_cuda_with_a_model_running(dataset):
     for backend in ("nvdec", "cpu"):
         loader = VideoLoader(index, sampler=RandomFrames(seed=1), batch_size=8, backend=backend,
                              num_workers=3, device="cuda", pin_memory=True)
-        for batch in _collect(loader, limit=6):
+        for batch in collect_batches(loader, limit=6):
             x = batch["frames"].permute(0, 3, 1, 2).float()
             assert x.is_cuda and model(x).isfinite().all()
         loader.shutdown()
