@@ -214,6 +214,16 @@ class VidloaderNvdecPeer(VidloaderPeer):
         if not torch.cuda.is_available():
             raise Skip("no CUDA GPU visible to torch")
 
+    def pipeline(self, job: Job) -> tuple[int, int]:
+        # Separation mode: workers only demux ahead; this process decodes one unit (lookahead
+        # batches) when the consumer asks for it. So one unit is the production cycle and
+        # two fill the pipeline, whatever the number of demux workers. (The CPU model,
+        # workers x lookahead per cycle, made the first H200 runs time out: 68 warm-up and
+        # 192 timed batches with 16 workers.)
+        _, cpu_cycle = super().pipeline(job)  # lookahead x workers
+        unit = max(1, cpu_cycle // max(1, job.workers))  # the loader's lookahead
+        return 2 * unit, unit
+
 
 # -- the exercise's naive loader --------------------------------------------------------------
 
