@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..index import VideoRecord, probe_video
+from ._base import DecodeTask
 from ._registry import get_executor
 
 
@@ -43,15 +44,13 @@ def decode_frames(
         FrameIndexError: an index is negative or ``>= num_frames`` (names the file).
         VideoNotFoundError, CorruptVideoError, UnsupportedCodecError: naming the file.
     """
-    from ..planning import plan_tasks_for_frames  # planning imports decoding: import late
-
     record = _record_for(path, index_record)
     idx = np.asarray(indices, np.int64).ravel()
     record.check_frames(idx)
     if idx.size == 0:
         h, w = size if size is not None else (record.height, record.width)
         return torch.empty((0, h, w, 3), dtype=torch.uint8)
-    task = plan_tasks_for_frames(0, record, idx)
+    task = DecodeTask.for_frames(0, record, idx)
     unique = task.frames
     out = _Collector(len(unique), size)
     with get_executor(backend) as executor:

@@ -51,6 +51,27 @@ class DecodeTask:
     record: VideoRecord
     gops: tuple[GopRequest, ...]
 
+    @classmethod
+    def for_frames(cls, video_index: int, record: VideoRecord, frame_indices) -> DecodeTask:
+        """The task for some frames of one video (any order, duplicates allowed): the frames
+        sorted and unique, split by the GOP (keyframe) they belong to.
+
+        Raises:
+            FrameIndexError: a frame index is outside ``[0, record.num_frames)``.
+        """
+        frames = np.asarray(frame_indices, np.int64).ravel()
+        record.check_frames(frames)
+        frames = np.unique(frames)
+        if frames.size == 0:
+            return cls(int(video_index), record, ())
+        keys = record.keyframes[np.searchsorted(record.keyframes, frames, side="right") - 1]
+        cuts = np.flatnonzero(np.diff(keys)) + 1
+        gops = tuple(
+            GopRequest(keyframe=int(k[0]), frames=f)
+            for k, f in zip(np.split(keys, cuts), np.split(frames, cuts))
+        )
+        return cls(int(video_index), record, gops)
+
     @property
     def path(self) -> str:
         return self.record.path

@@ -83,12 +83,7 @@ def plan_tasks_for_frames(
     Raises:
         FrameIndexError: a frame index is outside ``[0, record.num_frames)``.
     """
-    frames = np.asarray(frame_indices, np.int64).ravel()
-    record.check_frames(frames)
-    frames = np.unique(frames)
-    videos = np.full(len(frames), int(video_index), np.int64)
-    tasks = _tasks(videos, frames, lambda _: record)
-    return tasks[0] if tasks else DecodeTask(int(video_index), record, ())
+    return DecodeTask.for_frames(video_index, record, frame_indices)
 
 
 def estimated_decode_cost(task: DecodeTask) -> int:
