@@ -22,7 +22,7 @@ from ..constants import (
 from ..decoding import DecodeStats, get_executor
 from ..errors import ConfigError, WorkerError
 from ..index import VideoIndex
-from ..processing import Process, as_outputs, finalize
+from ..processing import Process, as_outputs, finalize, geometry
 from ..sampling import RandomFrames, Sampler, detect_rank_world, resolve_labels
 from ._assemble import BatchAssembler
 from ._pool import InlinePool, ProcessPool, SeparationPool
@@ -133,9 +133,11 @@ class VideoLoader:
         self.rank = detected[0] if rank is None else rank
         self.world_size = detected[1] if world_size is None else world_size
         self._transfer = Transfer(device, pin_memory)
+        self._plan_cache: tuple | None = None  # (epoch, plan): one epoch's plan, reused
+        self._epoch = 0
         self._seq_len = self._sequence_length()
         self._shapes = self._staging_shapes()
-        self._epoch, self._next_batch = 0, 0
+        self._next_batch = 0
         self._pool = None
         self._outstanding = 0
         self.stats = {"batches": 0, "samples": 0, "skipped_samples": 0, "skipped_files": []}
@@ -158,8 +160,6 @@ class VideoLoader:
         for name, proc in self.outputs.items():
             sizes = set()
             for rec in _distinct_sizes(self.index):
-                from ..processing import geometry
-
                 sizes.add(geometry(proc, rec.height, rec.width, path=rec.path).out_hw)
             if len(sizes) > 1:
                 raise ConfigError(
@@ -180,7 +180,7 @@ class VideoLoader:
         return int(preferred or DEFAULT_LOOKAHEAD_BATCHES)
 
     def _epoch_plan(self, epoch: int):
-        cached = getattr(self, "_plan_cache", None)
+        cached = self._plan_cache
         if cached is None or cached[0] != epoch:
             plan = self.sampler.plan_epoch(
                 self.index, epoch=epoch, batch_size=self.batch_size, rank=self.rank,
@@ -216,8 +216,8 @@ class VideoLoader:
     # -- iteration ----------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
-        return len(self._epoch_plan(0))
+        """Batches per epoch for this rank (the same every epoch)."""
+        return len(self._epoch_plan(self._epoch))
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         epoch, start = self._epoch, self._next_batch
@@ -254,6 +254,7 @@ class VideoLoader:
         pool, n, unit_size = self._pool, len(plan), self.lookahead
         free = list(range(len(pool.slots)))[::-1]
         pending: dict[int, tuple] = {}
+        planned: dict[int, object] = {}  # batch index -> the BatchPlan sent for it
         dispatch, unit, self._outstanding = start, 0, 0
         for b in range(start, n):
             # Hand out units of `lookahead` consecutive batches while slots are free.
@@ -261,6 +262,7 @@ class VideoLoader:
                 count = min(unit_size, n - dispatch)
                 slot_ids = [free.pop() for _ in range(count)]
                 plans = [self._plan_with_labels(plan, dispatch + i) for i in range(count)]
+                planned.update((p.batch_index, p) for p in plans)
                 pool.submit(unit % pool.num_workers, slot_ids, plans)
                 unit, dispatch, self._outstanding = unit + 1, dispatch + count, self._outstanding + count
             while b not in pending:
@@ -272,7 +274,7 @@ class VideoLoader:
                 self._outstanding -= 1
                 pending[msg[1]] = msg
             _, _, slot_id, valid, errors, delta = pending.pop(b)
-            batch = self._collect(plan.batch(b), slot_id, valid, errors, delta)
+            batch = self._collect(planned.pop(b), slot_id, valid, errors, delta)
             free.append(slot_id)
             self._next_batch = b + 1
             if batch is not None:
@@ -296,8 +298,8 @@ class VideoLoader:
         frames = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
         batch["video_index"] = torch.from_numpy(bp.video_indices[keep].copy())
         batch["frame_index"] = torch.from_numpy(frames[keep].copy())
-        if self.labels is not None:
-            batch["label"] = torch.from_numpy(self.labels[bp.video_indices][keep].copy())
+        if bp.labels is not None:
+            batch["label"] = torch.from_numpy(bp.labels[keep].copy())
         return batch
 
     def _account(self, bp, valid, errors, delta) -> None:
