@@ -26,3 +26,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def media(tmp_path_factory):
+    """The NVDEC/NV12 test videos (``tests/_nvdec_media.py``), generated once per session."""
+    from ._nvdec_media import make_media
+
+    return make_media(tmp_path_factory)

@@ -34,18 +34,12 @@ from vidloader.processing._nv12 import (
 
 from ._nvdec_media import (
     decode_bundle_cpu,
-    make_media,
     psnr,
     random_frame_sets,
     record_of,
     reference_frames,
     reference_nv12,
 )
-
-
-@pytest.fixture(scope="session")
-def media(tmp_path_factory):
-    return make_media(tmp_path_factory)
 
 # ------------------------------------------------------------------------------------------
 # NV12 -> RGB

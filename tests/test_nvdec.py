@@ -18,18 +18,12 @@ from vidloader.planning import plan_tasks_for_frames
 
 from ._nvdec_media import (
     DemuxDataset,
-    make_media,
     psnr,
     random_frame_sets,
     record_of,
     reference_frames,
     reference_nv12,
 )
-
-
-@pytest.fixture(scope="session")
-def media(tmp_path_factory):
-    return make_media(tmp_path_factory)
 
 pytestmark = pytest.mark.cuda
 
