@@ -258,7 +258,8 @@ def _bundle(media):
 
 
 def _same(a: PacketBundle, b: PacketBundle) -> bool:
-    fields = ("payload", "offsets", "sizes", "pts", "is_key", "gop_id", "gop_keyframes", "gop_last")
+    fields = ("payload", "offsets", "sizes", "pts", "is_key", "is_nonref", "gop_id", "gop_keyframes",
+              "gop_last")
     return a.path == b.path and a.codec == b.codec and all(
         np.array_equal(getattr(a, f), getattr(b, f)) for f in fields
     )
@@ -303,7 +304,7 @@ def _fake_gop(path: str, keyframe: int, last: int, nbytes: int) -> PacketBundle:
     one = np.ones(1, np.int64)
     return PacketBundle(
         path, "h264", np.zeros(nbytes, np.uint8), 0 * one, nbytes * one, keyframe * one, one,
-        0 * one, keyframe * one, last * one,
+        0 * one, 0 * one, keyframe * one, last * one,
     )
 
 

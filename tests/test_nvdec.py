@@ -162,3 +162,42 @@ def test_cpu_workers_demux_while_main_decodes_on_gpu(media, method):
     torch.cuda.synchronize()
     assert seen == len(tasks)
     ex.close()
+
+
+@pytest.mark.parametrize("name", ["h264", "hevc"])
+def test_skipping_nonref_packets_is_exact_and_feeds_fewer(media, name):
+    """NVDEC fed without the unwanted non-reference pictures: the same wanted frames, bit for
+    bit, from fewer packets."""
+    sets = random_frame_sets(record_of(media[name]).num_frames, count=12, seed=11)
+    fed = {}
+    for skip in (True, False):
+        ex = _executor(frame_cache_bytes=0, packet_cache_bytes=0, skip_nonref=skip)
+        for frames in sets:
+            _assert_exact(media[name], _decode_planes(ex, media[name], frames), frames)
+        fed[skip] = ex.stats.packets
+        ex.close()
+    assert fed[True] < fed[False], fed
+
+
+@pytest.mark.parametrize("num_decoders", [1, 4])
+def test_submit_batch_gop_sink_exact(media, num_decoders):
+    """The loader's path: one sink call per GOP on a decoder thread, frames stacked."""
+    ex = _executor(num_decoders=num_decoders, frame_cache_bytes=32 << 20, packet_cache_bytes=0)
+    names = ["h264", "hevc", "h264_small", "h264"]
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        tasks = [plan_tasks_for_frames(k, record_of(media[n]), rng.integers(0, record_of(media[n]).num_frames, 7))
+                 for k, n in enumerate(names)]
+        got = {}
+
+        def sink(pos, indices, frames):
+            planes = frames.nv12.clone()  # on the decoder thread's stream
+            for k, i in enumerate(indices):
+                got[(pos, i)] = planes[k]
+
+        ex.submit_batch(tasks, sink).wait()
+        torch.cuda.synchronize()
+        assert sorted(got) == sorted((t.video_index, int(i)) for t in tasks for i in t.frames)
+        for (pos, i), nv12 in got.items():
+            assert np.array_equal(nv12.cpu().numpy(), reference_nv12(media[names[pos]])[i]), (pos, i)
+    ex.close()

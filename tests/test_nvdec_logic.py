@@ -215,3 +215,133 @@ def test_no_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(BackendUnavailableError, match="no CUDA GPU is visible"):
         NvdecExecutor()
+
+
+@pytest.mark.parametrize("num_decoders", [1, 3])
+@pytest.mark.parametrize("cache", [0, 64 << 20])
+def test_submit_batch_delivers_every_wanted_frame_once_per_gop(media, fake, num_decoders, cache):
+    ex = NvdecExecutor(num_decoders=num_decoders, frame_cache_bytes=cache, packet_cache_bytes=cache)
+    wanted = [("h264", [1, 15, 30, 63]), ("hevc", [0, 40]), ("h264_small", [7, 8, 39]), ("h264", [2, 15, 16])]
+    tasks = [plan_tasks_for_frames(k, record_of(media[n]), f) for k, (n, f) in enumerate(wanted)]
+    for _ in range(2):  # the second round hits the frame cache when it is on
+        got, calls = {}, []
+
+        def sink(pos, indices, frames):
+            assert indices == sorted(indices) and len(frames) == len(indices)
+            calls.append((pos, tuple(indices)))
+            for k, i in enumerate(indices):
+                assert (pos, i) not in got, "frame delivered twice"
+                got[(pos, i)] = _fake_nvc.as_numpy(frames.nv12[k])
+
+        ex.submit_batch(tasks, sink).wait()
+        assert sorted(got) == sorted((t.video_index, int(i)) for t in tasks for i in t.frames)
+        for (pos, i), nv12 in got.items():
+            assert np.array_equal(nv12[: nv12.shape[0], : record_of(media[wanted[pos][0]]).width],
+                                  reference_nv12(media[wanted[pos][0]])[i])
+        # one call per GOP: the frames of a GOP come together
+        assert len(calls) == sum(len(t.gops) for t in tasks)
+    assert ex.stats.delivered == 2 * sum(len(f) for _, f in wanted)
+    assert ex.stats.tasks == 2 * len(tasks)
+    if cache:
+        assert ex.frame_cache.hits > 0
+    ex.close()
+
+
+def test_submit_batch_error_surfaces_at_wait_and_cancels(media, fake):
+    ex = NvdecExecutor(num_decoders=2, frame_cache_bytes=0, packet_cache_bytes=0)
+    tasks = [plan_tasks_for_frames(k, record_of(media["h264"]), [k, 40 + k]) for k in range(4)]
+
+    def sink(pos, indices, frames):
+        if pos == 1:
+            raise CorruptVideoError("x.mp4", "boom")
+
+    pending = ex.submit_batch(tasks, sink)
+    with pytest.raises(CorruptVideoError, match="boom"):
+        pending.wait()
+    ex.close()
+
+
+def _assembler_outputs(media, executor, *, batched: bool, units: int = 2):
+    """Fill `units` units of RandomFrames batches from the fake NVDEC into CPU staging."""
+    import torch
+
+    from vidloader import Process, RandomFrames
+    from vidloader.index import VideoIndex
+    from vidloader.pipeline._assemble import BatchAssembler
+
+    index = VideoIndex([record_of(media[n]) for n in ("h264", "h264", "hevc")])
+    outputs = {"a": Process(size=(48, 64)), "b": Process(size=(32, 32), crop="random", random_flip=True)}
+    ex = executor if batched else _PerFrameOnly(executor)
+    asm = BatchAssembler(index, outputs, ex, on_error="raise")
+    plan = RandomFrames(seed=5).plan_epoch(index, epoch=0, batch_size=6)
+    started, stagings = [], []
+    for u in range(units):  # start every unit before finishing the first (as SeparationPool does)
+        plans = [plan.batch(2 * u), plan.batch(2 * u + 1)]
+        st = [{"a": torch.zeros(6, 1, 48, 64, 3, dtype=torch.uint8),
+               "b": torch.zeros(6, 1, 32, 32, 3, dtype=torch.uint8)} for _ in plans]
+        started.append(asm.start_unit(plans, st))
+        stagings.append(st)
+    for unit in started:
+        assert all(r.valid.all() for r in unit.finish())
+    return stagings
+
+
+class _PerFrameOnly:
+    """An executor seen without its batched API, to compare against the per-frame path."""
+
+    def __init__(self, ex):
+        self._ex = ex
+        self.stats = ex.stats
+
+    def decode_batch(self, *a, **k):
+        return self._ex.decode_batch(*a, **k)
+
+    def decode(self, *a, **k):
+        return self._ex.decode(*a, **k)
+
+
+def test_gop_sink_fills_the_same_batches_as_the_per_frame_sink(media, fake):
+    ex = NvdecExecutor(num_decoders=3, frame_cache_bytes=0, packet_cache_bytes=0)
+    batched = _assembler_outputs(media, ex, batched=True)
+    per_frame = _assembler_outputs(media, ex, batched=False)
+    for unit_b, unit_f in zip(batched, per_frame):
+        for sb, sf in zip(unit_b, unit_f):
+            for name in sb:
+                assert sb[name].any()
+                assert np.array_equal(sb[name].numpy(), sf[name].numpy()), name
+    ex.close()
+
+
+def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake):
+    """SeparationPool (spawned demux workers, fake NVDEC here) queues several units on the
+    decoder threads before waiting for the first; the batches equal a synchronous fill."""
+    import torch
+
+    from vidloader import Process, RandomFrames
+    from vidloader.index import VideoIndex
+    from vidloader.pipeline._assemble import BatchAssembler
+    from vidloader.pipeline._pool import SeparationPool
+
+    index = VideoIndex([record_of(media[n]) for n in ("h264", "hevc", "h264_small")])
+    outputs = {"x": Process(size=(40, 40), crop="random")}
+    shapes = {"x": (5, 1, 40, 40, 3)}
+    plan = RandomFrames(seed=1).plan_epoch(index, epoch=0, batch_size=5)
+    units = [[plan.batch(2 * u), plan.batch(2 * u + 1)] for u in range(4)]
+    ex = NvdecExecutor(num_decoders=3, frame_cache_bytes=0, packet_cache_bytes=0)
+    asm = BatchAssembler(index, outputs, ex, on_error="raise")
+    pool = SeparationPool(asm, shapes, num_slots=8, num_workers=2, device="cpu", max_units_decoding=3)
+    try:
+        for u, plans in enumerate(units):
+            pool.submit(u % 2, [2 * u, 2 * u + 1], plans)
+        msgs = [pool.get() for _ in range(8)]
+        assert sorted(m[1] for m in msgs if m[0] == "done") == list(range(8)), msgs
+        reference = NvdecExecutor(num_decoders=1, frame_cache_bytes=0, packet_cache_bytes=0)
+        ref_asm = BatchAssembler(index, outputs, reference, on_error="raise")
+        for _, b, slot, valid, _errors, _delta in msgs:
+            assert valid.all()
+            want = {"x": torch.zeros(shapes["x"], dtype=torch.uint8)}
+            ref_asm.fill(plan.batch(b), want)
+            assert np.array_equal(pool.slots[slot]["x"].numpy(), want["x"].numpy()), b
+        assert sum(m[5]["delivered"] for m in msgs) == 8 * 5
+    finally:
+        pool.shutdown()

@@ -215,14 +215,14 @@ class VidloaderNvdecPeer(VidloaderPeer):
             raise Skip("no CUDA GPU visible to torch")
 
     def pipeline(self, job: Job) -> tuple[int, int]:
-        # Separation mode: workers only demux ahead; this process decodes one unit (lookahead
-        # batches) when the consumer asks for it. So one unit is the production cycle and
-        # two fill the pipeline, whatever the number of demux workers. (The CPU model,
-        # workers x lookahead per cycle, made the first H200 runs time out: 68 warm-up and
-        # 192 timed batches with 16 workers.)
+        # Separation mode: workers only demux ahead; this process queues up to
+        # SeparationPool.max_units_decoding (3) units on its decoder threads and waits for
+        # the oldest. So one unit is the production cycle and four fill the pipeline,
+        # whatever the number of demux workers. (The CPU model, workers x lookahead per
+        # cycle, made the first H200 runs time out: 68 warm-up and 192 timed batches.)
         _, cpu_cycle = super().pipeline(job)  # lookahead x workers
         unit = max(1, cpu_cycle // max(1, job.workers))  # the loader's lookahead
-        return 2 * unit, unit
+        return 4 * unit, unit
 
 
 # -- the exercise's naive loader --------------------------------------------------------------

@@ -4,7 +4,9 @@ This module runs in CPU worker processes, so it imports neither ``torch.cuda`` n
 PyNvVideoCodec: only PyAV and numpy. :func:`demux_gops` seeks to each requested GOP's keyframe,
 reads packets in decode order, converts MP4/MKV length-prefixed NAL units (AVCC/HVCC) to
 Annex B start codes with FFmpeg's ``*_mp4toannexb`` bitstream filters (which also put the
-SPS/PPS in-band before every IDR/IRAP picture) and packs them into a :class:`PacketBundle`.
+SPS/PPS in-band before every IDR/IRAP picture) and packs them into a :class:`PacketBundle`,
+flagging the packets of non-reference pictures from their NAL headers
+(:func:`vidloader.decoding._nal.nonreference_flags`, ``PacketBundle.is_nonref``).
 
 Which packets a GOP needs: the decoder is always flushed after a GOP's packets, so it outputs
 every frame it has decoded; no reorder look-ahead is needed. To output display frames
@@ -28,6 +30,7 @@ from ..errors import CorruptVideoError, UnsupportedCodecError, VideoNotFoundErro
 from ..index import VideoRecord
 from ._base import GopRequest
 from ._bundle import PacketBundle, concat_bundles
+from ._nal import nonreference_flags
 
 __all__ = ["ContainerCache", "PacketBundle", "concat_bundles", "demux_gops", "full_gop_requests"]
 
@@ -239,6 +242,7 @@ def _pack(record: VideoRecord, parts: list[_GopPackets]) -> PacketBundle:
         record.path, record.codec, payload, offsets, sizes,
         pts=np.fromiter((t for p in parts for t in p.pts), np.int64),
         is_key=np.fromiter((k for p in parts for k in p.is_key), np.int64),
+        is_nonref=nonreference_flags(payload, offsets, sizes, record.codec),
         gop_id=gop_id,
         gop_keyframes=np.fromiter((p.keyframe for p in parts), np.int64, len(parts)),
         gop_last=np.fromiter((p.last for p in parts), np.int64, len(parts)),

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 _MAGIC = b"VLPB"
-_VERSION = 1
+_VERSION = 2
 # magic, version, n_packets, n_gops, payload bytes, path bytes, codec bytes
 _HEADER = struct.Struct("<4sIqqqqq")
 
@@ -37,6 +37,11 @@ class PacketBundle:
         sizes (np.ndarray): int64 byte size of each packet.
         pts (np.ndarray): int64 presentation timestamp of each packet (``record.time_base``).
         is_key (np.ndarray): int64 1 where the packet is a keyframe, else 0.
+        is_nonref (np.ndarray): int64 1 where the packet is a non-reference picture (no other
+            picture predicts from it: H.264 ``nal_ref_idc == 0``, HEVC sub-layer non-reference
+            at the bundle's highest temporal id; see :mod:`vidloader.decoding._nal`), else 0.
+            Such a packet may be left out of the decoder's input when its own frame is not
+            wanted; every other frame still decodes identically.
         gop_id (np.ndarray): int64 position of each packet's GOP in ``gop_keyframes``.
         gop_keyframes (np.ndarray): int64 display index of each GOP's keyframe.
         gop_last (np.ndarray): int64 last display index each GOP's packets make decodable.
@@ -49,6 +54,7 @@ class PacketBundle:
     sizes: np.ndarray
     pts: np.ndarray
     is_key: np.ndarray
+    is_nonref: np.ndarray
     gop_id: np.ndarray
     gop_keyframes: np.ndarray
     gop_last: np.ndarray
@@ -64,7 +70,7 @@ class PacketBundle:
     @property
     def nbytes(self) -> int:
         """Bytes held: payload plus the per-packet and per-GOP arrays."""
-        arrays = (self.offsets, self.sizes, self.pts, self.is_key, self.gop_id)
+        arrays = (self.offsets, self.sizes, self.pts, self.is_key, self.is_nonref, self.gop_id)
         return int(self.payload.nbytes + sum(a.nbytes for a in arrays)
                    + self.gop_keyframes.nbytes + self.gop_last.nbytes)
 
@@ -91,6 +97,7 @@ class PacketBundle:
             sizes=self.sizes[sl].copy(),
             pts=self.pts[sl].copy(),
             is_key=self.is_key[sl].copy(),
+            is_nonref=self.is_nonref[sl].copy(),
             gop_id=np.zeros(len(r), np.int64),
             gop_keyframes=self.gop_keyframes[g : g + 1].copy(),
             gop_last=self.gop_last[g : g + 1].copy(),
@@ -105,7 +112,7 @@ class PacketBundle:
         """Bytes :meth:`write_to` needs."""
         path, codec = self._strings()
         n, g = self.num_packets, self.num_gops
-        return _HEADER.size + 8 * (5 * n + 2 * g) + len(path) + len(codec) + self.payload.nbytes
+        return _HEADER.size + 8 * (6 * n + 2 * g) + len(path) + len(codec) + self.payload.nbytes
 
     def write_to(self, buffer) -> int:
         """Write the bundle into a writable buffer (e.g. ``SharedMemory.buf``); return bytes used."""
@@ -117,7 +124,7 @@ class PacketBundle:
             raise ValueError(f"buffer of {len(mv)} bytes is too small for the bundle ({size})")
         _HEADER.pack_into(mv, 0, _MAGIC, _VERSION, n, g, self.payload.nbytes, len(path), len(codec))
         pos = _HEADER.size
-        for arr in (self.offsets, self.sizes, self.pts, self.is_key, self.gop_id,
+        for arr in (self.offsets, self.sizes, self.pts, self.is_key, self.is_nonref, self.gop_id,
                     self.gop_keyframes, self.gop_last):
             raw = np.ascontiguousarray(arr, np.int64).view(np.uint8)
             mv[pos : pos + raw.nbytes] = raw
@@ -137,7 +144,7 @@ class PacketBundle:
             raise ValueError("not a vidloader packet bundle (bad magic or version)")
         pos = _HEADER.size
         arrays = []
-        for count in (n, n, n, n, n, g, g):
+        for count in (n, n, n, n, n, n, g, g):
             a = np.frombuffer(mv, np.int64, count, pos)
             arrays.append(a.copy() if copy else a)
             pos += 8 * count
@@ -164,6 +171,7 @@ def concat_bundles(bundles: Sequence[PacketBundle]) -> PacketBundle:
         sizes=np.concatenate([b.sizes for b in bundles]),
         pts=np.concatenate([b.pts for b in bundles]),
         is_key=np.concatenate([b.is_key for b in bundles]),
+        is_nonref=np.concatenate([b.is_nonref for b in bundles]),
         gop_id=np.concatenate([b.gop_id + s for b, s in zip(bundles, gop_starts)]),
         gop_keyframes=np.concatenate([b.gop_keyframes for b in bundles]),
         gop_last=np.concatenate([b.gop_last for b in bundles]),

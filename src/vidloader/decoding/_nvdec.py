@@ -10,8 +10,15 @@ Two ways in:
   :class:`PacketBundle` demuxed elsewhere (:func:`vidloader.decoding._annexb.demux_gops` in a
   CPU worker process, which never touches CUDA).
 
-With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads; the sink is
-still called on the caller's thread, task by task, frames ascending.
+With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads. Two ways out:
+
+* :meth:`NvdecExecutor.decode_batch` (and ``decode``): a per-frame sink called on the caller's
+  thread, task by task, frames ascending.
+* :meth:`NvdecExecutor.submit_batch`: the loader's path. A per-GOP sink runs *on the decoder
+  thread* right after the GOP is decoded, with the GOP's wanted frames stacked, so colour
+  conversion and resize run batched and in parallel with other GOPs' decoding, and the call
+  returns at once: the caller can submit the next unit of work before waiting for this one
+  (:meth:`PendingBatch.wait`), so decoders never drain between units.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 
 import numpy as np
 import torch
@@ -32,7 +39,7 @@ from ._base import DecodeTask, Executor, FrameSink, GopRequest
 from ._bundle import PacketBundle
 from ._gop_cache import FrameCache, GopPacketCache
 from ._nvdec_decoder import DecoderSlot
-from ._nvdec_frame import NvdecFrame, record_stream
+from ._nvdec_frame import NvdecFrame, NvdecFrames, record_stream
 from ._nvdec_pool import DecoderPool
 
 #: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
@@ -42,6 +49,9 @@ DEFAULT_PACKET_CACHE_BYTES = 128 << 20
 
 #: ``sink(task_position, frame_index, frame)`` for :meth:`NvdecExecutor.decode_batch`.
 BatchSink = Callable[[int, int, NvdecFrame], None]
+#: ``sink(task_position, frame_indices, frames)`` for :meth:`NvdecExecutor.submit_batch`: one
+#: call per GOP with its wanted frames, ascending, stacked.
+GopSink = Callable[[int, list, NvdecFrames], None]
 
 _SUPPORTED_PIX_FMTS = ("yuv420p", "yuvj420p", "nv12")
 
@@ -83,7 +93,8 @@ class _Result:
     frames: list[tuple[int, torch.Tensor]]
     packets: int
     decoded: int
-    event: torch.cuda.Event
+    event: torch.cuda.Event | None
+    delivered: int = 0
 
 
 class NvdecExecutor(Executor):
@@ -103,6 +114,9 @@ class NvdecExecutor(Executor):
             a request in a GOP decoded moments ago costs no decode. 0 disables.
         packet_cache_bytes: host bytes of demuxed GOPs kept, keyed by (file, keyframe). 0
             disables; when enabled, whole GOPs are demuxed so later requests can hit.
+        skip_nonref: never feed NVDEC the packets of non-reference pictures (H.264
+            ``nal_ref_idc == 0``, HEVC top-sub-layer ``*_N`` pictures) that no request wants:
+            about a third of a GOP with two B-frames between references, exact (tested).
 
     Raises:
         BackendUnavailableError: no CUDA GPU is visible, or PyNvVideoCodec is missing.
@@ -119,11 +133,13 @@ class NvdecExecutor(Executor):
         num_decoders: int = 1,
         frame_cache_bytes: int = DEFAULT_FRAME_CACHE_BYTES,
         packet_cache_bytes: int = DEFAULT_PACKET_CACHE_BYTES,
+        skip_nonref: bool = True,
     ) -> None:
         super().__init__()
         self._nvc = load_pynvvideocodec()
         self.device = torch.device("cuda", int(device))
         self.max_width, self.max_height = int(max_width), int(max_height)
+        self.skip_nonref = bool(skip_nonref)
         self.frame_cache = FrameCache(frame_cache_bytes)
         self.packet_cache = GopPacketCache(packet_cache_bytes)
         self._slot: DecoderSlot | None = None
@@ -131,7 +147,8 @@ class NvdecExecutor(Executor):
         self._pool = DecoderPool(self._make_slot, num_decoders) if num_decoders > 1 else None
 
     def _make_slot(self) -> DecoderSlot:
-        return DecoderSlot(self._nvc, self.device.index, max_width=self.max_width, max_height=self.max_height)
+        return DecoderSlot(self._nvc, self.device.index, max_width=self.max_width,
+                           max_height=self.max_height, skip_nonref=self.skip_nonref)
 
     @property
     def slots(self) -> list[DecoderSlot]:
@@ -173,6 +190,35 @@ class NvdecExecutor(Executor):
             else:
                 self._run_pooled(jobs, sink, consumer)
 
+    def submit_batch(
+        self,
+        tasks: Sequence[DecodeTask],
+        sink: GopSink,
+        *,
+        bundles: Sequence[PacketBundle | None] | None = None,
+    ) -> PendingBatch:
+        """Start decoding ``tasks``; return at once with a handle to :meth:`PendingBatch.wait` on.
+
+        ``sink(pos, indices, frames)`` is called once per GOP of ``tasks[pos]`` (and per GOP
+        served from the frame cache) with that GOP's wanted frames, from a decoder thread
+        whose CUDA stream is current: it must only enqueue GPU work and write to places no
+        other call writes. Work it enqueues is ordered before the caller's current stream
+        continues past :meth:`PendingBatch.wait`; work the caller enqueued before this call is
+        ordered before the sink's. With ``num_decoders=1`` everything runs inside this call.
+        """
+        jobs = self._jobs(tasks, bundles, count=False)  # PendingBatch.wait counts
+        consumer = torch.cuda.current_stream(self.device)
+        ready = torch.cuda.Event()
+        ready.record(consumer)
+        if self._pool is None:
+            if self._slot is None:
+                self._slot = self._make_slot()
+            results = [self._deliver_gop(self._slot, self._containers, job, sink, ready, consumer)
+                       for job in jobs]
+            return PendingBatch(self, jobs, results, consumer)
+        futures = [self._pool.submit(self._deliver_gop, job, sink, ready, consumer) for job in jobs]
+        return PendingBatch(self, jobs, futures, consumer)
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
@@ -185,11 +231,11 @@ class NvdecExecutor(Executor):
 
     # -- planning -------------------------------------------------------------------------
 
-    def _jobs(self, tasks: Sequence[DecodeTask], bundles) -> list[_Job]:
+    def _jobs(self, tasks: Sequence[DecodeTask], bundles, *, count: bool = True) -> list[_Job]:
         jobs: list[_Job] = []
         for pos, task in enumerate(tasks):
             check_nvdec_supported(task.record)
-            self.stats.tasks += 1
+            self.stats.tasks += count
             bundle = bundles[pos] if bundles is not None else None
             if bundle is not None:
                 _check_bundle(task, bundle)
@@ -252,7 +298,7 @@ class NvdecExecutor(Executor):
                 sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
 
         bundle, g = self._packets(job, self._containers)
-        packets, _ = slot.decode_gop(rec, bundle, g, job.gop.last, on_frame)
+        packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
         self._count(job, packets, len(delivered), wanted)
 
     def _deliver_cached(self, job: _Job, frames, sink: BatchSink, consumer) -> None:
@@ -265,10 +311,7 @@ class NvdecExecutor(Executor):
         self.stats.packets += packets
         self.stats.delivered += delivered
         if missing:
-            raise CorruptVideoError(
-                job.record.path, f"NVDEC did not output frames {sorted(missing)[:8]} of the GOP "
-                f"at keyframe {job.gop.keyframe}; the file is damaged or the index is stale",
-            )
+            raise _missing_frames(job, missing)
 
     # -- pooled: GOPs decoded on decoder threads, delivered here in order ---------------------
 
@@ -302,7 +345,7 @@ class NvdecExecutor(Executor):
 
         with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
             bundle, g = self._packets(job, containers)
-            packets, _ = slot.decode_gop(rec, bundle, g, job.gop.last, on_frame)
+            packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
             event = torch.cuda.Event()
             event.record(slot.stream)
         return _Result(frames, packets, decoded, event)
@@ -325,6 +368,94 @@ class NvdecExecutor(Executor):
                 delivered += 1
                 sink(job.pos, i, NvdecFrame(nv12, job.record, consumer))
         self._count(job, res.packets, delivered, wanted)
+
+
+    # -- submit_batch: decode and deliver a GOP on a decoder thread ---------------------------
+
+    def _deliver_gop(self, slot: DecoderSlot, containers: ContainerCache, job: _Job, sink: GopSink,
+                     ready, consumer) -> _Result:
+        """Decode ``job``'s GOP (or take it from the frame cache) and hand its wanted frames,
+        stacked, to ``sink``; all on ``slot``'s stream. Returns the counts and a done-event."""
+        with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
+            slot.stream.wait_event(ready)  # the caller's earlier work on the sink's buffers
+            cached = self._cached(job)
+            if cached is not None:
+                for _, t in cached:
+                    record_stream(t, slot.stream)  # cached on another stream
+                res, wanted = _Result([], 0, 0, None), cached
+            else:
+                res = self._decode_pooled(slot, containers, job)
+                self._keep(job, res.frames, slot.stream)
+                want = set(job.gop.frames.tolist())
+                wanted = [(i, t) for i, t in res.frames if i in want]
+            missing = set(job.gop.frames.tolist()) - {i for i, _ in wanted}
+            if missing:
+                raise _missing_frames(job, missing)
+            if wanted:
+                stacked = torch.stack([t for _, t in wanted])
+                sink(job.pos, [i for i, _ in wanted], NvdecFrames(stacked, job.record, consumer))
+            res.frames = []
+            res.delivered = len(wanted)
+            res.event = torch.cuda.Event()
+            res.event.record(slot.stream)
+        return res
+
+    def _keep(self, job: _Job, frames, stream) -> None:
+        """Put decoded frames into the frame cache (readable from any stream after this)."""
+        if self.frame_cache.max_bytes == 0:
+            return
+        for i, nv12 in frames:
+            if i >= 0:
+                self.frame_cache.put(job.record.path, i, nv12)
+
+
+class PendingBatch:
+    """A :meth:`NvdecExecutor.submit_batch` in flight."""
+
+    def __init__(self, executor: NvdecExecutor, jobs: list[_Job], results: list, consumer) -> None:
+        self._executor, self._jobs, self._results, self._consumer = executor, jobs, results, consumer
+        self._done = False
+
+    def wait(self) -> None:
+        """Block until every GOP is delivered; order the caller's stream after the sinks' work
+        and add the counts to the executor's stats.
+
+        Raises:
+            CorruptVideoError / UnsupportedCodecError: a GOP failed (the other GOPs are
+                finished or cancelled first, so no sink runs after this returns).
+        """
+        if self._done:
+            return
+        self._done = True
+        stats = self._executor.stats
+        try:
+            for job, res in zip(self._jobs, self._results):
+                if isinstance(res, Future):
+                    res = res.result()
+                self._consumer.wait_event(res.event)
+                stats.decoded += res.decoded
+                stats.packets += res.packets
+                stats.delivered += res.delivered
+                stats.seeks += res.packets > 0
+        except BaseException:
+            self.cancel()
+            raise
+        stats.tasks += len({job.pos for job in self._jobs})
+
+    def cancel(self) -> None:
+        """Cancel GOPs not started and wait for the running ones (no sink runs afterwards)."""
+        self._done = True
+        futures = [r for r in self._results if isinstance(r, Future)]
+        for fut in futures:
+            fut.cancel()
+        wait(futures)
+
+
+def _missing_frames(job: _Job, missing) -> CorruptVideoError:
+    return CorruptVideoError(
+        job.record.path, f"NVDEC did not output frames {sorted(missing)[:8]} of the GOP "
+        f"at keyframe {job.gop.keyframe}; the file is damaged or the index is stale",
+    )
 
 
 def _compact(nv12: torch.Tensor, rec: VideoRecord) -> torch.Tensor:

@@ -128,15 +128,18 @@ class DecoderSlot:
         max_width, max_height: initial decoder maximum (0: the first video's size); decoders
             grow (are re-created) when a larger video comes.
         packet_flags: ``PacketData.decode_flag`` for every packet.
+        skip_nonref: drop the packets of non-reference pictures no request wants
+            (``PacketBundle.is_nonref``), as FFmpeg's ``skip_frame=NONREF`` does on the CPU.
     """
 
     def __init__(self, nvc, device: int, *, max_width: int = 0, max_height: int = 0,
-                 packet_flags: int = DEFAULT_PACKET_FLAGS) -> None:
+                 packet_flags: int = DEFAULT_PACKET_FLAGS, skip_nonref: bool = True) -> None:
         self.nvc, self.gpu = nvc, int(device)
         self.device = torch.device("cuda", self.gpu)
         self.stream = torch.cuda.Stream(self.device)
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.packet_flags = int(packet_flags)
+        self.skip_nonref = bool(skip_nonref)
         self._decoders: dict[str, _Decoder] = {}
         self.pts_mode: str | None = None  # "frame" (getPTS carries our rank) or "count"
         self.reuse_after_flush: bool | None = None  # learnt on the first reuse
@@ -196,10 +199,12 @@ class DecoderSlot:
         self.recreated += 1
         return dec
 
-    def decode_gop(self, record: VideoRecord, bundle: PacketBundle, g: int, last: int,
+    def decode_gop(self, record: VideoRecord, bundle: PacketBundle, g: int, wanted: np.ndarray,
                    on_frame: OnFrame, *, retry: bool = True) -> tuple[int, int]:
-        """Feed GOP ``g`` of ``bundle`` up to what frame ``last`` needs, flush, and call
-        ``on_frame`` for every output frame. Returns ``(packets fed, frames output)``.
+        """Feed GOP ``g`` of ``bundle`` up to what the frames ``wanted`` (sorted display
+        indices) need, flush, and call ``on_frame`` for every output frame. With
+        :attr:`skip_nonref`, packets of non-reference pictures that are not wanted are not
+        fed at all (nothing else depends on them). Returns ``(packets fed, frames output)``.
 
         Runs on :attr:`stream` (the caller makes it current).
 
@@ -207,7 +212,7 @@ class DecoderSlot:
             CorruptVideoError: NVDEC rejected the packets (after one retry on a fresh decoder).
         """
         dec = self._decoder(record)
-        feed = _packets_to_feed(record, bundle, g, last)
+        feed = _packets_to_feed(record, bundle, g, wanted, skip_nonref=self.skip_nonref)
         reused = dec.flushed  # this decoder already went through an end of stream
         counter = _FrameCounter(self, record, feed, bundle)
         try:
@@ -220,14 +225,14 @@ class DecoderSlot:
                 raise
             if retry and counter.count == 0:
                 log.info("%s: NVDEC failed (%s); retrying on a fresh decoder", record.path, exc.__cause__)
-                return self.decode_gop(record, bundle, g, last, on_frame, retry=False)
+                return self.decode_gop(record, bundle, g, wanted, on_frame, retry=False)
             raise CorruptVideoError(record.path, f"NVDEC failed in the GOP at keyframe "
                                     f"{int(bundle.gop_keyframes[g])}: {exc.__cause__}") from exc.__cause__
         out = counter.count
         if out == 0 and len(feed) and reused and self.reuse_after_flush is None:
             log.info("a flushed NVDEC decoder output nothing: re-creating decoders after each GOP")
             self.reuse_after_flush = False
-            return self.decode_gop(record, bundle, g, last, on_frame)
+            return self.decode_gop(record, bundle, g, wanted, on_frame)
         if out and reused and self.reuse_after_flush is None:
             self.reuse_after_flush = True
         return len(feed), out
@@ -308,17 +313,24 @@ class _FrameCounter:
             )
 
 
-def _packets_to_feed(record: VideoRecord, bundle: PacketBundle, g: int, last: int) -> np.ndarray:
-    """Positions of GOP ``g``'s packets up to the last one frames ``keyframe..last`` need."""
+def _packets_to_feed(record: VideoRecord, bundle: PacketBundle, g: int, wanted: np.ndarray, *,
+                     skip_nonref: bool) -> np.ndarray:
+    """Positions of GOP ``g``'s packets that the display frames ``wanted`` need, in decode
+    order: every packet up to the last one needed, less (with ``skip_nonref``) the unwanted
+    non-reference pictures."""
     r = bundle.packet_range(g)
-    key = int(bundle.gop_keyframes[g])
+    key, last = int(bundle.gop_keyframes[g]), int(wanted[-1])
     if last > int(bundle.gop_last[g]):
         raise CorruptVideoError(record.path, f"packet bundle covers frames up to {int(bundle.gop_last[g])}, not {last}")
-    needed = np.isin(bundle.pts[r.start : r.stop], record.pts[key : last + 1])
-    hits = np.flatnonzero(needed)
+    pts = bundle.pts[r.start : r.stop]
+    hits = np.flatnonzero(np.isin(pts, record.pts[key : last + 1]))
     if len(hits) != last - key + 1:
         raise CorruptVideoError(record.path, f"packet bundle lacks packets for frames {key}..{last}")
-    return np.arange(r.start, r.start + int(hits[-1]) + 1)
+    stop = int(hits[-1]) + 1
+    if not skip_nonref:
+        return np.arange(r.start, r.start + stop)
+    drop = (bundle.is_nonref[r.start : r.start + stop] != 0) & ~np.isin(pts[:stop], record.pts[wanted])
+    return r.start + np.flatnonzero(~drop)
 
 
 def _display_indices(record: VideoRecord, sorted_pts: np.ndarray) -> np.ndarray:

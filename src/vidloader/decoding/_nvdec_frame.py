@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..index import VideoRecord
-from ..processing._nv12 import color_params, nv12_to_rgb
+from ..processing._nv12 import color_params, nv12_to_rgb, nv12_to_rgb_batch
 
 
 def record_stream(tensor: torch.Tensor, stream) -> None:
@@ -66,3 +66,47 @@ class NvdecFrame:
     def nv12(self) -> torch.Tensor:
         """The NV12 tensor itself, without copying (valid only during the sink call)."""
         return self._nv12
+
+
+#: Pictures converted per kernel chain by :meth:`NvdecFrames.to_rgb`: enough to amortise the
+#: launches, few enough that the float intermediates of 1080p frames stay in the low GiBs.
+RGB_CHUNK = 16
+
+
+class NvdecFrames:
+    """The wanted frames of one decoded GOP of one video, stacked: ``N × rows × W`` NV12.
+
+    What a GOP sink receives (:meth:`NvdecExecutor.submit_batch`): converting the GOP's frames
+    in one batched kernel chain costs a few launches per GOP instead of per frame. The tensor
+    is a private copy, so it stays valid after the sink returns.
+    """
+
+    __slots__ = ("_nv12", "_record", "_consumer")
+
+    def __init__(self, nv12: torch.Tensor, record: VideoRecord, consumer: torch.cuda.Stream) -> None:
+        self._nv12 = nv12
+        self._record = record
+        self._consumer = consumer
+
+    def __len__(self) -> int:
+        return int(self._nv12.shape[0])
+
+    def __getitem__(self, k: int) -> NvdecFrame:
+        return NvdecFrame(self._nv12[k], self._record, self._consumer)
+
+    @property
+    def nv12(self) -> torch.Tensor:
+        return self._nv12
+
+    def to_rgb(self, size: tuple[int, int] | None = None) -> torch.Tensor:
+        """RGB uint8 ``N × H × W × 3`` CUDA tensor of every frame, resized to ``size``."""
+        rec = self._record
+        matrix, full = color_params(rec.color_space, rec.color_range, rec.pix_fmt)
+        parts = [
+            nv12_to_rgb_batch(self._nv12[k : k + RGB_CHUNK], height=rec.height, width=rec.width,
+                              matrix=matrix, full_range=full, out_size=size)
+            for k in range(0, len(self), RGB_CHUNK)
+        ]
+        rgb = parts[0] if len(parts) == 1 else torch.cat(parts)
+        record_stream(rgb, self._consumer)
+        return rgb

@@ -40,6 +40,37 @@ def slots_by_frame(plans: list[BatchPlan]) -> dict[tuple[int, int], list[tuple[i
     return slots
 
 
+class UnitFill:
+    """A unit of batches being filled (:meth:`BatchAssembler.start_unit`)."""
+
+    def __init__(self, assembler: BatchAssembler, plans, results, tasks, sinks, bundles) -> None:
+        self.assembler, self.plans, self.results = assembler, plans, results
+        self.tasks, self.sinks, self.bundles = tasks, sinks, bundles
+        self.pending = None  # an executor's PendingBatch
+        self.redo = False  # decode task by task (no batch API, or the batch hit a bad file)
+
+    def finish(self) -> list[FillResult]:
+        """Wait for the unit's decoding; return each batch's :class:`FillResult`."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            try:
+                pending.wait()
+            except MediaError:
+                if self.assembler.on_error == "raise":
+                    raise
+                self.redo = True  # one bad file: redo task by task, to tell good from bad
+        if self.redo:
+            self.redo = False
+            self.assembler.redo_task_by_task(self)
+        return self.results
+
+    def cancel(self) -> None:
+        """Stop the unit's decoding (nothing is written into its slots afterwards)."""
+        if self.pending is not None:
+            self.pending.cancel()
+            self.pending = None
+
+
 class BatchAssembler:
     """Decodes a :class:`BatchPlan` with an executor into per-output staging buffers.
 
@@ -84,6 +115,18 @@ class BatchAssembler:
                 demuxed by a CPU worker; ``None`` for a task whose demux failed.
             failed: ``(video, path, message)`` for each task whose demux failed.
         """
+        return self.start_unit(plans, stagings, bundles, failed).finish()
+
+    def start_unit(
+        self,
+        plans: list[BatchPlan],
+        stagings: list[dict],
+        bundles: list | None = None,
+        failed: list[tuple[int, str, str]] = (),
+    ) -> UnitFill:
+        """:meth:`fill_unit` in two halves: with an executor that decodes asynchronously
+        (``submit_batch``, NVDEC) this returns once the work is queued, so the next unit can
+        be queued before this one is waited for (:meth:`UnitFill.finish`)."""
         for plan, staging in zip(plans, stagings):
             self._clear_unmapped_slots(plan, staging)
         slots = slots_by_frame(plans)
@@ -96,22 +139,35 @@ class BatchAssembler:
             kept = [i for i, b in enumerate(bundles) if b is not None]
             tasks, bundles = [tasks[i] for i in kept], [bundles[i] for i in kept]
         sinks = [self._sink(t.video_index, slots, transforms, stagings) for t in tasks]
-        if hasattr(self.executor, "decode_batch"):
+        unit = UnitFill(self, plans, results, tasks, sinks, bundles)
+        if hasattr(self.executor, "submit_batch"):
+            gop_sink = self._gop_sink(tasks, slots, transforms, stagings)
             try:
-                self.executor.decode_batch(tasks, lambda k, i, f: sinks[k](i, f), bundles=bundles)
-                return results
+                unit.pending = self.executor.submit_batch(tasks, gop_sink, bundles=bundles)
             except MediaError:
                 if self.on_error == "raise":
                     raise
-                # One bad file: redo task by task, to tell the good from the bad.
-        for k, task in enumerate(tasks):
+                unit.redo = True
+        elif hasattr(self.executor, "decode_batch"):
             try:
-                self._decode_one(task, sinks[k], None if bundles is None else bundles[k])
+                self.executor.decode_batch(tasks, lambda k, i, f: sinks[k](i, f), bundles=bundles)
+            except MediaError:
+                if self.on_error == "raise":
+                    raise
+                unit.redo = True
+        else:
+            unit.redo = True
+        return unit
+
+    def redo_task_by_task(self, unit: UnitFill) -> None:
+        """Decode a unit's tasks one by one, marking the samples of the files that fail."""
+        for k, task in enumerate(unit.tasks):
+            try:
+                self._decode_one(task, unit.sinks[k], None if unit.bundles is None else unit.bundles[k])
             except MediaError as exc:
                 if self.on_error == "raise":
                     raise
-                self._mark_failed(plans, results, task.video_index, exc.path, str(exc))
-        return results
+                self._mark_failed(unit.plans, unit.results, task.video_index, exc.path, str(exc))
 
     def _decode_one(self, task, sink, bundle) -> None:
         if bundle is None:
@@ -152,6 +208,30 @@ class BatchAssembler:
                     if rgb is None:
                         rgb = rgb_by_size[geom.decode_hw] = frame.to_rgb(geom.decode_hw)
                     stagings[p][name][b, slot] = apply_window(rgb, geom, transforms[p][name][b])
+
+        return sink
+
+    def _gop_sink(self, tasks, slots, transforms, stagings):
+        """The per-GOP sink of ``submit_batch``: convert the GOP's frames in one batched call
+        per output size, then crop each sample's window into its staging slot. Runs on decoder
+        threads: it only reads shared state, and every (batch, sample, slot) is written once."""
+        outputs = self.outputs
+        videos = [t.video_index for t in tasks]
+        geoms = {(name, v): self.geometry(name, v) for v in set(videos) for name in outputs}
+
+        def sink(pos: int, indices: list[int], frames) -> None:
+            video = videos[pos]
+            rgb_by_size: dict[tuple[int, int], object] = {}
+            for name, proc in outputs.items():
+                geom = geoms[(name, video)]
+                rgb = rgb_by_size.get(geom.decode_hw)
+                if rgb is None:
+                    rgb = rgb_by_size[geom.decode_hw] = frames.to_rgb(geom.decode_hw)
+                for k, i in enumerate(indices):
+                    for p, b, t in slots.get((video, i), ()):
+                        slot = proc.slots(t)
+                        if slot >= 0:
+                            stagings[p][name][b, slot] = apply_window(rgb[k], geom, transforms[p][name][b])
 
         return sink
 

@@ -77,6 +77,8 @@ class VideoLoader:
         persistent_workers (bool): keep workers between epochs.
         decoder_threads (int): FFmpeg threads per decode (``"cpu"``).
         nvdec_decoders (int): NVDEC decoders on threads, to keep the engines busy (``"nvdec"``).
+        nvdec_options (Mapping | None): further :class:`~vidloader.decoding.NvdecExecutor`
+            options (``frame_cache_bytes``, ``packet_cache_bytes``, ``skip_nonref``).
 
     .. note:: The stream of batches is a pure function of (sampler seed, epoch, rank): the same
        whatever ``num_workers``. :meth:`state_dict` taken mid-epoch and loaded into a fresh
@@ -105,6 +107,7 @@ class VideoLoader:
         persistent_workers: bool = False,
         decoder_threads: int = DEFAULT_DECODER_THREADS,
         nvdec_decoders: int = DEFAULT_NVDEC_DECODERS,
+        nvdec_options: Mapping[str, object] | None = None,
     ) -> None:
         if len(index) == 0:
             raise ConfigError("the index holds no readable videos" + _rejected_hint(index))
@@ -127,7 +130,7 @@ class VideoLoader:
             raise ConfigError(f"backend must be 'cpu' or 'nvdec', got {backend!r}")
         self.executor_options = (
             {"thread_count": decoder_threads} if backend == "cpu"
-            else _nvdec_options(index, device, nvdec_decoders)
+            else {**_nvdec_options(index, device, nvdec_decoders), **(nvdec_options or {})}
         )
         detected = detect_rank_world()
         self.rank = detected[0] if rank is None else rank

@@ -18,7 +18,13 @@ import torch
 from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SECONDS
 from ..errors import WorkerError
 from ._assemble import BatchAssembler
-from ._worker import WorkerConfig, demux_worker_main, fill_unit_messages, worker_main
+from ._worker import (
+    WorkerConfig,
+    demux_worker_main,
+    fill_unit_messages,
+    start_unit_messages,
+    worker_main,
+)
 
 _SPAWN_HINT = (
     ". A worker that dies while starting usually means the script that creates the loader "
@@ -174,13 +180,19 @@ class ProcessPool(WorkerProcesses):
 class SeparationPool(WorkerProcesses):
     """NVIDIA's separation mode: CPU workers demux GOPs to Annex-B packet bundles; this
     process decodes them on the GPU (NVDEC) into GPU staging slots. Workers never touch CUDA.
+
+    Decoding is asynchronous (``submit_batch``): when a unit's packets arrive its GOPs are
+    queued on the decoder threads at once, and up to ``max_units_decoding`` units are queued
+    before the oldest is waited for, so the decoders never drain between units.
     """
 
     def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int,
-                 num_workers: int, device) -> None:
+                 num_workers: int, device, max_units_decoding: int = 3) -> None:
         self.assembler = assembler
         self.slots = _allocate(shapes, num_slots, device=device)
+        self.max_units_decoding = max(1, int(max_units_decoding))
         self._units: dict[int, tuple[list, list]] = {}
+        self._decoding: collections.deque = collections.deque()  # UnitMessages in flight
         self._done: collections.deque = collections.deque()
         args = [(i, assembler.index, assembler.on_error) for i in range(num_workers)]
         super().__init__(demux_worker_main, args, num_workers)
@@ -191,20 +203,43 @@ class SeparationPool(WorkerProcesses):
         self.put(worker, (key, plans))
 
     def get(self, deadline: float | None = None):
-        if self._done:
-            return self._done.popleft()
-        msg = super().get(deadline)
-        if msg[0] != "bundles":
-            return msg
+        while not self._done:
+            # Queue every unit whose packets are here (up to the limit), then wait for the
+            # oldest: the next units decode while this one is being waited for.
+            while len(self._decoding) < self.max_units_decoding:
+                msg = self._next_message(deadline, block=not self._decoding)
+                if msg is None:
+                    break
+                if msg[0] != "bundles":
+                    return msg
+                self._start(msg)
+            if self._decoding:
+                self._done.extend(self._decoding.popleft().finish())
+        return self._done.popleft()
+
+    def _next_message(self, deadline, *, block: bool):
+        if block or self._backlog:
+            return super().get(deadline)
+        try:
+            msg = self.result_q.get_nowait()
+        except queue.Empty:
+            return None
+        if isinstance(msg, list):
+            self._backlog.extend(msg[1:])
+            msg = msg[0]
+        return msg
+
+    def _start(self, msg) -> None:
         _, key, bundles, failed = msg
         slot_ids, plans = self._units.pop(key)
         executor = self.assembler.executor
-        self._done.extend(
-            fill_unit_messages(self.assembler, executor, self.slots, slot_ids, plans, bundles, failed)
+        self._decoding.append(
+            start_unit_messages(self.assembler, executor, self.slots, slot_ids, plans, bundles, failed)
         )
-        return self._done.popleft()
 
     def shutdown(self) -> None:
+        while self._decoding:
+            self._decoding.popleft().cancel()
         super().shutdown()
         self.assembler.executor.close()
         self.slots = []

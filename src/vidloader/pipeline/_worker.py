@@ -70,21 +70,56 @@ def fill_unit_messages(
 
     The unit's decode counters ride on its first message.
     """
-    before = dataclasses.asdict(executor.stats)
+    return start_unit_messages(assembler, executor, slots, slot_ids, plans, bundles, failed).finish()
+
+
+class UnitMessages:
+    """A unit started with :func:`start_unit_messages`; :meth:`finish` waits and reports."""
+
+    def __init__(self, executor, slot_ids: list, plans: list) -> None:
+        self.executor, self.slot_ids, self.plans = executor, slot_ids, plans
+        self.fill = None
+        self.error: list | None = None
+
+    def fail(self, exc: BaseException) -> list:
+        path = getattr(exc, "path", None)
+        first = self.plans[0].batch_index
+        return [("error", first, self.slot_ids, repr(exc), traceback.format_exc(), path)]
+
+    def finish(self) -> list:
+        if self.error is not None:
+            return self.error
+        # Decode counters move only while a unit is waited for (asynchronous executors count
+        # in ``wait``), so the difference around it is this unit's, even with others in flight.
+        before = dataclasses.asdict(self.executor.stats)
+        try:
+            results = self.fill.finish()
+        except BaseException as exc:
+            return self.fail(exc)
+        after = dataclasses.asdict(self.executor.stats)
+        delta = {k: after[k] - before[k] for k in after}
+        zero = dict.fromkeys(delta, 0)
+        return [
+            ("done", p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero)
+            for i, (s, p, r) in enumerate(zip(self.slot_ids, self.plans, results))
+        ]
+
+    def cancel(self) -> None:
+        if self.fill is not None:
+            self.fill.cancel()
+
+
+def start_unit_messages(
+    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=()
+) -> UnitMessages:
+    """Start filling a unit of batches (see :meth:`BatchAssembler.start_unit`)."""
+    unit = UnitMessages(executor, slot_ids, plans)
     try:
         stagings = [_staging_views(slots[s], p.batch_size) for s, p in zip(slot_ids, plans)]
-        results = assembler.fill_unit(plans, stagings, bundles, failed)
+        unit.fill = assembler.start_unit(plans, stagings, bundles, failed)
     except BaseException as exc:
-        path = getattr(exc, "path", None)
-        first = plans[0].batch_index
-        return [("error", first, slot_ids, repr(exc), traceback.format_exc(), path)]
-    after = dataclasses.asdict(executor.stats)
-    delta = {k: after[k] - before[k] for k in after}
-    zero = dict.fromkeys(delta, 0)
-    return [
-        ("done", p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero)
-        for i, (s, p, r) in enumerate(zip(slot_ids, plans, results))
-    ]
+        unit.error = unit.fail(exc)
+    return unit
 
 
 def demux_worker_main(worker_id: int, index, on_error: str, task_q, result_q) -> None:

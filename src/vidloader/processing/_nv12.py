@@ -13,6 +13,7 @@ path does, so the result matches ``VideoFrame.to_ndarray(format="rgb24")`` withi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Literal
 
@@ -48,7 +49,16 @@ def color_params(color_space: str, color_range: str, pix_fmt: str = "") -> tuple
 def yuv_to_rgb_coefficients(
     matrix: Matrix, full_range: bool, *, device=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(A, b)`` with ``rgb = A @ [Y, U, V] + b`` for 8-bit code values (float32)."""
+    """``(A, b)`` with ``rgb = A @ [Y, U, V] + b`` for 8-bit code values (float32).
+
+    Cached per ``(matrix, range, device)``: building them on a GPU is a host-to-device copy,
+    which per frame would cost more than the conversion. Treat the tensors as read-only.
+    """
+    return _coefficients(matrix, bool(full_range), str(torch.device(device or "cpu")))
+
+
+@functools.lru_cache(maxsize=32)
+def _coefficients(matrix: Matrix, full_range: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     if matrix not in _KR_KB:
         raise ConfigError(f"matrix must be one of {sorted(_KR_KB)}, got {matrix!r}")
     kr, kb = _KR_KB[matrix]

@@ -1,0 +1,153 @@
+"""Sweep VideoLoader(backend="nvdec") settings on one GPU, beside the raw NVDEC ceiling.
+
+Runs on the GPU machine (device tool) over the bench's W1 dataset at ``--scale`` and prints one
+JSON line per configuration: frames/s, decoded frames per delivered frame, NVDEC and GPU
+utilisation (``nvidia-smi``, sampled every 200 ms). It chooses defaults (decoder threads,
+frame cache, non-reference skipping); the figures we publish come from ``vidloader bench``.
+
+Usage: ``python benchmarks/nvdec_loader_sweep.py --scale gpu-quick --out sweep.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from vidloader import GopShuffle, Process, RandomFrames, SequentialFrames, VideoLoader
+from vidloader.bench._datasets import load_index, prepare_dataset
+from vidloader.bench._monitor import GpuSampler
+
+SAMPLERS = {"sequential": SequentialFrames, "random": RandomFrames, "relaxed": GopShuffle}
+
+#: (sampler, nvdec_decoders, extra nvdec_options) per configuration.
+CONFIGS = [
+    ("sequential", 8, {}),
+    ("sequential", 16, {}),
+    ("sequential", 8, {"frame_cache_bytes": 0}),
+    ("random", 8, {}),
+    ("random", 16, {}),
+    ("random", 8, {"skip_nonref": False}),
+    ("relaxed", 8, {}),
+    ("relaxed", 16, {}),
+]
+
+#: Share of ``--batches`` / ``--warmup`` the random configurations run (they are slow).
+RANDOM_SHARE = 0.4
+
+
+def ceiling(paths: list[str], threads: int, seconds: float) -> dict:
+    """Raw PyNvVideoCodec demuxer + decoder on ``threads`` threads (as the bench's
+    ``pynvc-threads`` peer), frames decoded per second over about ``seconds``."""
+    from vidloader.bench._peers_gpu import PynvcThreadsPeer
+
+    peer = PynvcThreadsPeer()
+    peer.check()
+    counts: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    workers = [threading.Thread(target=peer._work, args=(paths[k::threads] or paths, counts, stop),
+                                daemon=True) for k in range(threads)]
+    gpu = GpuSampler()
+    for w in workers:
+        w.start()
+    time.sleep(2.0)  # decoders created, pipeline full
+    while not counts.empty():
+        counts.get()
+    t0, frames = time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        got = counts.get(timeout=60)
+        if isinstance(got, BaseException):
+            raise got
+        frames += got
+    t1 = time.monotonic()
+    stop.set()
+    for w in workers:
+        w.join(timeout=30)
+    gpu.stop()
+    return {"fps": frames / (t1 - t0), "frames": frames, "threads": threads, **gpu.summary(t0, t1)}
+
+
+def run_loader(index, sampler_name: str, decoders: int, options: dict, *, workers: int,
+               batches: int, warmup: int) -> dict:
+    loader = VideoLoader(
+        index, sampler=SAMPLERS[sampler_name](), batch_size=128,
+        processing=Process(size=(224, 224)), backend="nvdec", num_workers=workers,
+        nvdec_decoders=decoders, nvdec_options=options, drop_last=True, persistent_workers=True,
+    )
+    gpu = GpuSampler()
+    try:
+        it = iter(loader)
+        for _ in range(warmup):
+            next(it)
+        torch.cuda.synchronize()
+        before = dict(loader.decode_stats.__dict__)
+        t0, n = time.monotonic(), 0
+        for _ in range(batches):
+            try:
+                batch = next(it)
+            except StopIteration:  # a short epoch: go on into the next one
+                it = iter(loader)
+                batch = next(it)
+            n += batch["frames"].shape[0]
+        torch.cuda.synchronize()
+        t1 = time.monotonic()
+        after = dict(loader.decode_stats.__dict__)
+    finally:
+        loader.shutdown()
+        gpu.stop()
+    delta = {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
+    return {
+        "fps": n / (t1 - t0), "frames": n, "seconds": t1 - t0, "lookahead": loader.lookahead,
+        "decoded_per_delivered": delta.get("decoded", 0) / max(1, delta.get("delivered", 1)),
+        "stats": delta, **gpu.summary(t0, t1),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--scale", default="gpu-quick")
+    p.add_argument("--data-dir", default="/tmp/bench-data")
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--batches", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=12)
+    p.add_argument("--ceiling-seconds", type=float, default=8.0)
+    p.add_argument("--only", default="", help="comma-separated sampler names to run")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    dataset = prepare_dataset("W1", args.scale, data_dir=args.data_dir)
+    index = load_index(dataset)
+    results: dict = {"scale": args.scale, "videos": len(index), "workers": args.workers,
+                     "gpu": torch.cuda.get_device_name(0), "runs": []}
+    only = set(filter(None, args.only.split(",")))
+
+    def record(name: str, fn) -> None:
+        t0 = time.monotonic()
+        try:
+            res = fn()
+        except Exception:
+            res = {"error": traceback.format_exc()[-2000:]}
+        res = {"config": name, "wall_s": round(time.monotonic() - t0, 1), **res}
+        results["runs"].append(res)
+        print(json.dumps(res, default=float), flush=True)
+        Path(args.out).write_text(json.dumps(results, indent=1, default=float))
+
+    paths = [r.path for r in index]
+    record("ceiling pynvc-threads x16", lambda: ceiling(paths, 16, args.ceiling_seconds))
+    for sampler_name, decoders, options in CONFIGS:
+        if only and sampler_name not in only:
+            continue
+        name = f"{sampler_name} d{decoders} {options or ''}".strip()
+        scale = RANDOM_SHARE if sampler_name == "random" else 1.0  # ~10x slower per frame
+        batches, warmup = max(4, int(args.batches * scale)), max(4, int(args.warmup * scale))
+        record(name, lambda s=sampler_name, d=decoders, o=options, b=batches, w=warmup: run_loader(
+            index, s, d, o, workers=args.workers, batches=b, warmup=w))
+
+
+if __name__ == "__main__":
+    main()
