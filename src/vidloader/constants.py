@@ -27,7 +27,8 @@ DEFAULT_LOOKAHEAD_BATCHES = 4
 #: Interpolation used by swscale when the decoder resizes (the resize pushdown).
 DEFAULT_INTERPOLATION = "BILINEAR"
 
-#: NVDEC decoders per GPU run on threads by the loader (the H200 has 7 NVDEC engines). 4 is the
-#: configuration measured through the loader on the H200 (benchmarks/results/gpu); 8 was
-#: faster at the executor level (nvdec_bench json) but is not yet measured through the loader.
-DEFAULT_NVDEC_DECODERS = 4
+#: NVDEC decoders per GPU run on threads by the loader (the H200 has 7 NVDEC engines). Measured
+#: through the loader on the H200 (benchmarks/results/gpu/sweep_*.json): 16 against 8 gave
+#: 358 vs 209 random frames/s and 2147 vs 2038 sequential frames/s; each decoder costs GPU
+#: memory (surfaces, and its thread's conversion buffers: ~1 GiB at 1080p).
+DEFAULT_NVDEC_DECODERS = 16

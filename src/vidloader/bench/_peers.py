@@ -216,13 +216,13 @@ class VidloaderNvdecPeer(VidloaderPeer):
 
     def pipeline(self, job: Job) -> tuple[int, int]:
         # Separation mode: workers only demux ahead; this process queues up to
-        # SeparationPool.max_units_decoding (3) units on its decoder threads and waits for
-        # the oldest. So one unit is the production cycle and four fill the pipeline,
+        # SeparationPool.max_units_decoding (4) units on its decoder threads and waits for
+        # the oldest. So one unit is the production cycle and five fill the pipeline,
         # whatever the number of demux workers. (The CPU model, workers x lookahead per
         # cycle, made the first H200 runs time out: 68 warm-up and 192 timed batches.)
         _, cpu_cycle = super().pipeline(job)  # lookahead x workers
         unit = max(1, cpu_cycle // max(1, job.workers))  # the loader's lookahead
-        return 4 * unit, unit
+        return 5 * unit, unit
 
 
 # -- the exercise's naive loader --------------------------------------------------------------

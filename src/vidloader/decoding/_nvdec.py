@@ -331,9 +331,10 @@ class NvdecExecutor(Executor):
                 if isinstance(fut, Future):
                     fut.cancel()
 
-    def _decode_pooled(self, slot: DecoderSlot, containers: ContainerCache, job: _Job) -> _Result:
+    def _decode_pooled(self, slot: DecoderSlot, containers: ContainerCache, job: _Job, *,
+                       keep_all: bool = True) -> _Result:
         rec, wanted = job.record, set(job.gop.frames.tolist())
-        keep = self.frame_cache.max_bytes > 0
+        keep = keep_all and self.frame_cache.max_bytes > 0
         frames: list[tuple[int, torch.Tensor]] = []
         decoded = 0
 
@@ -384,8 +385,7 @@ class NvdecExecutor(Executor):
                     record_stream(t, slot.stream)  # cached on another stream
                 res, wanted = _Result([], 0, 0, None), cached
             else:
-                res = self._decode_pooled(slot, containers, job)
-                self._keep(job, res.frames, slot.stream)
+                res = self._decode_pooled(slot, containers, job, keep_all=False)
                 want = set(job.gop.frames.tolist())
                 wanted = [(i, t) for i, t in res.frames if i in want]
             missing = set(job.gop.frames.tolist()) - {i for i, _ in wanted}
@@ -393,7 +393,10 @@ class NvdecExecutor(Executor):
                 raise _missing_frames(job, missing)
             if wanted:
                 stacked = torch.stack([t for _, t in wanted])
-                sink(job.pos, [i for i, _ in wanted], NvdecFrames(stacked, job.record, consumer))
+                indices = [i for i, _ in wanted]
+                if cached is None:
+                    self._keep(job, zip(indices, stacked), slot.stream)
+                sink(job.pos, indices, NvdecFrames(stacked, job.record, consumer))
             res.frames = []
             res.delivered = len(wanted)
             res.event = torch.cuda.Event()
@@ -401,7 +404,12 @@ class NvdecExecutor(Executor):
         return res
 
     def _keep(self, job: _Job, frames, stream) -> None:
-        """Put decoded frames into the frame cache (readable from any stream after this)."""
+        """Put delivered frames into the frame cache (readable from any stream after this).
+
+        On this path only the frames delivered are kept, as views of the GOP's stacked
+        tensor: caching costs no copy, and a GOP's views are put, and so evicted, together.
+        Frames decoded but not wanted are not kept (most were not decoded at all: see
+        ``skip_nonref``)."""
         if self.frame_cache.max_bytes == 0:
             return
         for i, nv12 in frames:

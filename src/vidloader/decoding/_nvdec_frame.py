@@ -70,7 +70,7 @@ class NvdecFrame:
 
 #: Pictures converted per kernel chain by :meth:`NvdecFrames.to_rgb`: enough to amortise the
 #: launches, few enough that the float intermediates of 1080p frames stay in the low GiBs.
-RGB_CHUNK = 16
+RGB_CHUNK = 8
 
 
 class NvdecFrames:

@@ -227,11 +227,23 @@ class BatchAssembler:
                 rgb = rgb_by_size.get(geom.decode_hw)
                 if rgb is None:
                     rgb = rgb_by_size[geom.decode_hw] = frames.to_rgb(geom.decode_hw)
+                whole: dict[int, tuple[list, list, list]] = {}  # staging -> (rows, slots, frames)
                 for k, i in enumerate(indices):
                     for p, b, t in slots.get((video, i), ()):
                         slot = proc.slots(t)
-                        if slot >= 0:
-                            stagings[p][name][b, slot] = apply_window(rgb[k], geom, transforms[p][name][b])
+                        if slot < 0:
+                            continue
+                        tf = transforms[p][name][b]
+                        if geom.decode_hw == geom.out_hw and not tf.flip:
+                            rows, cols, ks = whole.setdefault(p, ([], [], []))
+                            rows.append(b)
+                            cols.append(slot)
+                            ks.append(k)
+                        else:
+                            stagings[p][name][b, slot] = apply_window(rgb[k], geom, tf)
+                # Whole frames: one indexed copy per staging buffer instead of one per frame.
+                for p, (rows, cols, ks) in whole.items():
+                    stagings[p][name][rows, cols] = rgb[ks]
 
         return sink
 

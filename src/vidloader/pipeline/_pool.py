@@ -182,12 +182,12 @@ class SeparationPool(WorkerProcesses):
     process decodes them on the GPU (NVDEC) into GPU staging slots. Workers never touch CUDA.
 
     Decoding is asynchronous (``submit_batch``): when a unit's packets arrive its GOPs are
-    queued on the decoder threads at once, and up to ``max_units_decoding`` units are queued
+    queued on the decoder threads at once, and up to ``max_units_decoding`` units (4) are queued
     before the oldest is waited for, so the decoders never drain between units.
     """
 
     def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int,
-                 num_workers: int, device, max_units_decoding: int = 3) -> None:
+                 num_workers: int, device, max_units_decoding: int = 4) -> None:
         self.assembler = assembler
         self.slots = _allocate(shapes, num_slots, device=device)
         self.max_units_decoding = max(1, int(max_units_decoding))
