@@ -18,16 +18,18 @@ fi
 SCALE=${BENCH_SCALE:-gpu-quick}
 timeout 150 python3 -c "from vidloader.bench._datasets import prepare_dataset as p; p('W1', '$SCALE', data_dir='/tmp/bench-data')" \
   2>&1 | grep -v "generating videos" | tee -a "$OUT/bench.log"
-bench() {  # workload backend seconds
+bench() {  # workload backend seconds [max-seconds]
   timeout "$3" python3 -m vidloader.bench --scale "$SCALE" --dataset W1 --data-dir /tmp/bench-data \
     --out "$OUT/bench/$2" --workers 16 --no-plot --batches "${BENCH_BATCHES:-30}" \
-    --max-seconds "${BENCH_MAX_SECONDS:-10}" --timeout "$3" --workload "$1" --backends "$2" \
+    --max-seconds "${4:-${BENCH_MAX_SECONDS:-10}}" --timeout "$3" --workload "$1" --backends "$2" \
     2>&1 | tee -a "$OUT/bench.log"
 }
-bench sequential vidloader-nvdec 45
+bench sequential vidloader-nvdec 60
 bench sequential pynvc-threads 40
-bench random vidloader-nvdec 50
-bench random pynvc-simple 40
-bench relaxed vidloader-nvdec 50
-bench random vidloader 60
-bench sequential vidloader 50
+bench random vidloader-nvdec 95 30
+bench random pynvc-simple 45
+bench relaxed vidloader-nvdec 100 30
+if [ "${GPU_CPU_PEERS:-0}" = 1 ]; then  # the CPU backend on this machine's cores
+  bench random vidloader 60
+  bench sequential vidloader 50
+fi
