@@ -1,5 +1,6 @@
-"""Throughput against statistical cost: GopShuffle at several windows W, against
-SequentialFrames (the speed ceiling) and RandomFrames (exact uniform sampling).
+"""Throughput against statistical cost: GopShuffle at several windows W, in its two in-block
+orders (``uniform`` and ``balanced``), against SequentialFrames (the speed ceiling) and
+RandomFrames (exact uniform sampling).
 
 For every configuration it records the loader's frames/s (median of ``--repeats`` epochs),
 the decoded frames per delivered frame, the design effect from the sampler's measured
@@ -20,7 +21,15 @@ Series (all batch 64, 112x112 output, one epoch = 2,400 frames):
 
 Usage::
 
-    python benchmarks/sampling_tradeoff.py [--repeats 3] [--quick]
+    python benchmarks/sampling_tradeoff.py [--repeats 3] [--quick] [--series S ...] [--orders O ...]
+    python benchmarks/sampling_tradeoff.py --stats-only   # statistics and plans, no timing
+    python benchmarks/sampling_tradeoff.py --plot-only
+
+``--stats-only`` recomputes, for every configuration, what needs no decoding (cluster sizes,
+design effects, planned decode cost, predicted throughput) and keeps the timings and
+correlations already in ``--json`` (a configuration never timed has ``fps_median`` null).
+``--series`` / ``--orders`` time only those series / GopShuffle orders (with the anchors)
+and replace their rows in an existing ``--json``.
 
 Writes ``benchmarks/results/cpu/sampling_tradeoff.json`` and ``docs/sampling_tradeoff.png``.
 """
@@ -45,6 +54,7 @@ from vidloader.synthetic import VideoSpec, make_dataset
 ROOT = Path(__file__).resolve().parent.parent
 BATCH, SIZE = 64, (112, 112)
 WINDOWS = (1, 2, 4, 8, 16, 32, 64)
+ORDERS = ("uniform", "balanced")
 
 
 def make_index(media: Path):
@@ -82,12 +92,15 @@ SERIES = {
 }
 
 
-def configurations(quick: bool) -> list[dict]:
+def configurations(quick: bool, orders: tuple[str, ...] = ORDERS) -> list[dict]:
+    """Anchors, then GopShuffle at each window in each order (``None``: the default window,
+    balanced order only; the uniform order's default is ``W = B = 64``)."""
     windows = (2, 8, 64) if quick else WINDOWS
 
-    def gop(w, series, lookahead):
-        return {"name": f"GopShuffle(W={w})", "window": w, "series": series,
-                "sampler": GopShuffle(window_gops=w, seed=0), "lookahead": lookahead}
+    def gop(w, series, lookahead, order):
+        return {"name": f"GopShuffle(W={'default' if w is None else w}, {order})", "window": w,
+                "order": order, "series": series, "lookahead": lookahead,
+                "sampler": GopShuffle(window_gops=w, order=order, seed=0)}
 
     def anchor(sampler, series, lookahead=4):
         return {"name": type(sampler).__name__, "series": series, "sampler": sampler,
@@ -97,11 +110,12 @@ def configurations(quick: bool) -> list[dict]:
     for series in ("loader-L4", "units", "loader-w2"):
         configs += [anchor(SequentialFrames(), series), anchor(RandomFrames(seed=0), series)]
     configs += [anchor(RandomFrames(seed=0), "loader-uniform-L", L) for L in (8, 16, "epoch")]
-    for w in windows:
-        configs += [gop(w, "loader-L4", 4), gop(w, "units", None)]
-        if w >= 16:  # below, the preferred lookahead is the default 4
-            configs.append(gop(w, "loader-Lpref", "pref"))
-    configs += [gop(w, "loader-w2", "pref") for w in ((8,) if quick else (4, 16, 64))]
+    for order in orders:
+        for w in (*windows, None) if order == "balanced" else windows:
+            configs += [gop(w, "loader-L4", 4, order), gop(w, "units", None, order)]
+            if w is None or w >= 16:  # below, the preferred lookahead is the default 4
+                configs.append(gop(w, "loader-Lpref", "pref", order))
+        configs += [gop(w, "loader-w2", "pref", order) for w in ((8,) if quick else (4, 16, 64))]
     return configs
 
 
@@ -233,7 +247,12 @@ def _label(row: dict) -> str:
         return "seq"
     if row["name"] == "RandomFrames":
         return "uniform" if row["series"] != "loader-uniform-L" else f"uniform L={row['lookahead']}"
-    return f"W={row['window']}"
+    return f"W={row['window']}" + (" bal" if row.get("order") == "balanced" else "")
+
+
+def _gop_rows(results: list[dict], series: str, order: str, key: str) -> list[dict]:
+    return sorted((r for r in results if r["series"] == series and r.get("order") == order),
+                  key=lambda r: r[key])
 
 
 def plot(results: list[dict], rho: dict, path: Path) -> None:
@@ -243,14 +262,15 @@ def plot(results: list[dict], rho: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 8.5))
     for series, (color, marker, legend) in STYLES.items():
-        rows = [r for r in results if r["series"] == series]
-        gop = sorted((r for r in rows if r["window"] is not None), key=lambda r: r["window"])
-        if gop:
-            _draw(left, gop, "deff", color, marker, f"GopShuffle: {legend}")
-        for r in rows:
-            if r["window"] is None and series != "loader-uniform-L":
+        for order in ORDERS:
+            gop = _gop_rows(results, series, order, "window")
+            if gop:
+                _draw(left, gop, "deff", color, marker, f"GopShuffle {order}: {legend}",
+                      balanced=order == "balanced")
+        for r in results:
+            if r["series"] == series and r.get("order") is None and series != "loader-uniform-L":
                 shape = "X" if r["name"] == "SequentialFrames" else "P"
                 left.scatter(r["deff"], r["fps_median"], marker=shape, s=70, color=color,
                              edgecolors="black", zorder=3)
@@ -264,10 +284,11 @@ def plot(results: list[dict], rho: dict, path: Path) -> None:
               f"RandomFrames (exact, deff {uniform[0]['deff']:.2f}), VideoLoader lookahead 4..epoch")
     for series in ("units", "loader-L4", "loader-Lpref"):
         color, marker, legend = STYLES[series]
-        gop = sorted((r for r in results if r["series"] == series and r["window"] is not None),
-                     key=lambda r: r["unit_samples_max"])
-        if gop:
-            _draw(right, gop, "unit_samples_max", color, marker, f"GopShuffle: {legend}")
+        for order in ORDERS:
+            gop = _gop_rows(results, series, order, "unit_samples_max")
+            if gop:
+                _draw(right, gop, "unit_samples_max", color, marker,
+                      f"GopShuffle {order}: {legend}", balanced=order == "balanced")
     left.set_xlabel("design effect  deff = 1 + (m̄_gop−1)·ρ_gop + (m̄_video−m̄_gop)·ρ_video"
                     f"\n(ρ_gop = {rho['gop']:.2f}, ρ_video = {rho['video']:.2f}; "
                     "effective batch = 64 / deff)   X: SequentialFrames, P: RandomFrames")
@@ -280,22 +301,30 @@ def plot(results: list[dict], rho: dict, path: Path) -> None:
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_ylabel("frames / s  (batch 64, 112×112, 2-core CPU)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    left.set_xticks([1.5, 2, 3, 5, 7, 10, 15, 20])
-    fig.suptitle("GopShuffle window W against SequentialFrames (ceiling) and RandomFrames (exact): "
-                 "solid = measured median, dotted = predicted from the plans", fontsize=10)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    left.set_xticks([1, 1.5, 2, 3, 5, 7, 10, 15, 20])
+    fig.suptitle("GopShuffle window W (uniform order: filled, balanced order: hollow, dash-dot) "
+                 "against SequentialFrames (ceiling) and RandomFrames (exact)\n"
+                 "solid / dash-dot = measured median, dotted = predicted from the plans "
+                 "(rows never timed: predicted only)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-def _draw(ax, rows: list[dict], x: str, color: str, marker: str, legend: str) -> None:
-    ax.plot([r[x] for r in rows], [r["fps_median"] for r in rows], marker=marker, color=color,
-            label=legend)
-    pred = [r for r in rows if "fps_predicted" in r]
+def _draw(ax, rows: list[dict], x: str, color: str, marker: str, legend: str,
+          balanced: bool = False) -> None:
+    style = {"linestyle": "-.", "markerfacecolor": "white"} if balanced else {}
+    timed = [r for r in rows if r.get("fps_median") is not None]
+    pred = [r for r in rows if r.get("fps_predicted") is not None]
+    if timed:
+        ax.plot([r[x] for r in timed], [r["fps_median"] for r in timed], marker=marker,
+                color=color, label=legend, **style)
     ax.plot([r[x] for r in pred], [r["fps_predicted"] for r in pred], marker=marker,
-            color=color, linestyle=":", markerfacecolor="none", alpha=0.6)
-    for r in rows:
-        ax.annotate(_label(r), (r[x], r["fps_median"]), fontsize=6, xytext=(3, 3),
+            color=color, linestyle=":", markerfacecolor="none", alpha=0.6,
+            label=None if timed else f"{legend} (predicted)")
+    for r in timed or pred:
+        y = r["fps_median"] if timed else r["fps_predicted"]
+        ax.annotate(_label(r), (r[x], y), fontsize=6, xytext=(3, -9 if balanced else 3),
                     textcoords="offset points", color=color)
 
 
@@ -307,12 +336,16 @@ def describe(config: dict, index, rho: dict) -> dict:
     report = sampling_report(sampler, index, batch_size=BATCH, epochs=5, rho=rho["gop"],
                              rho_video=rho["video"])
     cost, unit_samples = planned_cost(index, sampler, lookahead=lookahead, aligned=grouping == "units")
-    if grouping == "units" and config.get("window") is not None:
-        lookahead = None  # one unit per block: no lookahead in batches
+    window = order = None
+    if isinstance(sampler, GopShuffle):
+        plan = sampler.plan_epoch(index, epoch=0, batch_size=BATCH)
+        window, order = plan.window, plan.order  # the default window resolved
+        if grouping == "units":
+            lookahead = None  # one unit per block: no lookahead in batches
     return {
-        "name": config["name"], "window": config.get("window"), "series": series,
+        "name": config["name"], "window": window, "order": order, "series": series,
         "workers": workers, "lookahead": lookahead, "unit_samples_max": unit_samples,
-        "fps": [], "planned_cost": cost,
+        "fps": [], "fps_median": None, "planned_cost": cost,
         "mbar_gop": report.mbar_gop, "mbar_gop_analytic": report.mbar_gop_analytic,
         "mbar_video": report.mbar_video, "mbar_video_analytic": report.mbar_video_analytic,
         "deff": report.deff, "effective_batch": report.effective_batch_size,
@@ -339,6 +372,31 @@ def finish(row: dict) -> None:
           f"{row['deff']:.2f}  runs {[round(f) for f in row['fps']]}", flush=True)
 
 
+def _key(row: dict) -> tuple:
+    return row["series"], row["name"], row["lookahead"]
+
+
+def _migrate(rows: list[dict]) -> list[dict]:
+    """Rows written before GopShuffle had two orders: theirs was the uniform one."""
+    for r in rows:
+        if r["name"].startswith("GopShuffle(") and "order" not in r:
+            r["name"], r["order"] = f"GopShuffle(W={r['window']}, uniform)", "uniform"
+        r.setdefault("order", None)
+    return rows
+
+
+def _merge(saved: list[dict], new: list[dict]) -> list[dict]:
+    """``saved`` with the rows of ``new`` in place of those with the same key; the other new
+    rows appended."""
+    fresh = {_key(r): r for r in new}
+    out = [fresh.pop(_key(r), r) for r in saved]
+    return out + [r for r in new if _key(r) in fresh]
+
+
+#: What a timed run adds to a row (kept by ``--stats-only``).
+TIMED_FIELDS = ("fps", "fps_median", "load_1min", "decoded_per_delivered", "seeks_per_1000_frames")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -348,27 +406,45 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/sampling_tradeoff.png")
     parser.add_argument("--series", nargs="+", choices=sorted(SERIES),
                         help="measure only these series and replace them in an existing --json")
+    parser.add_argument("--orders", nargs="+", choices=ORDERS, default=list(ORDERS),
+                        help="GopShuffle orders to measure (rows of the others are kept)")
+    parser.add_argument("--stats-only", action="store_true",
+                        help="recompute statistics and planned costs; keep --json's timings")
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot from --json")
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
+    saved = json.loads(args.json.read_text()) if args.json.exists() else None
+    if saved is not None:
+        _migrate(saved["results"])
     if args.plot_only:
-        saved = json.loads(args.json.read_text())
         plot(saved["results"], saved["rho_used"], args.plot)
         return
+    if args.stats_only and saved is None:
+        parser.error("--stats-only needs an earlier --json (its correlations and timings)")
 
     from vidloader._utils._sysinfo import describe_machine
 
     load_before = os.getloadavg()
     index = make_index(args.media)
     print(index, flush=True)
-    print("intra-class correlations (256 pairs, 64x64):", flush=True)
-    rho_table = correlations(index)
-    # A negative between-GOP correlation (periodic synthetic motion) would credit clustering
-    # with a variance *reduction*; count it as 0, which is the conservative choice.
-    rho = {"gop": max(0.0, rho_table["gop/pixels"]["rho"]),
-           "video": max(0.0, rho_table["video/pixels"]["rho"])}
-    configs = [c for c in configurations(args.quick) if not args.series or c["series"] in args.series]
+    if args.stats_only:
+        rho_table, rho = saved["correlations"], saved["rho_used"]
+    else:
+        print("intra-class correlations (256 pairs, 64x64):", flush=True)
+        rho_table = correlations(index)
+        # A negative between-GOP correlation (periodic synthetic motion) would credit
+        # clustering with a variance *reduction*; count it as 0, the conservative choice.
+        rho = {"gop": max(0.0, rho_table["gop/pixels"]["rho"]),
+               "video": max(0.0, rho_table["video/pixels"]["rho"])}
+    configs = [c for c in configurations(args.quick, tuple(args.orders))
+               if not args.series or c["series"] in args.series]
     results = [describe(config, index, rho) for config in configs]
+    if args.stats_only:
+        timed = {_key(r): r for r in saved["results"]}
+        for row in results:
+            old = timed.get(_key(row), {})
+            row.update({k: old[k] for k in TIMED_FIELDS if k in old})
+        repeats = 0
     # Repeats go round all configurations, so a burst of load from other users of the
     # machine hits every configuration alike instead of all repeats of one.
     for repeat in range(repeats):
@@ -380,17 +456,17 @@ def main() -> None:
             row["decode"] = timing["decode"]
             if repeat == repeats - 1:
                 finish(row)
-    run = {"series": sorted({r["series"] for r in results}), "repeats": repeats,
+    run = {"series": sorted({r["series"] for r in results}), "orders": args.orders,
+           "repeats": repeats, "stats_only": args.stats_only,
            "load_average_before": load_before, "load_average_after": os.getloadavg(),
            "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     runs = [run]
-    if args.series and args.json.exists():  # keep the other series of the earlier run
-        saved = json.loads(args.json.read_text())
-        results = [r for r in saved["results"] if r["series"] not in args.series] + results
+    if saved is not None and (args.stats_only or args.series or set(args.orders) != set(ORDERS)):
+        results = _merge(saved["results"], results)  # keep the rest of the earlier runs
         runs = saved.get("runs", []) + runs
     predict(results)
     out = {
-        "machine": describe_machine(), "runs": runs,
+        "machine": saved["machine"] if args.stats_only else describe_machine(), "runs": runs,
         "dataset": {"videos": len(index), "frames": index.total_frames, "size": "320x240",
                     "gop": 30, "bframes": 2, "codec": "h264"},
         "batch_size": BATCH, "output_size": list(SIZE),

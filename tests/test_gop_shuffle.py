@@ -25,25 +25,40 @@ from vidloader.sampling import (
     sampling_report,
 )
 from vidloader.sampling._clustering import gop_shuffle_mbar, straddle_factor
-from vidloader.sampling._gop_epoch import slice_plan
+from vidloader.sampling._gop_epoch import keyed_units, slice_plan
 from vidloader.sampling._gop_table import GopTable, sample_ids
 from vidloader.sampling._icc import bootstrap_pair_icc
 
 from .media import make_small_dataset, reference_frames
 
+BOTH_ORDERS = pytest.mark.parametrize("order", ["balanced", "uniform"])
+
 FRAME_COUNTS = [1, 7, 30, 100, 250, 3]  # 391 frames, GOPs of 10 (and ragged tails)
 TOTAL = sum(FRAME_COUNTS)
 
 
+def make_record(k: int, n: int, keyframes: np.ndarray) -> VideoRecord:
+    return VideoRecord(
+        path=f"/data/video_{k}.mp4", codec="h264", width=64, height=48, pix_fmt="yuv420p",
+        bit_depth=8, rotation=0, fps=30.0, time_base=Fraction(1, 30), num_frames=n,
+        keyframes=np.asarray(keyframes, np.int64), pts=np.arange(n, dtype=np.int64),
+    )
+
+
 def make_index(counts, gop: int = 10) -> VideoIndex:
-    return VideoIndex([
-        VideoRecord(
-            path=f"/data/video_{k}.mp4", codec="h264", width=64, height=48, pix_fmt="yuv420p",
-            bit_depth=8, rotation=0, fps=30.0, time_base=Fraction(1, 30), num_frames=n,
-            keyframes=np.arange(0, n, gop, dtype=np.int64), pts=np.arange(n, dtype=np.int64),
-        )
-        for k, n in enumerate(counts)
-    ])
+    return VideoIndex([make_record(k, n, np.arange(0, n, gop)) for k, n in enumerate(counts)])
+
+
+def make_ragged_index(videos: int = 12, seed: int = 0) -> VideoIndex:
+    """Videos of 20 to 200 frames with keyframes at irregular places (scene cuts): GOPs of 1
+    to 199 frames, short last GOPs included."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for k in range(videos):
+        n = int(rng.integers(20, 200))
+        cuts = rng.choice(np.arange(1, n), size=int(rng.integers(0, 8)), replace=False)
+        records.append(make_record(k, n, np.concatenate([[0], np.sort(cuts)])))
+    return VideoIndex(records)
 
 
 @pytest.fixture(scope="module")
@@ -75,19 +90,22 @@ def global_order(sampler, index, epoch: int = 0) -> np.ndarray:
 
 # --- an epoch is a permutation -----------------------------------------------------------------
 
+@BOTH_ORDERS
 @pytest.mark.parametrize("window", [1, 3, 8, 1000, None])
 @pytest.mark.parametrize("batch_size", [1, 7, 16, 64])
-def test_epoch_is_a_permutation_of_all_frames(index, window, batch_size):
-    sampler = GopShuffle(window_gops=window, seed=3)
+def test_epoch_is_a_permutation_of_all_frames(index, window, batch_size, order):
+    sampler = GopShuffle(window_gops=window, order=order, seed=3)
     ids = epoch_ids(sampler, index, batch_size=batch_size)
     np.testing.assert_array_equal(np.sort(ids), np.arange(TOTAL))
     assert sampler.num_samples(index) == TOTAL
 
 
+@BOTH_ORDERS
 @pytest.mark.parametrize("length, stride, step", [(4, 2, 3), (5, 1, 1), (2, 3, 7)])
 @pytest.mark.parametrize("window", [1, 4, 50])
-def test_epoch_is_a_permutation_of_all_clips(index, length, stride, step, window):
-    sampler = GopShuffle(window_gops=window, sequence_length=length, stride=stride, step=step)
+def test_epoch_is_a_permutation_of_all_clips(index, length, stride, step, window, order):
+    sampler = GopShuffle(window_gops=window, order=order, sequence_length=length, stride=stride,
+                         step=step)
     reference = Clips(sequence_length=length, stride=stride, step=step, shuffle=False)
     plan = sampler.plan_epoch(index, epoch=2, batch_size=9)
     batches = list(plan)
@@ -112,9 +130,10 @@ def test_clip_belongs_to_the_gop_of_its_first_frame(index):
     assert (batch.frame_indices[:, -1] // 10 != batch.frame_indices[:, 0] // 10).any()
 
 
+@BOTH_ORDERS
 @pytest.mark.parametrize("window", [2, 7])
-def test_drop_last_keeps_full_batches_of_the_same_order(index, window):
-    sampler = GopShuffle(window_gops=window, seed=5)
+def test_drop_last_keeps_full_batches_of_the_same_order(index, window, order):
+    sampler = GopShuffle(window_gops=window, order=order, seed=5)
     full = epoch_ids(sampler, index, batch_size=16)
     plan = sampler.plan_epoch(index, epoch=0, batch_size=16, drop_last=True)
     assert len(plan) == TOTAL // 16
@@ -134,10 +153,11 @@ def test_frames_of_a_batch_come_sorted_by_gop_within_each_block(index):
 
 # --- reproducibility and resume ------------------------------------------------------------------
 
-def test_batches_out_of_order_equal_batches_in_order(index):
-    sampler = GopShuffle(window_gops=3, seed=9)
+@BOTH_ORDERS
+def test_batches_out_of_order_equal_batches_in_order(index, order):
+    sampler = GopShuffle(window_gops=3, order=order, seed=9)
     forward = list(sampler.plan_epoch(index, epoch=4, batch_size=10))
-    fresh = GopShuffle(window_gops=3, seed=9).plan_epoch(index, epoch=4, batch_size=10)
+    fresh = GopShuffle(window_gops=3, order=order, seed=9).plan_epoch(index, epoch=4, batch_size=10)
     for b in [len(forward) - 1, 7, 0, 19, 3, 7]:
         got = fresh.batch(b)
         np.testing.assert_array_equal(got.video_indices, forward[b].video_indices)
@@ -146,15 +166,20 @@ def test_batches_out_of_order_equal_batches_in_order(index):
         assert got.batch_index == b and got.epoch == 4
 
 
-def test_same_seed_same_stream_other_seed_or_epoch_differs(index):
-    a = global_order(GopShuffle(window_gops=4, seed=1), index, epoch=0)
-    np.testing.assert_array_equal(a, global_order(GopShuffle(window_gops=4, seed=1), index, epoch=0))
-    assert not np.array_equal(a, global_order(GopShuffle(window_gops=4, seed=2), index, epoch=0))
-    assert not np.array_equal(a, global_order(GopShuffle(window_gops=4, seed=1), index, epoch=1))
+@BOTH_ORDERS
+def test_same_seed_same_stream_other_seed_or_epoch_differs(index, order):
+    def run(seed, epoch):
+        return global_order(GopShuffle(window_gops=4, order=order, seed=seed), index, epoch=epoch)
+
+    a = run(1, 0)
+    np.testing.assert_array_equal(a, run(1, 0))
+    assert not np.array_equal(a, run(2, 0))
+    assert not np.array_equal(a, run(1, 1))
 
 
-def test_global_order_does_not_depend_on_batch_size(index):
-    sampler = GopShuffle(window_gops=5, seed=4)
+@BOTH_ORDERS
+def test_global_order_does_not_depend_on_batch_size(index, order):
+    sampler = GopShuffle(window_gops=5, order=order, seed=4)
     np.testing.assert_array_equal(
         np.sort(epoch_ids(sampler, index, batch_size=13)), np.sort(global_order(sampler, index))
     )
@@ -172,8 +197,8 @@ def test_sampler_and_plan_pickle_and_config_is_json(index):
     clone = pickle.loads(pickle.dumps(sampler))
     np.testing.assert_array_equal(global_order(clone, index), global_order(sampler, index))
     config = json.loads(json.dumps(sampler.config()))
-    assert config == {"type": "GopShuffle", "window_gops": 6, "sequence_length": 2, "stride": 1,
-                      "step": 1, "seed": 3}
+    assert config == {"type": "GopShuffle", "window_gops": 6, "order": "balanced",
+                      "sequence_length": 2, "stride": 1, "step": 1, "seed": 3}
     batch = sampler.plan_epoch(index, epoch=0, batch_size=8).batch(1)
     assert pickle.loads(pickle.dumps(batch)).frame_indices.tolist() == batch.frame_indices.tolist()
 
@@ -191,10 +216,11 @@ def rank_streams(sampler, index, world: int, drop_last: bool, batch_size: int = 
                       drop_last=drop_last) for r in range(world)]
 
 
+@BOTH_ORDERS
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("window", [1, 4, 64])
-def test_ranks_pad_by_wrapping_like_distributed_sampler(index, world, window):
-    sampler = GopShuffle(window_gops=window, seed=6)
+def test_ranks_pad_by_wrapping_like_distributed_sampler(index, world, window, order):
+    sampler = GopShuffle(window_gops=window, order=order, seed=6)
     order = global_order(sampler, index, epoch=1)
     streams = rank_streams(sampler, index, world, drop_last=False)
     per_rank = -(-TOTAL // world)
@@ -209,9 +235,10 @@ def test_ranks_pad_by_wrapping_like_distributed_sampler(index, world, window):
         np.testing.assert_array_equal(np.sort(stream), np.sort(run))
 
 
+@BOTH_ORDERS
 @pytest.mark.parametrize("world", [2, 3])
-def test_drop_last_gives_disjoint_equal_shards(index, world):
-    sampler = GopShuffle(window_gops=4, seed=6)
+def test_drop_last_gives_disjoint_equal_shards(index, world, order):
+    sampler = GopShuffle(window_gops=4, order=order, seed=6)
     order = global_order(sampler, index, epoch=1)
     streams = rank_streams(sampler, index, world, drop_last=True, batch_size=1)
     assert {len(s) for s in streams} == {TOTAL // world}
@@ -229,9 +256,10 @@ def test_more_ranks_than_samples(index):
 
 # --- locality and decode units -------------------------------------------------------------------
 
+@BOTH_ORDERS
 @pytest.mark.parametrize("window, batch_size", [(1, 16), (4, 16), (8, 64), (3, 100)])
-def test_each_batch_touches_at_most_w_gops_per_block(even_index, window, batch_size):
-    sampler = GopShuffle(window_gops=window, seed=2)
+def test_each_batch_touches_at_most_w_gops_per_block(even_index, window, batch_size, order):
+    sampler = GopShuffle(window_gops=window, order=order, seed=2)
     plan = sampler.plan_epoch(even_index, epoch=0, batch_size=batch_size)
     table = sampler.gop_table(even_index)
     block_samples = window * 30
@@ -249,9 +277,10 @@ def test_each_batch_touches_at_most_w_gops_per_block(even_index, window, batch_s
 
 @pytest.mark.parametrize("world, drop_last", [(1, False), (2, False), (3, False), (2, True)])
 @pytest.mark.parametrize("window, batch_size", [(3, 24), (1, 40), (50, 7)])
+@BOTH_ORDERS
 def test_decode_units_cover_every_row_once_and_keep_to_their_block(index, world, drop_last,
-                                                                    window, batch_size):
-    sampler = GopShuffle(window_gops=window, seed=8)
+                                                                    window, batch_size, order):
+    sampler = GopShuffle(window_gops=window, order=order, seed=8)
     plan = sampler.plan_epoch(index, epoch=0, batch_size=batch_size, rank=world - 1,
                               world_size=world, drop_last=drop_last)
     table = sampler.gop_table(index)
@@ -283,10 +312,11 @@ def test_blocks_are_balanced(even_index):
     assert small.preferred_lookahead == 4  # never below the loader's default
 
 
-def test_first_batch_holds_every_frame_equally_often():
+@BOTH_ORDERS
+def test_first_batch_holds_every_frame_equally_often(order):
     # Per-step unbiasedness: over epochs, a frame is in batch 0 with probability B / N.
     index = make_index([30] * 8)  # equal GOPs of 10: exact
-    sampler = GopShuffle(window_gops=4, seed=11)
+    sampler = GopShuffle(window_gops=4, order=order, seed=11)
     counts = np.zeros(240, int)
     for epoch in range(1500):
         plan = sampler.plan_epoch(index, epoch=epoch, batch_size=8)
@@ -297,16 +327,19 @@ def test_first_batch_holds_every_frame_equally_often():
 
 # --- statistics ----------------------------------------------------------------------------------
 
+@BOTH_ORDERS
 @pytest.mark.parametrize("window", [1, 4, 8, 16, 64, 80])
-def test_analytic_mbar_matches_measured(even_index, window):
-    report = sampling_report(GopShuffle(window_gops=window, seed=1), even_index, batch_size=64,
-                             epochs=8)
+def test_analytic_mbar_matches_measured(even_index, window, order):
+    report = sampling_report(GopShuffle(window_gops=window, order=order, seed=1), even_index,
+                             batch_size=64, epochs=8)
     assert report.inclusion_min == report.inclusion_max == 8
     assert report.inclusion_tv == 0
     assert report.mbar_gop == pytest.approx(report.mbar_gop_analytic, rel=0.05)
     assert report.mbar_video == pytest.approx(report.mbar_video_analytic, rel=0.05)
-    if window >= 80:  # one block: uniform shuffling
+    if window >= 80 and order == "uniform":  # one block: uniform shuffling
         assert report.mbar_gop_analytic == pytest.approx(report.uniform_mbar_gop)
+    if window >= 80 and order == "balanced":  # one block of 80 >= B GOPs: one sample per GOP
+        assert report.mbar_gop == report.mbar_gop_analytic == 1.0
 
 
 def test_closed_form_for_equal_gops(even_index):
@@ -321,8 +354,10 @@ def test_closed_form_for_equal_gops(even_index):
     assert straddle_factor(10, m) == pytest.approx(np.mean(phases) / 90)
 
 
-def test_unequal_gops_analytic_within_tolerance(index):
-    report = sampling_report(GopShuffle(window_gops=5, seed=2), index, batch_size=16, epochs=30)
+@BOTH_ORDERS
+def test_unequal_gops_analytic_within_tolerance(index, order):
+    report = sampling_report(GopShuffle(window_gops=5, order=order, seed=2), index, batch_size=16,
+                             epochs=30)
     assert report.mbar_gop == pytest.approx(report.mbar_gop_analytic, rel=0.1)
 
 
@@ -407,11 +442,189 @@ def test_loader_runs_gop_shuffle_exactly(tmp_path):
     assert sorted(seen) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
 
 
+# --- the balanced order --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ragged_index() -> VideoIndex:
+    return make_ragged_index()
+
+
+@pytest.mark.parametrize("clip", [False, True])
+@pytest.mark.parametrize("window", [None, 1, 3])
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_balanced_epoch_is_exactly_once_on_ragged_gops(ragged_index, clip, window, world,
+                                                       drop_last):
+    options = {"sequence_length": 3, "stride": 2, "step": 2} if clip else {}
+    sampler = GopShuffle(window_gops=window, seed=13, **options)
+    table = sampler.gop_table(ragged_index)
+    assert len(np.unique(table.sizes)) > 10 and table.sizes.min() < 5  # really ragged
+    total = sampler.num_samples(ragged_index)
+    # the default W depends on B: the order of this batch size
+    order = sampler.plan_epoch(ragged_index, epoch=1, batch_size=8).sample_ids(np.arange(total))
+    np.testing.assert_array_equal(np.sort(order), np.arange(total))
+    streams = [epoch_ids(sampler, ragged_index, epoch=1, batch_size=8, rank=r, world_size=world,
+                         drop_last=drop_last) for r in range(world)]
+    share = total // world if drop_last else -(-total // world)
+    delivered = share // 8 * 8 if drop_last else share  # drop_last also drops a short batch
+    assert {len(s) for s in streams} == {delivered}
+    for r, stream in enumerate(streams):  # rank r: the contiguous run from r * share
+        run = np.take(order, np.arange(r * share, r * share + delivered), mode="wrap")
+        np.testing.assert_array_equal(np.sort(stream), np.sort(run))
+    union = np.concatenate(streams)
+    if drop_last:
+        assert len(np.unique(union)) == len(union) == delivered * world
+    else:
+        values, counts = np.unique(union, return_counts=True)
+        np.testing.assert_array_equal(values, np.arange(total))
+        np.testing.assert_array_equal(np.sort(values[counts == 2]),
+                                      np.sort(order[: share * world - total]))
+
+
+def test_balanced_block_is_rounds_of_one_sample_per_gop(ragged_index):
+    plan = GopShuffle(window_gops=6, seed=3).plan_epoch(ragged_index, epoch=0, batch_size=4)
+    table = plan._table
+    for k in range(plan.num_blocks):
+        block = plan._block(k)
+        size = int(plan.block_starts[k + 1] - plan.block_starts[k])
+        ids = block.sample_ids(np.arange(size))
+        gops = table.gop_of(ids)
+        np.testing.assert_array_equal(  # the block's samples, each once
+            np.sort(ids), np.sort(np.concatenate([np.arange(table.starts[j], table.starts[j + 1])
+                                                  for j in plan.gops_of_block(k)])))
+        slot = {int(j): s for s, j in enumerate(plan.gops_of_block(k))}
+        starts = block.before(np.arange(block.rounds + 1)).sum(axis=1)
+        assert starts[0] == 0 and starts[-1] == size and (np.diff(starts) > 0).all()
+        for r in range(block.rounds):  # one sample per GOP, GOPs in cycle (stream) order
+            slots = [slot[int(j)] for j in gops[starts[r]:starts[r + 1]]]
+            assert slots == sorted(set(slots))
+        # a GOP of g samples is spread over the R rounds: one in every R / g rounds
+        rounds = np.searchsorted(starts, np.arange(size), side="right") - 1
+        for j in plan.gops_of_block(k):
+            hit = rounds[gops == j]
+            g = len(hit)
+            assert np.diff(hit).min(initial=block.rounds) >= block.rounds // g
+
+
+def test_balanced_rounds_are_whole_cycles_for_equal_gops(even_index):
+    plan = GopShuffle(window_gops=20, seed=4).plan_epoch(even_index, epoch=0, batch_size=7)
+    table = plan._table
+    for k in range(plan.num_blocks):
+        cycle = plan.gops_of_block(k)
+        ids = plan.sample_ids(np.arange(plan.block_starts[k], plan.block_starts[k + 1]))
+        np.testing.assert_array_equal(table.gop_of(ids), np.tile(cycle, 30))
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_balanced_default_batches_hold_one_sample_per_gop(world):
+    # Every batch of B positions inside one block holds B distinct GOPs, at any phase.
+    index = make_index([300] * 40, gop=30)  # 400 GOPs of 30
+    sampler = GopShuffle(seed=5)
+    for rank in range(world):
+        plan = sampler.plan_epoch(index, epoch=2, batch_size=64, rank=rank, world_size=world)
+        assert plan.window == 67 and plan.num_blocks == 6  # six blocks of 66 or 67 >= 64 GOPs
+        for b in range(len(plan)):
+            batch = plan.batch(b)
+            gops = plan._table.gop_of(sample_ids(plan._table.space, batch.video_indices,
+                                                 batch.frame_indices[:, 0]))
+            assert len(np.unique(gops)) == len(gops)
+
+
+def test_balanced_default_meets_the_design_effect_target():
+    # The issue: at its default setting the relaxed sampler has deff <= 1.1 at rho = 0.66.
+    index = make_index([300] * 40, gop=30)  # 12,000 frames, 400 GOPs of 30
+    balanced = sampling_report(GopShuffle(seed=0), index, batch_size=64, epochs=2, rho=0.66)
+    uniform = sampling_report(GopShuffle(order="uniform", seed=0), index, batch_size=64,
+                              epochs=2, rho=0.66)
+    assert balanced.inclusion_min == balanced.inclusion_max == 2
+    assert balanced.mbar_gop <= 1.05
+    assert balanced.deff_at(0.66) <= 1.1
+    assert balanced.mbar_gop == pytest.approx(balanced.mbar_gop_analytic, rel=0.03)
+    assert balanced.mbar_video == pytest.approx(balanced.mbar_video_analytic, rel=0.05)
+    assert uniform.deff_at(0.66) > 1.3
+    assert uniform.mbar_gop == pytest.approx(uniform.mbar_gop_analytic, rel=0.03)
+    assert balanced.mbar_gop < balanced.uniform_mbar_gop  # below exact uniform sampling
+
+
+@pytest.mark.parametrize("window", [1, 3, 8, None])
+def test_balanced_analytic_on_ragged_gops(ragged_index, window):
+    report = sampling_report(GopShuffle(window_gops=window, seed=2), ragged_index, batch_size=8,
+                             epochs=20)
+    assert report.mbar_gop == pytest.approx(report.mbar_gop_analytic, rel=0.05)
+    assert report.mbar_video == pytest.approx(report.mbar_video_analytic, rel=0.05)
+
+
+def test_balanced_mbar_closed_forms(even_index):
+    table = GopShuffle().gop_table(even_index)  # 80 GOPs of 30
+    assert gop_shuffle_mbar(table, 64, 80, order="balanced")[0] == 1.0  # one block of 80 >= B
+    assert gop_shuffle_mbar(table, 8, 16, order="balanced")[0] == pytest.approx(1.0)
+    m_gop, _ = gop_shuffle_mbar(table, 64, 16, order="balanced")
+    assert 3.5 < m_gop < 4  # ~ B / w = 4 per GOP, a little less where batches straddle blocks
+    assert m_gop < gop_shuffle_mbar(table, 64, 16, order="uniform")[0]
+
+
+def test_balanced_sample_ids_at_scattered_positions(ragged_index):
+    sampler = GopShuffle(window_gops=4, seed=8)
+    plan = sampler.plan_epoch(ragged_index, epoch=3, batch_size=5)
+    order = global_order(sampler, ragged_index, epoch=3)
+    positions = np.random.default_rng(0).permutation(len(order))[:300]
+    positions = np.concatenate([positions, positions[:7], np.arange(40, 90)])  # repeats, a run
+    np.testing.assert_array_equal(plan.sample_ids(positions), order[positions])
+
+
+def test_uniform_order_is_the_previous_default_stream(index):
+    # order="uniform" is GopShuffle as it was before the balanced order (same keys, same stream).
+    plan = GopShuffle(window_gops=4, order="uniform", seed=7).plan_epoch(index, epoch=2,
+                                                                         batch_size=1)
+    ids = plan.sample_ids(np.arange(TOTAL))
+    assert ids[:24].tolist() == [167, 72, 69, 29, 68, 165, 166, 73, 74, 70, 32, 159, 77, 71, 37,
+                                 33, 160, 164, 75, 158, 28, 161, 31, 34]
+    assert ids[-8:].tolist() == [248, 208, 226, 222, 249, 215, 219, 267]
+    plan = GopShuffle(order="uniform", seed=7).plan_epoch(index, epoch=2, batch_size=16)
+    assert plan.window == 16
+    assert plan.sample_ids(np.arange(16)).tolist() == [321, 160, 193, 76, 387, 381, 107, 268, 72,
+                                                       165, 382, 323, 376, 162, 32, 199]
+
+
+def test_default_window_per_order():
+    balanced, uniform = GopShuffle(), GopShuffle(order="uniform")
+    assert balanced.window_for(64) == uniform.window_for(64) == uniform.window_for(64, 400) == 64
+    assert balanced.window_for(64, 400) == 67  # 6 blocks of >= 64 GOPs, not 7 of < 64
+    assert balanced.window_for(64, 128) == 64
+    assert balanced.window_for(64, 100) == 100  # under 2B GOPs: one block
+    assert balanced.window_for(64, 10) == 10
+    for k in range(1, 600, 7):
+        w = balanced.window_for(64, k)
+        blocks = -(-k // w)
+        assert k // blocks >= min(64, k) and (blocks == 1 or w < 2 * 64)
+    assert GopShuffle(window_gops=5).window_for(64, 400) == 5
+
+
+def test_order_in_config_and_repr():
+    sampler = GopShuffle(order="uniform")
+    assert sampler.config()["order"] == "uniform" and "order='uniform'" in repr(sampler)
+    assert GopShuffle().order == "balanced" and "order='balanced'" in repr(GopShuffle())
+    with pytest.raises(ConfigError, match="'balanced'"):
+        GopShuffle(order="shuffled")
+
+
+def test_keyed_units_are_uniform_over_the_units():
+    n = np.array([1, 2, 30, 97, 2**20, 30030])
+    draws = keyed_units(5, np.arange(6 * 4000).reshape(4000, 6), n)
+    assert (np.gcd(draws, n) == 1).all() and (draws < n).all()
+    assert (draws[:, 0] == 0).all() and (draws[:, 1] == 1).all()
+    units_30 = [1, 7, 11, 13, 17, 19, 23, 29]
+    counts = [(draws[:, 2] == u).sum() for u in units_30]
+    assert sum(counts) == 4000 and stats.chisquare(counts).pvalue > 1e-3
+    np.testing.assert_array_equal(keyed_units(5, np.arange(6), n), draws[0])
+
+
 # --- errors --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs", [
     {"window_gops": 0}, {"window_gops": True}, {"window_gops": 2.5}, {"sequence_length": 0},
-    {"stride": 0}, {"step": -1}, {"seed": "1"},
+    {"stride": 0}, {"step": -1}, {"seed": "1"}, {"order": "random"}, {"order": None},
+    {"order": "Balanced"},
 ])
 def test_bad_options_are_config_errors(kwargs):
     with pytest.raises(ConfigError):

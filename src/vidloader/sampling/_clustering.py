@@ -68,8 +68,11 @@ def straddle_factor(batch_size: int, block_samples: float) -> float:
     return float(pairs.mean() / (b * (b - 1)))
 
 
-def gop_shuffle_mbar(table: GopTable, batch_size: int, window: int) -> tuple[float, float]:
-    r"""``(m̄_gop, m̄_video)`` of :class:`~vidloader.sampling.GopShuffle` with ``W = window``.
+def gop_shuffle_mbar(
+    table: GopTable, batch_size: int, window: int, order: str = "uniform"
+) -> tuple[float, float]:
+    r"""``(m̄_gop, m̄_video)`` of :class:`~vidloader.sampling.GopShuffle` with ``W = window``
+    and the uniform in-block order (``order="balanced"``: :func:`balanced_mbar`).
 
     A block holds about ``W`` random GOPs (exactly :math:`K / \lceil K / W \rceil` on
     average: blocks are balanced), :math:`M = N / \lceil K / W \rceil \approx W \bar G`
@@ -88,6 +91,8 @@ def gop_shuffle_mbar(table: GopTable, batch_size: int, window: int) -> tuple[flo
     For equal GOPs of ``G`` and :math:`B \ll M` this is :math:`1 + (B-1)\frac{G-1}{WG-1}`.
     With ``W`` at least the number of GOPs there is one block: uniform sampling.
     """
+    if order == "balanced":
+        return balanced_mbar(table, batch_size, window)
     n, g2, v2 = _sums(table)
     num_blocks = -(-table.num_gops // window)
     if num_blocks == 1:
@@ -99,6 +104,96 @@ def gop_shuffle_mbar(table: GopTable, batch_size: int, window: int) -> tuple[flo
     m_gop = 1 + (batch_size - 1) * f * q
     m_video = 1 + (batch_size - 1) * (f * (q + (1 - q) * r) + (1 - f) * r)
     return m_gop, m_video
+
+
+#: Points of the quadrature over the size of a GOP's block in :func:`balanced_mbar`.
+_QUADRATURE_NODES = 9
+
+
+def _h(x: np.ndarray) -> np.ndarray:
+    r""":math:`E[c(c-1)]` for ``c`` the floor or the ceiling of ``x`` with mean ``x``:
+    :math:`\lfloor x \rfloor (2x - \lfloor x \rfloor - 1)`, zero for :math:`x \le 1`."""
+    whole = np.floor(x)
+    return whole * (2 * x - whole - 1)
+
+
+def _window_pairs(sizes: np.ndarray, blocks: np.ndarray, batch_size: int) -> np.ndarray:
+    r"""Same-GOP ordered pairs of one GOP of each size ``g``, in a balanced block of ``M``
+    samples, summed over the ``B``-long windows that overlap the block at every offset.
+
+    A GOP of ``g`` samples recurs every ``M / g`` positions, so ``l`` consecutive positions
+    of its block hold ``h(l g / M)`` ordered pairs of it. Of the windows of ``B`` positions
+    that overlap the block, :math:`|B - M| + 1` overlap it by :math:`L = \min(B, M)`
+    positions and two by each ``a`` in ``[1, L)``.
+    """
+    out = np.empty(len(sizes))
+    a = np.arange(1, batch_size, dtype=np.float64)
+    rows = max(1, (1 << 20) // max(1, batch_size))  # bounds the [rows, B] temporaries
+    for i in range(0, len(sizes), rows):
+        g, m = sizes[i:i + rows, None], blocks[i:i + rows, None]
+        whole = np.minimum(batch_size, m)
+        partial = np.where(a < whole, _h(a * g / m), 0.0).sum(axis=1)
+        out[i:i + rows] = ((np.abs(batch_size - m) + 1) * _h(whole * g / m))[:, 0] + 2 * partial
+    return out
+
+
+def balanced_mbar(table: GopTable, batch_size: int, window: int) -> tuple[float, float]:
+    r"""``(m̄_gop, m̄_video)`` of :class:`~vidloader.sampling.GopShuffle` with ``W = window``
+    and ``order="balanced"``.
+
+    The balanced order puts a GOP of ``g`` samples at every ``≈ M / g``-th position of its
+    block of ``M`` samples (exactly every ``w``-th for equal GOPs: each round is the block's
+    ``w`` GOPs in one fixed order). So ``l`` consecutive positions inside its block hold
+    :math:`c = \lfloor x \rfloor` or :math:`\lceil x \rceil` of its samples,
+    :math:`x = lg/M`, and :math:`E[c(c-1)] = h(x) = \lfloor x \rfloor (2x - \lfloor x
+    \rfloor - 1)` ordered pairs of it: none unless the GOP is larger than ``M / l``. Blocks
+    share no GOP, so the part of a batch in another block adds no pair. Summing over the
+    batches at a uniform phase (a batch overlaps a block by ``min(B, M)`` positions, or by
+    ``a`` at either end),
+
+    .. math::
+        \bar m_{gop} = 1 + \frac{1}{NB} \sum_{\text{GOPs}} \Big[(|B - M_g| + 1)\, h\big(
+            \tfrac{L g}{M_g}\big) + 2 \sum_{a=1}^{L-1} h\big(\tfrac{a g}{M_g}\big)\Big],
+        \qquad L = \min(B, M_g),
+
+    with :math:`M_g = g + (w - 1)\frac{N - g}{K - 1}` the expected size of the block of a
+    GOP of ``g`` (its own samples and ``w - 1`` other GOPs, ``w = K / \lceil K/W \rceil``);
+    with one block, batches do not slide over the block and
+    :math:`\bar m_{gop} = 1 + \frac{1}{B}\sum h(Bg/N)`. For equal GOPs and blocks of
+    ``w >= B`` GOPs this is exactly 1; for ``w < B`` about ``B / w`` (each batch holds every
+    GOP of its block ``B / w`` times), against :math:`1 + (B - 1)\frac{G-1}{wG-1}` for the
+    uniform order. Two samples of different GOPs share a video with probability ``r`` as in
+    :func:`gop_shuffle_mbar` (a GOP's share of rounds is proportional to its size, so the
+    pairs are sample-weighted), so :math:`\bar m_{video} = \bar m_{gop} + (B - \bar
+    m_{gop})\, r`.
+
+    An approximation with unequal GOPs: a GOP's spacing wanders around ``M / g`` as other
+    GOPs enter and leave rounds, and blocks differ in size.
+    """
+    n, g2, v2 = _sums(table)
+    b, k = int(batch_size), table.num_gops
+    num_blocks = -(-k // window)
+    sizes, counts = np.unique(table.sizes, return_counts=True)
+    sizes, counts = sizes.astype(np.float64), counts.astype(np.float64)
+    if num_blocks == 1:
+        pairs = float(_h(b * sizes / n) @ counts) / b
+    else:
+        # The rest of a GOP's block: w - 1 other GOPs drawn without replacement, a sum of
+        # mean (w-1)(N-g)/(K-1) and variance (w-1) s^2 (K-w)/(K-2); h is convex, so average
+        # over it (Gauss-Hermite, normal approximation) rather than put in its mean.
+        others = (k / num_blocks) - 1
+        mean = others * (n - sizes) / (k - 1)
+        spread = np.sqrt(others * table.sizes.var() * max(0.0, k - 1 - others) / max(1, k - 2))
+        nodes, weights = np.polynomial.hermite_e.hermegauss(_QUADRATURE_NODES)
+        weights = weights / weights.sum()
+        pairs = 0.0
+        for z, weight in zip(nodes, weights):
+            blocks = sizes + np.maximum(mean + z * spread, others)  # each other GOP >= 1
+            pairs += weight * float(_window_pairs(sizes, blocks, b) @ counts)
+        pairs /= n * b
+    m_gop = 1 + pairs
+    r = (v2 - g2) / (n * n - g2) if n * n > g2 else 0.0
+    return m_gop, m_gop + (b - m_gop) * r
 
 
 def design_effect(m_gop: float, rho: float, m_video: float | None = None, rho_video: float = 0.0) -> float:

@@ -1,4 +1,4 @@
-"""One epoch of :class:`~vidloader.sampling.GopShuffle`: GOP blocks, shuffled inside, laid end
+"""One epoch of :class:`~vidloader.sampling.GopShuffle`: GOP blocks, ordered inside, laid end
 to end, sharded over ranks and cut into batches; every batch computable on its own.
 
 Three pure maps of integers, as in :mod:`._epoch`:
@@ -7,14 +7,21 @@ Three pure maps of integers, as in :mod:`._epoch`:
    epoch)``); the stream is cut into ``ceil(K / W)`` blocks of equal numbers of GOPs
    (give or take one, so at most ``W``);
 2. epoch position ``p`` → sample: ``p`` falls in block ``k`` (binary search in the blocks'
-   prefix sums of sample counts), at offset ``o``; a keyed permutation of the block's ``M_k``
-   samples (key ``(seed, epoch, k)``) sends ``o`` to ``o'``, and ``o'`` falls in one GOP of
-   the block (binary search in the block's GOP sizes);
+   prefix sums of sample counts), at offset ``o``, which the block's order sends to a sample
+   of one of its GOPs:
+
+   - ``order="uniform"``: a keyed permutation of the block's ``M_k`` samples (key ``(seed,
+     epoch, k)``) sends ``o`` to ``o'``, and ``o'`` falls in one GOP of the block (binary
+     search in the block's GOP sizes);
+   - ``order="balanced"``: the block is a sequence of *rounds* (:class:`BalancedBlock`); ``o``
+     falls in one round (binary search over rounds, O(W) per step), at one GOP of it;
+
 3. (rank, batch, row) → epoch position: each rank takes one contiguous run of the epoch
    order, so its stream keeps the blocks (GOP locality) whole.
 
 Holding: two int64 per GOP (the table) and one per block (prefix sums). Batch ``b`` costs
-O(B) plus O(W) per block it touches (the block's GOPs, cached for the next batch).
+O(B) plus, per block it touches, O(W) (uniform) or O(W log G + W * (1 + B / W)) (balanced;
+``G`` the block's largest GOP), with the block's per-GOP arrays cached for the next batch.
 """
 
 from __future__ import annotations
@@ -29,11 +36,19 @@ from ._base import BatchPlan, EpochPlan
 from ._distributed import local_batch_positions, num_batches, shard_length
 from ._epoch import _SAMPLE_SEED_TAG
 from ._gop_table import GopTable
-from ._permutation import KeyedPermutation, counter_stream, derive_seed
+from ._permutation import MASK64, KeyedPermutation, counter_stream, derive_seed
+
+#: In-block orders of :class:`~vidloader.sampling.GopShuffle`; the first is the default.
+ORDERS = ("balanced", "uniform")
 
 # Purpose tags for derive_seed (distinct from _epoch's 1..3 so no key is shared).
 _GOP_ORDER_TAG = 11
 _BLOCK_TAG = 12
+_ROUND_PHASE_TAG = 13
+_RANK_STEP_TAG = 14
+_RANK_SHIFT_TAG = 15
+#: Candidates drawn at once per multiplier in :func:`keyed_units`.
+_UNIT_TRIES = 16
 #: GOPs whose stream sizes are gathered at once when summing the blocks (bounds memory).
 _CHUNK_GOPS = 1 << 20
 
@@ -73,6 +88,172 @@ def block_starts(sizes: np.ndarray, gop_order: KeyedPermutation, bounds: np.ndar
     return np.concatenate([[0], np.cumsum(totals)]).astype(np.int64)
 
 
+def keyed_below(key: int, counters: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Draws number ``counters`` of keyed streams, draw ``i`` uniform over ``[0, n[i])``.
+
+    Like :func:`~._permutation.uniform_below` with one range per draw: exact, by redrawing
+    (from derived streams) the values at or above the largest multiple of ``n[i]`` below
+    ``2**64``.
+    """
+    c = np.asarray(counters, np.int64)
+    n = np.broadcast_to(np.asarray(n, np.uint64), c.shape)
+    limit = (np.uint64(MASK64) // n) * n
+    values = counter_stream(key, c)
+    bad = np.flatnonzero(values >= limit)
+    attempt = 0
+    while bad.size:
+        attempt += 1
+        values[bad] = counter_stream(derive_seed(key, attempt), c[bad])
+        bad = bad[values[bad] >= limit[bad]]
+    return (values % n).astype(np.int64)
+
+
+def keyed_units(key: int, counters: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Draws number ``counters``, draw ``i`` uniform over the integers of ``[0, n[i])``
+    coprime to ``n[i]`` (0 for ``n[i] == 1``): multipliers of affine bijections mod ``n[i]``.
+
+    Rejection from :data:`_UNIT_TRIES` uniform candidates at once (the first coprime one is
+    uniform over the coprime ones); at least 1 in 6 integers is coprime to ``n < 10**9``, so
+    a further round is rarely needed.
+    """
+    c = np.asarray(counters, np.int64)
+    n = np.broadcast_to(np.asarray(n, np.int64), c.shape)
+    out = np.empty(c.shape, np.int64)
+    todo = np.arange(c.size)
+    attempt = 0
+    while todo.size:
+        tries = c.reshape(-1)[todo, None] * _UNIT_TRIES + np.arange(_UNIT_TRIES)
+        sizes = n.reshape(-1)[todo, None]
+        cands = keyed_below(derive_seed(key, attempt), tries, sizes)
+        ok = np.gcd(cands, sizes) == 1
+        found = ok.any(axis=1)
+        out.reshape(-1)[todo[found]] = cands[found, ok[found].argmax(axis=1)]
+        todo, attempt = todo[~found], attempt + 1
+    return out
+
+
+class UniformBlock:
+    """The uniform order of one block: a keyed permutation of its ``M`` samples.
+
+    Attributes:
+        gops (np.ndarray): int64 ``[w]`` GOP numbers (rows of the :class:`GopTable`), stream
+            order.
+    """
+
+    def __init__(self, table: GopTable, gops: np.ndarray, key: int) -> None:
+        self.gops = gops
+        self._first = table.starts[gops]
+        self._cum = np.concatenate([[0], np.cumsum(table.sizes[gops])]).astype(np.int64)
+        self._perm = KeyedPermutation(int(self._cum[-1]), key)
+
+    def sample_ids(self, offsets: np.ndarray) -> np.ndarray:
+        """int64 sample id at each offset (``0 <= offset < M``) of the block's order."""
+        shuffled = self._perm(np.asarray(offsets, np.int64))
+        j = np.searchsorted(self._cum, shuffled, side="right") - 1
+        return self._first[j] + shuffled - self._cum[j]
+
+
+class BalancedBlock:
+    r"""The balanced order of one block: its samples in *rounds* of one sample per GOP.
+
+    The block's ``w`` GOPs keep their (keyed random) stream order, the *cycle*; ``R`` is the
+    size of the block's largest GOP. GOP ``j`` of ``g_j`` samples
+
+    - visits its samples in a keyed order: its rank ``i`` (``0 <= i < g_j``) is its sample
+      ``(a_j i + c_j) mod g_j``, with ``c_j`` uniform in ``[0, g_j)`` and ``a_j`` uniform
+      among the integers coprime to ``g_j`` (an affine bijection, O(1) per sample and two
+      int64 per GOP; a Feistel permutation per GOP would cost 8 to 32 keyed rounds per
+      sample for nothing the statistics use: a sample's rank is uniform over keys through
+      ``c_j`` alone, and which sample of a GOP a round takes does not change which GOPs
+      a batch holds; the random ``a_j`` varies the distance in frames between a GOP's
+      samples in consecutive rounds);
+    - puts rank ``i`` into round :math:`\lfloor (iR + v_j) / g_j \rfloor` with a keyed phase
+      ``v_j`` uniform in ``[0, R)``: its ``g_j`` samples spread evenly over the ``R`` rounds,
+      at most one per round. A sample's round is exactly uniform over ``[0, R)``.
+
+    Round ``r`` holds one sample of each GOP that visits it, *in cycle order*; the rounds,
+    laid end to end, are the block's order. With GOPs of equal size every GOP visits every
+    round, each round is the whole cycle in the same order, and any ``w`` consecutive
+    positions of the block are ``w`` distinct GOPs, whatever the phase of the batches. (An
+    order drawn afresh for every round would put a GOP on both sides of every round boundary
+    that a batch straddles: :math:`\bar m - 1 \approx (B^2 - 1)/(3w^2)`, 1/3 at ``w = B``.)
+    With unequal GOPs a GOP of ``g`` samples recurs every ``≈ M / g`` positions; one larger
+    than ``M / B`` puts two samples into some batches, whatever the order.
+
+    Position ``o`` of the block is found by a binary search over rounds on the prefix counts
+    :math:`P(r) = \sum_j \min(g_j, \max(0, \lceil (r g_j - v_j) / R \rceil))`, O(w) per step;
+    the rounds a contiguous run of positions spans are then laid out in O(w) each.
+
+    Attributes:
+        gops (np.ndarray): int64 ``[w]`` GOP numbers, stream (= cycle) order.
+        rounds (int): ``R``.
+    """
+
+    def __init__(self, table: GopTable, gops: np.ndarray, keys: tuple[int, int, int]) -> None:
+        self.gops = gops
+        self.sizes = table.sizes[gops]
+        self.rounds = int(self.sizes.max())
+        self._first = table.starts[gops]
+        # Keyed by GOP number (keys from balanced_keys), so a GOP's draws do not depend on
+        # which block it fell in.
+        phase_key, step_key, shift_key = keys
+        self._phase = keyed_below(phase_key, gops, self.rounds)
+        self._step = keyed_units(step_key, gops, self.sizes)
+        self._shift = keyed_below(shift_key, gops, self.sizes)
+
+    def before(self, rounds: np.ndarray) -> np.ndarray:
+        """int64 ``[len(rounds), w]``: samples of each GOP in the rounds before each round."""
+        num = np.asarray(rounds, np.int64)[:, None] * self.sizes - self._phase
+        return np.clip(-(-num // self.rounds), 0, self.sizes)
+
+    def round_of(self, offsets: np.ndarray) -> np.ndarray:
+        """int64 round of each offset: ``r`` with ``P(r) <= offset < P(r + 1)``."""
+        offsets = np.asarray(offsets, np.int64)
+        lo, hi = np.zeros_like(offsets), np.full_like(offsets, self.rounds)
+        while True:
+            open_ = np.flatnonzero(hi - lo > 1)
+            if not open_.size:
+                return lo
+            mid = (lo[open_] + hi[open_]) // 2
+            below = self.before(mid).sum(axis=1) <= offsets[open_]
+            lo[open_[below]], hi[open_[~below]] = mid[below], mid[~below]
+
+    def sample_ids(self, offsets: np.ndarray) -> np.ndarray:
+        """int64 sample id at each offset (``0 <= offset < M``) of the block's order.
+
+        Offsets are taken in runs of consecutive values; a run costs two binary searches and
+        O(w) per round it spans.
+        """
+        offsets = np.asarray(offsets, np.int64)
+        out = np.empty_like(offsets)
+        if not offsets.size:
+            return out
+        order = np.argsort(offsets, kind="stable")
+        ordered = offsets[order]
+        cuts = np.flatnonzero(np.diff(ordered) > 1) + 1
+        starts, stops = np.concatenate([[0], cuts]), np.concatenate([cuts, [len(ordered)]])
+        ends = self.round_of(np.concatenate([ordered[starts], ordered[stops - 1]]))
+        for a, b, r0, r1 in zip(starts.tolist(), stops.tolist(), ends[: len(starts)].tolist(),
+                                ends[len(starts):].tolist()):
+            out[order[a:b]] = self._run(ordered[a:b], r0, r1)
+        return out
+
+    def _run(self, offsets: np.ndarray, first_round: int, last_round: int) -> np.ndarray:
+        counts = self.before(np.arange(first_round, last_round + 2))
+        # Round by round, GOP by GOP in cycle order: exactly the block's positions from P(r0).
+        visits = np.flatnonzero((counts[1:] > counts[:-1]).ravel())
+        row, slot = np.divmod(visits[offsets - counts[0].sum()], len(self.gops))
+        rank = counts[row, slot]
+        sizes = self.sizes[slot]
+        return self._first[slot] + (self._step[slot] * rank + self._shift[slot]) % sizes
+
+
+def balanced_keys(seed: int, epoch: int) -> tuple[int, int, int]:
+    """Keys of a :class:`BalancedBlock`'s draws (round phases, rank steps, rank shifts)."""
+    return tuple(derive_seed(seed, epoch, tag) for tag in (_ROUND_PHASE_TAG, _RANK_STEP_TAG,
+                                                           _RANK_SHIFT_TAG))
+
+
 class GopShuffleEpoch(EpochPlan):
     """One rank's share of one :class:`GopShuffle` epoch, batches computed on demand.
 
@@ -81,6 +262,7 @@ class GopShuffleEpoch(EpochPlan):
             passed to ``plan_epoch``.
         window (int): most GOPs per block (``W``); blocks are balanced, so each holds
             ``num_gops / num_blocks`` GOPs, give or take one.
+        order (str): the in-block order, ``"balanced"`` or ``"uniform"``.
         epoch_samples (int): samples in the epoch over all ranks (``N``).
         num_samples (int): samples this rank delivers (padding included).
         num_blocks (int): blocks in the whole epoch, ``ceil(num_gops / W)``.
@@ -89,10 +271,12 @@ class GopShuffleEpoch(EpochPlan):
 
     def __init__(
         self, *, table: GopTable, window: int, seed: int, epoch: int, batch_size: int,
-        rank: int, world_size: int, drop_last: bool, is_clip: bool,
+        rank: int, world_size: int, drop_last: bool, is_clip: bool, order: str = "balanced",
     ) -> None:
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
         self.epoch, self.batch_size, self.drop_last = epoch, batch_size, drop_last
-        self.rank, self.world_size, self.window = rank, world_size, window
+        self.rank, self.world_size, self.window, self.order = rank, world_size, window, order
         self.epoch_samples = table.space.size
         self.num_samples = shard_length(self.epoch_samples, world_size, drop_last)
         self._table, self._seed, self._is_clip = table, seed, is_clip
@@ -101,8 +285,9 @@ class GopShuffleEpoch(EpochPlan):
         self.block_starts = block_starts(table.sizes, self._gop_order, self._bounds)
         self.num_blocks = len(self.block_starts) - 1
         self._seed_key = derive_seed(seed, epoch, _SAMPLE_SEED_TAG)
+        self._balanced_keys = balanced_keys(seed, epoch)
         self._num_batches = num_batches(self.num_samples, batch_size, drop_last)
-        # Consecutive batches hit the same block: keep the last few blocks' GOP lists.
+        # Consecutive batches hit the same block: keep the last few blocks' orders.
         self._block = functools.lru_cache(maxsize=8)(self._load_block)
 
     def __len__(self) -> int:
@@ -133,13 +318,13 @@ class GopShuffleEpoch(EpochPlan):
 
     def gops_of_block(self, block: int) -> np.ndarray:
         """int64 GOP numbers (rows of the :class:`GopTable`) of block ``block``, stream order."""
-        return self._block(block)[0]
+        return self._block(block).gops
 
-    def _load_block(self, block: int) -> tuple[np.ndarray, np.ndarray, KeyedPermutation]:
+    def _load_block(self, block: int) -> UniformBlock | BalancedBlock:
         gops = self._gop_order(np.arange(self._bounds[block], self._bounds[block + 1]))
-        cum = np.concatenate([[0], np.cumsum(self._table.sizes[gops])]).astype(np.int64)
-        key = derive_seed(self._seed, self.epoch, _BLOCK_TAG, block)
-        return gops, cum, KeyedPermutation(int(cum[-1]), key)
+        if self.order == "balanced":
+            return BalancedBlock(self._table, gops, self._balanced_keys)
+        return UniformBlock(self._table, gops, derive_seed(self._seed, self.epoch, _BLOCK_TAG, block))
 
     def blocks_of(self, positions: np.ndarray) -> np.ndarray:
         """int64 block of each epoch position."""
@@ -152,10 +337,7 @@ class GopShuffleEpoch(EpochPlan):
         out = np.empty_like(positions)
         for k in np.unique(blocks).tolist():
             sel = blocks == k
-            gops, cum, perm = self._block(k)
-            offsets = perm(positions[sel] - self.block_starts[k])
-            j = np.searchsorted(cum, offsets, side="right") - 1
-            out[sel] = self._table.starts[gops[j]] + offsets - cum[j]
+            out[sel] = self._block(k).sample_ids(positions[sel] - self.block_starts[k])
         return out
 
     def batch(self, batch_index: int) -> BatchPlan:
@@ -229,7 +411,8 @@ class GopShuffleEpoch(EpochPlan):
         return (
             f"GopShuffleEpoch(epoch={self.epoch}, rank={self.rank}/{self.world_size}, "
             f"{self._num_batches} batches of {self.batch_size}, {self.num_blocks} blocks of "
-            f"{self.window} GOPs, {self.num_samples} samples of {self.epoch_samples})"
+            f"{self.window} GOPs, {self.order} order, {self.num_samples} samples of "
+            f"{self.epoch_samples})"
         )
 
 

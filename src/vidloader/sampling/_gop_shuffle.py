@@ -1,4 +1,4 @@
-"""``GopShuffle``: shuffle GOPs, then shuffle the frames of a window of ``W`` GOPs at a time.
+"""``GopShuffle``: shuffle GOPs, then order the samples of a window of ``W`` GOPs at a time.
 
 Exact uniform sampling (:class:`RandomFrames`) pays, for nearly every frame, a seek and a
 decode from the keyframe: about ``G / 2`` decoded frames per delivered frame with GOPs of
@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..index import VideoIndex
 from ._base import Sampler
 from ._checks import check_int, check_optional_int, check_plan_args
-from ._gop_epoch import GopShuffleEpoch
+from ._gop_epoch import ORDERS, GopShuffleEpoch
 from ._gop_table import GopTable
 from ._space import ClipShape, SampleSpace
 
@@ -28,36 +28,65 @@ class GopShuffle(Sampler):
 
     1. the dataset's GOPs (keyframe to keyframe, from the index) are put in a keyed random
        order (key ``(seed, epoch)``): the *GOP stream*;
-    2. the stream is cut into *blocks* of ``W = window_gops`` consecutive GOPs;
-    3. the samples (frames, or clip starts) of each block are put in a keyed random order
-       (key ``(seed, epoch, block)``), and the blocks are laid end to end;
+    2. the stream is cut into *blocks* of at most ``W`` consecutive GOPs (``ceil(K / W)``
+       blocks of equal numbers of GOPs, give or take one);
+    3. the samples (frames, or clip starts) of each block are put in order, and the blocks are
+       laid end to end:
+
+       - ``order="balanced"`` (default): in *rounds*. Each GOP visits its samples in a keyed
+         order and spreads them evenly over the block's ``R`` rounds (``R`` its largest GOP:
+         equal GOPs are in every round); a round holds one sample of each GOP that visits it,
+         the GOPs always in the block's (keyed random) stream order. So any ``w``
+         consecutive positions of a block of ``w`` equal GOPs are ``w`` distinct GOPs;
+       - ``order="uniform"``: a keyed uniform permutation of the block's samples (key
+         ``(seed, epoch, block)``); the order of ``GopShuffle`` before the balanced one;
+
     4. the result is cut into batches of ``B``; a batch may straddle two blocks.
 
     A clip belongs to the GOP of its first frame and may run on into the next GOP.
 
     **Unbiased.** The epoch is a permutation of all ``N`` samples, so every sample is seen
     exactly once per epoch and the epoch-average gradient is the full-data gradient. Over the
-    two random orders each batch holds a given sample with probability ``B / N``, as uniform
-    sampling does, so :math:`\mathbb{E}[\nabla_{\text{batch}}] = \nabla_{\text{full}}`
-    at every step; exactly so when GOPs hold equal numbers of samples, within a relative
-    :math:`|g - \bar G| / (W \bar G)` for a sample of a GOP of ``g`` samples otherwise.
+    random orders each batch holds a given sample with probability ``B / N``, as uniform
+    sampling does (in the balanced order a sample's round is uniform over the rounds, and
+    its GOP's place in the cycle uniform), so :math:`\mathbb{E}[\nabla_{\text{batch}}] =
+    \nabla_{\text{full}}` at every step; exactly so when GOPs hold equal numbers of
+    samples, within a relative :math:`|g - \bar G| / (W \bar G)` for a sample of a GOP of
+    ``g`` samples otherwise (both orders).
 
-    **The cost is variance, not bias.** Samples of one GOP come together: a batch drawn from
-    a block of ``M = W G`` samples holds, per sample, :math:`\bar m_{gop} = 1 + (B-1)
-    \frac{G-1}{WG-1}` samples of its own GOP on average (a few percent less when batches
-    straddle blocks), against :math:`1 + (B-1)\frac{G-1}{N-1}` for uniform sampling. With
-    intra-GOP correlation :math:`\rho` the batch mean's variance grows by the design effect
-    :math:`\text{deff} = 1 + (\bar m - 1)\rho`: the batch is worth ``B / deff`` independent
-    samples. With the default ``W = B``, :math:`\bar m_{gop} < 2` and deff :math:`< 1 + \rho`
-    for any GOP length. ``W`` at least the number of GOPs is one block: exact uniform
-    shuffling. Measure it with :func:`vidloader.sampling.sampling_report`; ``docs/sampling.md``
-    has the derivation.
+    **The cost is variance, not bias.** With intra-GOP correlation :math:`\rho` the batch
+    mean's variance grows by the design effect :math:`\text{deff} = 1 + (\bar m_{gop} -
+    1)\rho` (plus :math:`(\bar m_{video} - \bar m_{gop})\rho_v` for the correlation
+    :math:`\rho_v` of different GOPs of one video), :math:`\bar m_{gop}` the mean number of
+    batch samples that share a sample's GOP: the batch is worth ``B / deff`` independent
+    samples.
+
+    - Uniform order: :math:`\bar m_{gop} = 1 + (B-1)\frac{G-1}{WG-1}` (a few percent less
+      when batches straddle blocks), about 2 at ``W = B``: deff :math:`\approx 1 + \rho`.
+    - Balanced order: a batch inside a block of ``w >= B`` equal GOPs holds at most one
+      sample per GOP, at any phase, so :math:`\bar m_{gop} = 1` and deff = 1 at the same
+      memory and decode cost; below exact uniform sampling's
+      :math:`1 + (B-1)\frac{G-1}{N-1}`. With ``w < B``, :math:`\bar m_{gop} \approx B / w`.
+      With unequal GOPs, one of more than ``M / B`` samples (``M`` its block's samples)
+      must put two samples into some batch: :func:`~._clustering.balanced_mbar` has the
+      formula.
+
+    What neither order changes: the batches of one block all draw from the same ``W`` GOPs,
+    so consecutive batches are correlated with each other (the balanced order removes
+    clustering *within* a batch, not *between* batches of a block); and samples of one video
+    in different GOPs meet in a batch about as often as under uniform sampling,
+    :math:`\bar m_{video} - \bar m_{gop} \approx (B - 1)\frac{\sum_v n_v^2 - \sum_g
+    g^2}{N^2}`, large when the dataset has few videos. ``W`` at least the number of GOPs is
+    one block: exact uniform shuffling (uniform order) or one round-robin over all GOPs
+    (balanced order). Measure it with :func:`vidloader.sampling.sampling_report`;
+    ``docs/sampling.md`` has the derivations.
 
     **Speed.** A batch touches at most ``W`` GOPs per block it draws from, and a block's
     batches are consecutive. A worker that takes a whole block (``plan.decode_units()``, or
     a lookahead of ``plan.preferred_lookahead`` batches) enters each GOP once and decodes it
     forward, so decoding costs about one decoded frame per delivered frame, like sequential
-    reading. The price is memory: a block's samples (``W * G``) are in flight at once.
+    reading, in either order. The price is memory: a block's samples (``W * G``) are in
+    flight at once.
 
     **Distributed.** Rank ``r`` of ``R`` takes the contiguous run ``[r*n, (r+1)*n)`` of the
     epoch order (``n`` as for the other samplers: ``ceil(N / R)`` padded by wrapping to the
@@ -68,22 +97,34 @@ class GopShuffle(Sampler):
     when ``sequence_length > 1``.
 
     Args:
-        window_gops (int | None): ``W``, GOPs per block. ``None`` (default): the batch size,
-            which keeps :math:`\bar m_{gop} - 1 \approx (B - 1) / W` below 1.
+        window_gops (int | None): ``W``, most GOPs per block. ``None`` (default): for the
+            balanced order, the least ``W`` whose blocks all hold at least ``B`` GOPs
+            (:meth:`window_for`: ``B`` on a large dataset, at most ``2B - 1``); for the
+            uniform order, ``B``, which keeps :math:`\bar m_{gop} - 1 \approx (B - 1) / W`
+            below 1.
+        order (str): ``"balanced"`` (default) or ``"uniform"``, the order of a block's
+            samples.
         sequence_length (int): frames per sample (1: single frames).
         stride (int): distance in frames between consecutive frames of a clip.
         step (int): distance in frames between consecutive clip starts in a video.
-        seed (int): seed of both orders and of the per-sample seeds.
+        seed (int): seed of all the orders and of the per-sample seeds.
 
     Raises:
         ConfigError: a bad option; at ``plan_epoch``, an index without keyframes or samples.
     """
 
     def __init__(
-        self, *, window_gops: int | None = None, sequence_length: int = 1, stride: int = 1,
-        step: int = 1, seed: int = 0,
+        self, *, window_gops: int | None = None, order: str = "balanced",
+        sequence_length: int = 1, stride: int = 1, step: int = 1, seed: int = 0,
     ) -> None:
         self.window_gops = check_optional_int("window_gops", window_gops, minimum=1)
+        if not isinstance(order, str) or order not in ORDERS:
+            raise ConfigError(
+                f"order must be one of {', '.join(map(repr, ORDERS))}, got {order!r}: "
+                "'balanced' (default) takes one sample per GOP per round, 'uniform' shuffles "
+                "each block's samples uniformly"
+            )
+        self.order = order
         self.sequence_length = check_int("sequence_length", sequence_length, minimum=1)
         self.stride = check_int("stride", stride, minimum=1)
         self.step = check_int("step", step, minimum=1)
@@ -97,9 +138,20 @@ class GopShuffle(Sampler):
     def _clip_shape(self) -> ClipShape:
         return ClipShape(self.sequence_length, self.stride, self.step)
 
-    def window_for(self, batch_size: int) -> int:
-        """``W`` used with batches of ``batch_size``."""
-        return self.window_gops if self.window_gops is not None else batch_size
+    def window_for(self, batch_size: int, num_gops: int | None = None) -> int:
+        r"""``W`` used with batches of ``batch_size`` on an index of ``num_gops`` GOPs.
+
+        ``window_gops`` if given. By default, ``batch_size`` for the uniform order; for the
+        balanced order, the least ``W`` whose balanced blocks all hold at least
+        ``batch_size`` GOPs, :math:`\lceil K / \max(1, \lfloor K / B \rfloor) \rceil`
+        (``B`` when ``num_gops`` is not given): ``B (1 + O(B / K))``, at most ``2B - 1``,
+        and all ``K`` GOPs in one block when ``K < 2B``.
+        """
+        if self.window_gops is not None:
+            return self.window_gops
+        if self.order == "uniform" or num_gops is None:
+            return batch_size
+        return default_balanced_window(num_gops, batch_size)
 
     def sample_space(self, index: VideoIndex) -> SampleSpace:
         """The samples this sampler draws from ``index``; ConfigError if there are none."""
@@ -135,10 +187,11 @@ class GopShuffle(Sampler):
         epoch, batch_size, rank, world_size, drop_last = check_plan_args(
             epoch, batch_size, rank, world_size, drop_last
         )
+        table = self.gop_table(index)
         plan = GopShuffleEpoch(
-            table=self.gop_table(index), window=self.window_for(batch_size), seed=self.seed,
+            table=table, window=self.window_for(batch_size, table.num_gops), seed=self.seed,
             epoch=epoch, batch_size=batch_size, rank=rank, world_size=world_size,
-            drop_last=drop_last, is_clip=self.is_clip,
+            drop_last=drop_last, is_clip=self.is_clip, order=self.order,
         )
         if len(plan) == 0:
             raise ConfigError(
@@ -156,3 +209,13 @@ class GopShuffle(Sampler):
     def __repr__(self) -> str:
         options = {k: v for k, v in self.config().items() if k != "type"}
         return f"GopShuffle({', '.join(f'{k}={v!r}' for k, v in options.items())})"
+
+
+def default_balanced_window(num_gops: int, batch_size: int) -> int:
+    """The least ``W`` whose ``ceil(K / W)`` balanced blocks all hold at least ``B`` GOPs.
+
+    ``W = ceil(K / f)`` with ``f = max(1, K // B)`` makes at most ``f`` blocks, of at least
+    ``K / f >= B`` GOPs each (when ``K >= B``); any smaller ``W`` makes more than ``f``
+    blocks, and ``K / (f + 1) < B``, so one of them holds fewer than ``B`` GOPs.
+    """
+    return -(-num_gops // max(1, num_gops // batch_size))

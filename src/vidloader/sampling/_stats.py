@@ -181,7 +181,8 @@ def analytic_mbar(sampler: Sampler, table: GopTable, batch_size: int) -> tuple[f
     from ._gop_shuffle import GopShuffle  # late: _gop_shuffle does not need the stats
 
     if isinstance(sampler, GopShuffle):
-        return gop_shuffle_mbar(table, batch_size, sampler.window_for(batch_size))
+        window = sampler.window_for(batch_size, table.num_gops)
+        return gop_shuffle_mbar(table, batch_size, window, order=sampler.order)
     mode = getattr(sampler, "_mode", lambda: None)()
     if mode in ("shuffle", "replacement"):
         return uniform_mbar(table, batch_size, replacement=mode == "replacement")
