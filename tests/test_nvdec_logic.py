@@ -312,10 +312,16 @@ def test_gop_sink_fills_the_same_batches_as_the_per_frame_sink(media, fake):
     ex.close()
 
 
-def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake):
+@pytest.mark.parametrize("gops_per_part", [64, 1])
+def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, monkeypatch, gops_per_part):
     """SeparationPool (spawned demux workers, fake NVDEC here) queues several units on the
-    decoder threads before waiting for the first; the batches equal a synchronous fill."""
+    decoder threads before waiting for the first, and splits a unit of many GOPs over
+    several demux workers; the batches equal a synchronous fill."""
     import torch
+
+    import vidloader.pipeline._pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "DEMUX_GOPS_PER_PART", gops_per_part)
 
     from vidloader import Process, RandomFrames
     from vidloader.index import VideoIndex
@@ -345,3 +351,24 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake):
         assert sum(m[5]["delivered"] for m in msgs) == 8 * 5
     finally:
         pool.shutdown()
+
+
+def test_demux_spans_cover_the_tasks_in_balanced_slices():
+    from vidloader.pipeline._pool import DEMUX_GOPS_PER_PART, demux_spans
+
+    class T:
+        def __init__(self, n):
+            self.gops = [0] * n
+
+    tasks = [T(n) for n in (5, 40, 3, 30, 60, 2, 20, 10)]  # 170 GOPs
+    assert len(demux_spans(tasks, 16)) == 170 // DEMUX_GOPS_PER_PART  # no part far under the size
+    assert demux_spans(tasks[:1], 16) == [(0, 1)]  # a small unit stays with one worker
+    for workers in (1, 2, 3, 16):
+        spans = demux_spans(tasks, workers)
+        assert spans[0][0] == 0 and spans[-1][1] == len(tasks)
+        assert all(a < b for a, b in spans) and all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))
+        assert len(spans) <= max(1, min(workers, 170 // DEMUX_GOPS_PER_PART))
+    many = [T(30) for _ in range(100)]  # 3000 GOPs: one part per worker, equal sizes
+    spans = demux_spans(many, 8)
+    assert len(spans) == 8 and {b - a for a, b in spans} <= {12, 13}
+    assert demux_spans([], 4) == [(0, 0)]

@@ -13,10 +13,12 @@ import contextlib
 import queue
 import time
 
+import numpy as np
 import torch
 
 from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SECONDS
 from ..errors import WorkerError
+from ..planning import plan_tasks
 from ._assemble import BatchAssembler
 from ._worker import (
     WorkerConfig,
@@ -177,6 +179,22 @@ class ProcessPool(WorkerProcesses):
         self.slots = []
 
 
+#: GOPs per demux part: a unit with more GOPs is demuxed by several workers, in slices of
+#: about this many GOPs (a part costs a message and a re-plan of the unit in its worker).
+DEMUX_GOPS_PER_PART = 64
+
+
+def demux_spans(tasks: list, num_workers: int) -> list[tuple[int, int]]:
+    """Cut a unit's tasks into at most ``num_workers`` contiguous ``(start, stop)`` slices of
+    about equal GOP counts, none much under :data:`DEMUX_GOPS_PER_PART` GOPs."""
+    gops = np.cumsum([len(t.gops) for t in tasks])
+    total = int(gops[-1]) if len(gops) else 0
+    n = max(1, min(num_workers, total // DEMUX_GOPS_PER_PART))
+    cuts = np.searchsorted(gops, total * np.arange(1, n) / n, side="left") + 1
+    bounds = sorted({0, len(tasks), *cuts.tolist()})
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [(0, len(tasks))]
+
+
 class SeparationPool(WorkerProcesses):
     """NVIDIA's separation mode: CPU workers demux GOPs to Annex-B packet bundles; this
     process decodes them on the GPU (NVDEC) into GPU staging slots. Workers never touch CUDA.
@@ -192,15 +210,22 @@ class SeparationPool(WorkerProcesses):
         self.slots = _allocate(shapes, num_slots, device=device)
         self.max_units_decoding = max(1, int(max_units_decoding))
         self._units: dict[int, tuple[list, list]] = {}
+        self._parts: dict[int, list] = {}  # unit key -> each part's (bundles, failed) or None
         self._decoding: collections.deque = collections.deque()  # UnitMessages in flight
         self._done: collections.deque = collections.deque()
         args = [(i, assembler.index, assembler.on_error) for i in range(num_workers)]
         super().__init__(demux_worker_main, args, num_workers)
 
     def submit(self, worker: int, slot_ids: list, plans: list) -> None:
+        """Hand a unit's demuxing to the workers: to ``worker`` alone, or, for a unit of more
+        than :data:`DEMUX_GOPS_PER_PART` GOPs (a GopShuffle block), in slices of its tasks to
+        several workers, so one worker's demux speed does not bound a large unit."""
         key = plans[0].batch_index
+        spans = demux_spans(plan_tasks(plans, self.assembler.index), self.num_workers)
         self._units[key] = (slot_ids, plans)
-        self.put(worker, (key, plans))
+        self._parts[key] = [None] * len(spans)
+        for part, (start, stop) in enumerate(spans):
+            self.put((worker + part) % self.num_workers, (key, plans, part, start, stop))
 
     def get(self, deadline: float | None = None):
         while not self._done:
@@ -212,7 +237,7 @@ class SeparationPool(WorkerProcesses):
                     break
                 if msg[0] != "bundles":
                     return msg
-                self._start(msg)
+                self._receive(msg)
             if self._decoding:
                 self._done.extend(self._decoding.popleft().finish())
         return self._done.popleft()
@@ -229,8 +254,17 @@ class SeparationPool(WorkerProcesses):
             msg = msg[0]
         return msg
 
-    def _start(self, msg) -> None:
-        _, key, bundles, failed = msg
+    def _receive(self, msg) -> None:
+        """Keep a part of a unit's packets; start the unit once all its parts are here."""
+        _, key, bundles, failed, part = msg
+        parts = self._parts[key]
+        parts[part] = (bundles, failed)
+        if any(p is None for p in parts):
+            return
+        del self._parts[key]
+        self._start(key, [b for p in parts for b in p[0]], [f for p in parts for f in p[1]])
+
+    def _start(self, key: int, bundles: list, failed: list) -> None:
         slot_ids, plans = self._units.pop(key)
         executor = self.assembler.executor
         self._decoding.append(

@@ -127,7 +127,9 @@ def demux_worker_main(worker_id: int, index, on_error: str, task_q, result_q) ->
 
     CPU only by construction: it imports neither torch.cuda nor PyNvVideoCodec, so it is
     safe under fork as well as spawn (the exercise's CUDA_ERROR_NOT_INITIALIZED cannot
-    happen here). Messages: ``("bundles", key, bundles, failed)`` or ``("error", …)``.
+    happen here). Takes ``(key, plans, part, start, stop)``: demux tasks ``start:stop`` of
+    the unit's ``plan_tasks``. Replies ``("bundles", key, bundles, failed, part)`` or
+    ``("error", …)``.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from ..decoding._annexb import ContainerCache
@@ -137,15 +139,16 @@ def demux_worker_main(worker_id: int, index, on_error: str, task_q, result_q) ->
     result_q.put(("ready", worker_id))
     try:
         while (msg := task_q.get()) is not None:
-            key, plans = msg
+            key, plans, part, start, stop = msg
             try:
-                tasks = plan_tasks(plans, index)
+                # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
+                tasks = plan_tasks(plans, index)[start:stop]
                 bundles, failed = _demux_tasks(tasks, containers, on_error)
             except BaseException as exc:
                 tb = traceback.format_exc()
                 result_q.put(("error", key, None, repr(exc), tb, getattr(exc, "path", None)))
                 continue
-            result_q.put(("bundles", key, bundles, failed))
+            result_q.put(("bundles", key, bundles, failed, part))
     finally:
         containers.close()
 
