@@ -140,23 +140,18 @@ class BatchAssembler:
             tasks, bundles = [tasks[i] for i in kept], [bundles[i] for i in kept]
         sinks = [self._sink(t.video_index, slots, transforms, stagings) for t in tasks]
         unit = UnitFill(self, plans, results, tasks, sinks, bundles)
-        if hasattr(self.executor, "submit_batch"):
-            gop_sink = self._gop_sink(tasks, slots, transforms, stagings)
-            try:
+        try:
+            if hasattr(self.executor, "submit_batch"):
+                gop_sink = self._gop_sink(tasks, slots, transforms, stagings)
                 unit.pending = self.executor.submit_batch(tasks, gop_sink, bundles=bundles)
-            except MediaError:
-                if self.on_error == "raise":
-                    raise
-                unit.redo = True
-        elif hasattr(self.executor, "decode_batch"):
-            try:
+            elif hasattr(self.executor, "decode_batch"):
                 self.executor.decode_batch(tasks, lambda k, i, f: sinks[k](i, f), bundles=bundles)
-            except MediaError:
-                if self.on_error == "raise":
-                    raise
+            else:
                 unit.redo = True
-        else:
-            unit.redo = True
+        except MediaError:
+            if self.on_error == "raise":
+                raise
+            unit.redo = True  # one bad file: redo task by task, to tell the good from the bad
         return unit
 
     def redo_task_by_task(self, unit: UnitFill) -> None:
