@@ -379,6 +379,7 @@ class NvdecExecutor(Executor):
         stacked, to ``sink``; all on ``slot``'s stream. Returns the counts and a done-event."""
         with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
             slot.stream.wait_event(ready)  # the caller's earlier work on the sink's buffers
+            want = set(job.gop.frames.tolist())
             cached = self._cached(job)
             if cached is not None:
                 for _, t in cached:
@@ -386,16 +387,15 @@ class NvdecExecutor(Executor):
                 res, wanted = _Result([], 0, 0, None), cached
             else:
                 res = self._decode_pooled(slot, containers, job, keep_all=False)
-                want = set(job.gop.frames.tolist())
                 wanted = [(i, t) for i, t in res.frames if i in want]
-            missing = set(job.gop.frames.tolist()) - {i for i, _ in wanted}
+            missing = want - {i for i, _ in wanted}
             if missing:
                 raise _missing_frames(job, missing)
             if wanted:
                 stacked = torch.stack([t for _, t in wanted])
                 indices = [i for i, _ in wanted]
                 if cached is None:
-                    self._keep(job, zip(indices, stacked), slot.stream)
+                    self._keep(job, zip(indices, stacked))
                 sink(job.pos, indices, NvdecFrames(stacked, job.record, consumer))
             res.frames = []
             res.delivered = len(wanted)
@@ -403,7 +403,7 @@ class NvdecExecutor(Executor):
             res.event.record(slot.stream)
         return res
 
-    def _keep(self, job: _Job, frames, stream) -> None:
+    def _keep(self, job: _Job, frames) -> None:
         """Put delivered frames into the frame cache (readable from any stream after this).
 
         On this path only the frames delivered are kept, as views of the GOP's stacked
@@ -413,8 +413,7 @@ class NvdecExecutor(Executor):
         if self.frame_cache.max_bytes == 0:
             return
         for i, nv12 in frames:
-            if i >= 0:
-                self.frame_cache.put(job.record.path, i, nv12)
+            self.frame_cache.put(job.record.path, i, nv12)
 
 
 class PendingBatch:

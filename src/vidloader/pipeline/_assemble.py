@@ -123,10 +123,13 @@ class BatchAssembler:
         stagings: list[dict],
         bundles: list | None = None,
         failed: list[tuple[int, str, str]] = (),
+        *,
+        tasks: list | None = None,
     ) -> UnitFill:
         """:meth:`fill_unit` in two halves: with an executor that decodes asynchronously
         (``submit_batch``, NVDEC) this returns once the work is queued, so the next unit can
-        be queued before this one is waited for (:meth:`UnitFill.finish`)."""
+        be queued before this one is waited for (:meth:`UnitFill.finish`). ``tasks``: the
+        unit's ``plan_tasks(plans, index)`` when the caller has them already."""
         for plan, staging in zip(plans, stagings):
             self._clear_unmapped_slots(plan, staging)
         slots = slots_by_frame(plans)
@@ -134,7 +137,7 @@ class BatchAssembler:
         results = [FillResult(np.ones(p.batch_size, bool), []) for p in plans]
         for video, path, message in failed:
             self._mark_failed(plans, results, video, path, message)
-        tasks = plan_tasks(plans, self.index)
+        tasks = plan_tasks(plans, self.index) if tasks is None else tasks
         if bundles is not None:  # demux failures were reported in `failed`
             kept = [i for i, b in enumerate(bundles) if b is not None]
             tasks, bundles = [tasks[i] for i in kept], [bundles[i] for i in kept]

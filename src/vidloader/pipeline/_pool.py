@@ -118,10 +118,14 @@ class WorkerProcesses:
                 if deadline is not None and time.monotonic() > deadline:
                     raise WorkerError(f"workers did not start within {WORKER_START_SECONDS:.0f} s") from None
                 continue
-            if isinstance(msg, list):  # a unit's messages arrive together
-                self._backlog.extend(msg[1:])
-                msg = msg[0]
-            return msg
+            return self._unpack(msg)
+
+    def _unpack(self, msg):
+        """The first of a unit's messages (they arrive together as a list); the rest wait."""
+        if isinstance(msg, list):
+            self._backlog.extend(msg[1:])
+            msg = msg[0]
+        return msg
 
     def _check_alive(self) -> None:
         for p in self.procs:
@@ -209,7 +213,7 @@ class SeparationPool(WorkerProcesses):
         self.assembler = assembler
         self.slots = _allocate(shapes, num_slots, device=device)
         self.max_units_decoding = max(1, int(max_units_decoding))
-        self._units: dict[int, tuple[list, list]] = {}
+        self._units: dict[int, tuple[list, list, list]] = {}  # key -> slots, plans, tasks
         self._parts: dict[int, list] = {}  # unit key -> each part's (bundles, failed) or None
         self._decoding: collections.deque = collections.deque()  # UnitMessages in flight
         self._done: collections.deque = collections.deque()
@@ -221,8 +225,9 @@ class SeparationPool(WorkerProcesses):
         than :data:`DEMUX_GOPS_PER_PART` GOPs (a GopShuffle block), in slices of its tasks to
         several workers, so one worker's demux speed does not bound a large unit."""
         key = plans[0].batch_index
-        spans = demux_spans(plan_tasks(plans, self.assembler.index), self.num_workers)
-        self._units[key] = (slot_ids, plans)
+        tasks = plan_tasks(plans, self.assembler.index)
+        spans = demux_spans(tasks, self.num_workers)
+        self._units[key] = (slot_ids, plans, tasks)  # planned once here, reused to decode
         self._parts[key] = [None] * len(spans)
         for part, (start, stop) in enumerate(spans):
             self.put((worker + part) % self.num_workers, (key, plans, part, start, stop))
@@ -246,13 +251,9 @@ class SeparationPool(WorkerProcesses):
         if block or self._backlog:
             return super().get(deadline)
         try:
-            msg = self.result_q.get_nowait()
+            return self._unpack(self.result_q.get_nowait())
         except queue.Empty:
             return None
-        if isinstance(msg, list):
-            self._backlog.extend(msg[1:])
-            msg = msg[0]
-        return msg
 
     def _receive(self, msg) -> None:
         """Keep a part of a unit's packets; start the unit once all its parts are here."""
@@ -265,11 +266,11 @@ class SeparationPool(WorkerProcesses):
         self._start(key, [b for p in parts for b in p[0]], [f for p in parts for f in p[1]])
 
     def _start(self, key: int, bundles: list, failed: list) -> None:
-        slot_ids, plans = self._units.pop(key)
+        slot_ids, plans, tasks = self._units.pop(key)
         executor = self.assembler.executor
-        self._decoding.append(
-            start_unit_messages(self.assembler, executor, self.slots, slot_ids, plans, bundles, failed)
-        )
+        self._decoding.append(start_unit_messages(
+            self.assembler, executor, self.slots, slot_ids, plans, bundles, failed, tasks=tasks,
+        ))
 
     def shutdown(self) -> None:
         while self._decoding:

@@ -110,13 +110,13 @@ class UnitMessages:
 
 
 def start_unit_messages(
-    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=()
+    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=(), *, tasks=None
 ) -> UnitMessages:
     """Start filling a unit of batches (see :meth:`BatchAssembler.start_unit`)."""
     unit = UnitMessages(executor, slot_ids, plans)
     try:
         stagings = [_staging_views(slots[s], p.batch_size) for s, p in zip(slot_ids, plans)]
-        unit.fill = assembler.start_unit(plans, stagings, bundles, failed)
+        unit.fill = assembler.start_unit(plans, stagings, bundles, failed, tasks=tasks)
     except BaseException as exc:
         unit.error = unit.fail(exc)
     return unit
