@@ -27,12 +27,14 @@ bench() {  # workload backend seconds [max-seconds]
 }
 # A VideoLoader run starts 16 spawned workers and CUDA (~30-40 s) before its warm-up of 5
 # units: 55 s was too short on the H200 for the NVDEC loader (killed before its JSON).
-bench sequential vidloader-nvdec 150
-bench sequential pynvc-threads 40
-bench random vidloader-nvdec 180 30
-bench random pynvc-simple 45
-bench relaxed vidloader-nvdec 180 30
-if [ "${GPU_CPU_PEERS:-0}" = 1 ]; then  # the CPU backend on this machine's cores
-  bench random vidloader 60
-  bench sequential vidloader 50
-fi
+# BENCH_STEPS picks the groups to run (one device call is at most 10 minutes).
+STEPS=${BENCH_STEPS:-"sequential random relaxed"}
+for step in $STEPS; do
+  case $step in
+    sequential) bench sequential vidloader-nvdec 150; bench sequential pynvc-threads 40 ;;
+    random) bench random vidloader-nvdec 180 30; bench random pynvc-simple 45 ;;
+    relaxed) bench relaxed vidloader-nvdec 180 30 ;;
+    cpu) bench random vidloader 60; bench sequential vidloader 50 ;;  # the CPU backend here
+    *) echo "gpu_run.sh: unknown step '$step' (sequential, random, relaxed, cpu)" >&2 ;;
+  esac
+done
