@@ -19,9 +19,9 @@ SCALE=${BENCH_SCALE:-gpu-quick}
 # gpu scale (200 x 3 s 1080p) took 140-170 s to generate on 16 cores; gpu-quick ~45 s.
 timeout 240 python3 -c "from vidloader.bench._datasets import prepare_dataset as p; p('W1', '$SCALE', data_dir='/tmp/bench-data')" \
   2>&1 | grep -v "generating videos" | tee -a "$OUT/bench.log"
-bench() {  # workload backend seconds [max-seconds]
+bench() {  # workload backend seconds [max-seconds] [timed batches]
   timeout "$3" python3 -m vidloader.bench --scale "$SCALE" --dataset W1 --data-dir /tmp/bench-data \
-    --out "$OUT/bench/$2" --workers 16 --no-plot --batches "${BENCH_BATCHES:-30}" \
+    --out "$OUT/bench/$2" --workers 16 --no-plot --batches "${5:-${BENCH_BATCHES:-30}}" \
     --max-seconds "${4:-${BENCH_MAX_SECONDS:-10}}" --timeout "$3" --workload "$1" --backends "$2" \
     2>&1 | tee -a "$OUT/bench.log"
 }
@@ -31,9 +31,11 @@ bench() {  # workload backend seconds [max-seconds]
 STEPS=${BENCH_STEPS:-"sequential random relaxed"}
 for step in $STEPS; do
   case $step in
-    sequential) bench sequential vidloader-nvdec 150; bench sequential pynvc-threads 40 ;;
-    random) bench random vidloader-nvdec 180 30; bench random pynvc-simple 45 ;;
-    relaxed) bench relaxed vidloader-nvdec 180 30 ;;
+    # Long timed windows (160 batches = 20k frames, ~7 s at the NVDEC ceiling): a window of
+    # a few units can be inflated by work done ahead during the warm-up.
+    sequential) bench sequential vidloader-nvdec 150 20 160; bench sequential pynvc-threads 40 ;;
+    random) bench random vidloader-nvdec 180 40 64; bench random pynvc-simple 45 ;;
+    relaxed) bench relaxed vidloader-nvdec 180 30 160 ;;
     cpu) bench random vidloader 60; bench sequential vidloader 50 ;;  # the CPU backend here
     *) echo "gpu_run.sh: unknown step '$step' (sequential, random, relaxed, cpu)" >&2 ;;
   esac

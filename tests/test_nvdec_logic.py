@@ -372,3 +372,42 @@ def test_demux_spans_cover_the_tasks_in_balanced_slices():
     spans = demux_spans(many, 8)
     assert len(spans) == 8 and {b - a for a, b in spans} <= {12, 13}
     assert demux_spans([], 4) == [(0, 0)]
+
+
+def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_order():
+    """The loader takes batches in order: a unit whose packets arrive first but that was
+    submitted later must not be decoded before the older ones (it would wait in its slots
+    while the decoders idle once the older unit arrives; 18 s stalls on the H200)."""
+    import collections
+
+    from vidloader.pipeline._pool import SeparationPool
+
+    pool = object.__new__(SeparationPool)  # the ordering logic alone: no workers, no decoder
+    pool.max_units_decoding = 2
+    pool._order, pool._ready, pool._parts = collections.deque([0, 4, 8, 12]), {}, {}
+    pool._decoding, pool._done = collections.deque(), collections.deque()
+    for key in (0, 4, 8, 12):
+        pool._parts[key] = [None, None] if key == 4 else [None]
+    arrivals = collections.deque([  # unit 12 first, 4 in two parts around 8, 0 last
+        ("bundles", 12, ["b12"], [], 0), ("bundles", 4, ["b4a"], [], 0),
+        ("bundles", 8, ["b8"], [], 0), ("bundles", 4, ["b4b"], [], 1),
+        ("bundles", 0, ["b0"], [], 0),
+    ])
+    started = []
+
+    class Unit:
+        def __init__(self, key):
+            self.key = key
+
+        def finish(self):
+            return [("done", self.key)]
+
+    def start(key, bundles, failed):
+        started.append((key, bundles))
+        pool._decoding.append(Unit(key))
+
+    pool._next_message = lambda deadline, block: arrivals.popleft() if arrivals else None
+    pool._start = start
+    got = [pool.get()[1] for _ in range(4)]
+    assert got == [0, 4, 8, 12]
+    assert started == [(0, ["b0"]), (4, ["b4a", "b4b"]), (8, ["b8"]), (12, ["b12"])]

@@ -203,9 +203,16 @@ class SeparationPool(WorkerProcesses):
     """NVIDIA's separation mode: CPU workers demux GOPs to Annex-B packet bundles; this
     process decodes them on the GPU (NVDEC) into GPU staging slots. Workers never touch CUDA.
 
-    Decoding is asynchronous (``submit_batch``): when a unit's packets arrive its GOPs are
-    queued on the decoder threads at once, and up to ``max_units_decoding`` units (4) are queued
-    before the oldest is waited for, so the decoders never drain between units.
+    Decoding is asynchronous (``submit_batch``): units are queued on the decoder threads in
+    the order they were submitted, as soon as their packets are here, and up to
+    ``max_units_decoding`` units (4) are queued before the oldest is waited for, so the
+    decoders never drain between units.
+
+    Units start in submission order, not in the order their packets arrive: the loader takes
+    batches in order, so a unit decoded ahead of an older one would sit in its slots while the
+    older one waits behind it. Started in arrival order (as before), 16 workers finishing
+    their demux together made the loader stall until every unit was decoded, then deliver
+    them in one burst while the decoders idled (seen on the H200: 18 s stalls).
     """
 
     def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int,
@@ -215,6 +222,8 @@ class SeparationPool(WorkerProcesses):
         self.max_units_decoding = max(1, int(max_units_decoding))
         self._units: dict[int, tuple[list, list, list]] = {}  # key -> slots, plans, tasks
         self._parts: dict[int, list] = {}  # unit key -> each part's (bundles, failed) or None
+        self._order: collections.deque = collections.deque()  # keys not started, as submitted
+        self._ready: dict[int, tuple[list, list]] = {}  # key -> its packets, all parts here
         self._decoding: collections.deque = collections.deque()  # UnitMessages in flight
         self._done: collections.deque = collections.deque()
         args = [(i, assembler.index, assembler.on_error) for i in range(num_workers)]
@@ -229,23 +238,34 @@ class SeparationPool(WorkerProcesses):
         spans = demux_spans(tasks, self.num_workers)
         self._units[key] = (slot_ids, plans, tasks)  # planned once here, reused to decode
         self._parts[key] = [None] * len(spans)
+        self._order.append(key)
         for part, (start, stop) in enumerate(spans):
             self.put((worker + part) % self.num_workers, (key, plans, part, start, stop))
 
     def get(self, deadline: float | None = None):
         while not self._done:
-            # Queue every unit whose packets are here (up to the limit), then wait for the
-            # oldest: the next units decode while this one is being waited for.
-            while len(self._decoding) < self.max_units_decoding:
-                msg = self._next_message(deadline, block=not self._decoding)
-                if msg is None:
-                    break
-                if msg[0] != "bundles":
-                    return msg
-                self._receive(msg)
-            if self._decoding:
+            error = self._start_units(deadline)
+            if error is not None:
+                return error
+            if self._decoding:  # the next units decode while the oldest is waited for
                 self._done.extend(self._decoding.popleft().finish())
         return self._done.popleft()
+
+    def _start_units(self, deadline):
+        """Start the oldest submitted units whose packets are here, up to the limit; wait for
+        packets only when nothing is decoding. Returns a worker's error message, if one came."""
+        while len(self._decoding) < self.max_units_decoding:
+            if self._order and self._order[0] in self._ready:
+                key = self._order.popleft()
+                self._start(key, *self._ready.pop(key))
+                continue
+            msg = self._next_message(deadline, block=not self._decoding)
+            if msg is None:
+                return None
+            if msg[0] != "bundles":
+                return msg
+            self._receive(msg)
+        return None
 
     def _next_message(self, deadline, *, block: bool):
         if block or self._backlog:
@@ -256,14 +276,14 @@ class SeparationPool(WorkerProcesses):
             return None
 
     def _receive(self, msg) -> None:
-        """Keep a part of a unit's packets; start the unit once all its parts are here."""
+        """Keep a part of a unit's packets; the unit is ready once all its parts are here."""
         _, key, bundles, failed, part = msg
         parts = self._parts[key]
         parts[part] = (bundles, failed)
         if any(p is None for p in parts):
             return
         del self._parts[key]
-        self._start(key, [b for p in parts for b in p[0]], [f for p in parts for f in p[1]])
+        self._ready[key] = ([b for p in parts for b in p[0]], [f for p in parts for f in p[1]])
 
     def _start(self, key: int, bundles: list, failed: list) -> None:
         slot_ids, plans, tasks = self._units.pop(key)
