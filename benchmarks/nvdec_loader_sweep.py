@@ -107,6 +107,17 @@ def run_loader(index, sampler_name: str, decoders: int, options: dict, *, worker
     }
 
 
+def parse_configs(text: str) -> list[tuple[str, int, dict]]:
+    """``sequential:24,random:16:skip_nonref=0`` -> CONFIGS entries."""
+    configs = []
+    for item in filter(None, text.split(",")):
+        name, decoders, *opts = item.split(":")
+        if name not in SAMPLERS:
+            raise SystemExit(f"--configs: unknown sampler {name!r} (one of {sorted(SAMPLERS)})")
+        configs.append((name, int(decoders), {k: int(v) for k, v in (o.split("=") for o in opts)}))
+    return configs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--scale", default="gpu-quick")
@@ -117,6 +128,10 @@ def main() -> None:
                    help="untimed batches: at least 3x the work queued ahead (4 units of 4)")
     p.add_argument("--ceiling-seconds", type=float, default=8.0)
     p.add_argument("--only", default="", help="comma-separated sampler names to run")
+    p.add_argument("--configs", default="",
+                   help="run these instead of CONFIGS: comma-separated sampler:decoders"
+                        "[:option=int...], e.g. sequential:24,random:16:skip_nonref=0")
+    p.add_argument("--no-ceiling", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     dataset = prepare_dataset("W1", args.scale, data_dir=args.data_dir)
@@ -137,8 +152,9 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(results, indent=1, default=float))
 
     paths = [r.path for r in index]
-    record("ceiling pynvc-threads x16", lambda: ceiling(paths, 16, args.ceiling_seconds))
-    for sampler_name, decoders, options in CONFIGS:
+    if not args.no_ceiling:
+        record("ceiling pynvc-threads x16", lambda: ceiling(paths, 16, args.ceiling_seconds))
+    for sampler_name, decoders, options in parse_configs(args.configs) if args.configs else CONFIGS:
         if only and sampler_name not in only:
             continue
         name = f"{sampler_name} d{decoders} {options or ''}".strip()

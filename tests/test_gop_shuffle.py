@@ -659,3 +659,29 @@ def test_gop_table_skips_gops_without_samples(index):
     table = GopTable.from_index(index, GopShuffle(sequence_length=8).sample_space(index))
     assert (table.sizes > 0).all()
     assert table.starts[-1] == table.space.size
+
+
+@pytest.mark.parametrize("ways", [2, 3, 5])
+def test_block_units_split_by_video_into_disjoint_contiguous_shares(index, ways):
+    """The loader cuts a block over CPU workers by video: the shares cover each part's rows
+    exactly once, as contiguous row ranges, with disjoint videos and about equal rows."""
+    from vidloader.pipeline._units import block_units, split_by_video
+
+    plan = GopShuffle(window_gops=12, seed=4).plan_epoch(index, epoch=0, batch_size=16)
+    for unit in block_units(plan, 0):
+        plans = {p.batch: plan.batch(p.batch) for p in unit}
+        shares = split_by_video(unit, plans, ways)
+        assert 1 < len(shares) <= ways
+        rows = {p.batch: [] for p in unit}
+        videos = []
+        for share in shares:
+            vs = set()
+            for part in share:
+                rows[part.batch].extend(range(part.row_start, part.row_stop))
+                vs |= set(plans[part.batch].video_indices[part.row_start:part.row_stop].tolist())
+            videos.append(vs)
+        for part in unit:
+            assert sorted(rows[part.batch]) == list(range(*part.rows(plans[part.batch].batch_size)))
+        assert all(not (a & b) for i, a in enumerate(videos) for b in videos[i + 1:])
+        sizes = [sum(p.row_stop - p.row_start for p in s) for s in shares]
+        assert max(sizes) <= 3 * sum(sizes) / len(sizes)

@@ -268,14 +268,42 @@ def test_lookahead_keeps_the_stream_and_decodes_less(dataset, workers):
     assert decoded[1] < decoded[0]
 
 
-def test_gop_shuffle_through_the_loader_is_exact_and_cheap(dataset):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_gop_shuffle_through_the_loader_is_exact_and_decodes_each_frame_once(dataset, workers):
+    """Each block is one unit (a batch straddling two blocks is filled by both), and on CPU
+    workers a block is cut by video over all of them: every GOP is decoded once, so decoded
+    frames equal delivered frames, and the stream is the one whole-batch units give."""
     index, refs, _ = dataset
-    loader = VideoLoader(index, sampler=vidloader.GopShuffle(window_gops=4, seed=0), batch_size=10,
-                         size=SIZE, num_workers=2)
+    sampler = vidloader.GopShuffle(window_gops=4, seed=0)
+    loader = VideoLoader(index, sampler=sampler, batch_size=10, size=SIZE, num_workers=workers)
+    plan = loader._epoch_plan(0)
+    assert any(len(u) > 1 and u[0][1] > 0 for u in plan.decode_units())  # blocks cut batches
+    batches = collect_batches(loader)
     seen = []
-    for batch in loader:
+    for batch in batches:
         for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
             np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
             seen.append((int(v), int(f)))
     assert sorted(seen) == [(k, f) for k, r in enumerate(index) for f in range(r.num_frames)]
-    assert loader.decode_stats.decoded_per_delivered < 1.5
+    assert loader.decode_stats.decoded == loader.decode_stats.delivered == len(seen)
+    whole = VideoLoader(index, sampler=sampler, batch_size=10, size=SIZE, num_workers=workers,
+                        lookahead=3)  # explicit lookahead: units of whole batches
+    for a, b in zip(batches, collect_batches(whole), strict=True):
+        assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["frame_index"], b["frame_index"])
+    assert whole.decode_stats.decoded > loader.decode_stats.decoded
+
+
+def test_gop_shuffle_loader_resumes_inside_a_block(dataset):
+    index, _, _ = dataset
+    sampler = vidloader.GopShuffle(window_gops=4, seed=1)
+    full = collect_batches(VideoLoader(index, sampler=sampler, batch_size=10, size=SIZE, num_workers=2))
+    loader = VideoLoader(index, sampler=sampler, batch_size=10, size=SIZE, num_workers=2)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    it.close()
+    resumed = VideoLoader(index, sampler=sampler, batch_size=10, size=SIZE, num_workers=2)
+    resumed.load_state_dict(state)
+    for a, b in zip(full[3:], collect_batches(resumed), strict=True):
+        assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["video_index"], b["video_index"])

@@ -343,7 +343,7 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
         assert sorted(m[1] for m in msgs if m[0] == "done") == list(range(8)), msgs
         reference = NvdecExecutor(num_decoders=1, frame_cache_bytes=0, packet_cache_bytes=0)
         ref_asm = BatchAssembler(index, outputs, reference, on_error="raise")
-        for _, b, slot, valid, _errors, _delta in msgs:
+        for _, b, slot, valid, _errors, _delta, _row_start in msgs:
             assert valid.all()
             want = {"x": torch.zeros(shapes["x"], dtype=torch.uint8)}
             ref_asm.fill(plan.batch(b), want)

@@ -183,16 +183,17 @@ class VidloaderPeer(Peer):
         return dataclasses.asdict(self._loader.decode_stats)
 
     def pipeline(self, job: Job) -> tuple[int, int]:
-        # VideoLoader holds lookahead x (workers + prefetch - 1) staging slots, and a worker
-        # delivers its `lookahead` batches at once. A CPU loader with the same settings says
-        # what it would choose (the constructor starts nothing).
+        # VideoLoader decodes at most its staging slots ahead. Whole-batch units: a worker
+        # delivers its `lookahead` batches at once, all workers per cycle. Block units
+        # (GopShuffle): all workers share one block, a block per cycle. A CPU loader with the
+        # same settings says what it would choose (the constructor starts nothing).
         from ..pipeline import VideoLoader
 
         loader = VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
                              processing=job.workload.geometry.process(), num_workers=job.workers,
                              drop_last=True)
-        lookahead, workers = int(getattr(loader, "lookahead", 1)), max(1, job.workers)
-        return lookahead * (workers + loader.prefetch - 1), lookahead * workers
+        lookahead, workers = loader.lookahead, max(1, job.workers)
+        return loader.staging_slots, lookahead * (1 if loader.block_units else workers)
 
 
 def _check_same_batch(batch: dict, bp) -> None:
@@ -221,8 +222,11 @@ class VidloaderNvdecPeer(VidloaderPeer):
         # warm-up is 5 units and a cycle 4 (the harness times at least 3 cycles), or the
         # work done ahead during the warm-up would inflate a short timed window. (The CPU
         # model, workers x lookahead per cycle, made the first H200 runs time out.)
-        _, cpu_cycle = super().pipeline(job)  # lookahead x workers
-        unit = max(1, cpu_cycle // max(1, job.workers))  # the loader's lookahead
+        from ..pipeline import VideoLoader
+
+        unit = VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+                           processing=job.workload.geometry.process(), num_workers=job.workers,
+                           drop_last=True).lookahead
         return 5 * unit, 4 * unit
 
 

@@ -27,6 +27,14 @@ from ..sampling import RandomFrames, Sampler, detect_rank_world, resolve_labels
 from ._assemble import BatchAssembler
 from ._pool import InlinePool, ProcessPool, SeparationPool
 from ._transfer import Transfer
+from ._units import (
+    Part,
+    block_units,
+    has_block_units,
+    max_unit_batches,
+    split_by_video,
+    whole_batch_units,
+)
 from ._worker import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -143,6 +151,7 @@ class VideoLoader:
         self._next_batch = 0
         self._pool = None
         self._outstanding = 0
+        self._next_worker = 0  # round-robin over the workers, unit by unit
         self.stats = {"batches": 0, "samples": 0, "skipped_samples": 0, "skipped_files": []}
         self.decode_stats = DecodeStats()
         _LIVE_LOADERS.add(self)
@@ -175,12 +184,34 @@ class VideoLoader:
 
     @property
     def lookahead(self) -> int:
-        """Batches per unit of work: the argument, else the epoch plan's preference (a
-        GOP-local sampler wants its whole block decoded as one unit), else the default."""
+        """Batches per unit of work: the argument, else the most batches one block of a
+        GOP-local plan touches (each block is one unit), else the default."""
         if self._lookahead_arg is not None:
             return int(self._lookahead_arg)
-        preferred = getattr(self._epoch_plan(self._epoch), "preferred_lookahead", None)
-        return int(preferred or DEFAULT_LOOKAHEAD_BATCHES)
+        plan = self._epoch_plan(self._epoch)
+        if has_block_units(plan):
+            return max_unit_batches(plan)
+        return DEFAULT_LOOKAHEAD_BATCHES
+
+    @property
+    def staging_slots(self) -> int:
+        """Batches the loader can hold at once (decoded ahead or being decoded): its staging
+        slots, ``lookahead`` times the units in flight."""
+        return self.lookahead * self._units_in_flight()
+
+    @property
+    def block_units(self) -> bool:
+        """Whether work is handed out one GOP-local block at a time (see ``lookahead``)."""
+        return self._lookahead_arg is None and has_block_units(self._epoch_plan(self._epoch))
+
+    def _units_in_flight(self) -> int:
+        """Units the staging slots hold at once. Whole-batch units: one per worker plus the
+        prefetch. Block units are large: on CPU workers a block is shared by all of them
+        (see :meth:`_dispatch`), and on the GPU at most 4 decode at once; ``prefetch + 1``
+        keeps the next blocks demuxed or queued without a slot per worker."""
+        if self.block_units:
+            return self.prefetch + (4 if self.backend == "nvdec" else 1)
+        return max(1, self.num_workers) + self.prefetch - 1
 
     def _epoch_plan(self, epoch: int):
         cached = self._plan_cache
@@ -193,7 +224,7 @@ class VideoLoader:
         return cached[1]
 
     def _make_pool(self):
-        num_slots = self.lookahead * (max(1, self.num_workers) + self.prefetch - 1)
+        num_slots = self.staging_slots
         if self.backend == "nvdec":
             return self._make_nvdec_pool(num_slots)
         if self.num_workers == 0:
@@ -254,34 +285,57 @@ class VideoLoader:
             raise
 
     def _run(self, plan, epoch: int, start: int) -> Iterator[dict]:
-        pool, n, unit_size = self._pool, len(plan), self.lookahead
+        pool, n = self._pool, len(plan)
         free = list(range(len(pool.slots)))[::-1]
-        pending: dict[int, tuple] = {}
-        planned: dict[int, object] = {}  # batch index -> the BatchPlan sent for it
-        dispatch, unit, self._outstanding = start, 0, 0
+        open_batches: dict[int, _OpenBatch] = {}  # dispatched, not yet yielded
+        units = self._units(plan, start)
+        unit, self._outstanding = next(units, None), 0
         for b in range(start, n):
-            # Hand out units of `lookahead` consecutive batches while slots are free.
-            while dispatch < n and len(free) >= min(unit_size, n - dispatch):
-                count = min(unit_size, n - dispatch)
-                slot_ids = [free.pop() for _ in range(count)]
-                plans = [self._plan_with_labels(plan, dispatch + i) for i in range(count)]
-                planned.update((p.batch_index, p) for p in plans)
-                pool.submit(unit % pool.num_workers, slot_ids, plans)
-                unit, dispatch, self._outstanding = unit + 1, dispatch + count, self._outstanding + count
-            while b not in pending:
+            # Hand out units while slots are free. A unit needs a slot for each batch it
+            # touches that has none yet (a batch straddling two blocks shares its slot).
+            while unit is not None and len(free) >= sum(p.batch not in open_batches for p in unit):
+                self._dispatch(plan, unit, open_batches, free)
+                unit = next(units, None)
+            while not open_batches[b].complete:
                 msg = pool.get()
                 if msg[0] == "error":
                     raise WorkerError(
                         f"decoding batch {msg[1]} failed: {msg[3]}", path=msg[5], remote_traceback=msg[4]
                     )
                 self._outstanding -= 1
-                pending[msg[1]] = msg
-            _, _, slot_id, valid, errors, delta = pending.pop(b)
-            batch = self._collect(planned.pop(b), slot_id, valid, errors, delta)
-            free.append(slot_id)
+                open_batches[msg[1]].receive(msg)
+            done = open_batches.pop(b)
+            batch = self._collect(done.plan, done.slot, done.valid, done.errors, done.stats)
+            free.append(done.slot)
             self._next_batch = b + 1
             if batch is not None:
                 yield batch
+
+    def _units(self, plan, start: int) -> Iterator[list[Part]]:
+        if self._lookahead_arg is None and has_block_units(plan):  # this epoch's plan
+            return block_units(plan, start)
+        return whole_batch_units(start, len(plan), self.lookahead)
+
+    def _dispatch(self, plan, unit: list[Part], open_batches: dict, free: list) -> None:
+        """Send one unit: to one worker, or, for a block on CPU workers, cut by video over
+        all of them (they decode disjoint GOPs of the block into the same slots at once)."""
+        for part in unit:
+            if part.batch not in open_batches:
+                open_batches[part.batch] = _OpenBatch(free.pop(), self._plan_with_labels(plan, part.batch))
+        plans = {b: ob.plan for b, ob in open_batches.items()}
+        split = isinstance(self._pool, ProcessPool) and unit[0].row_stop is not None
+        for share in split_by_video(unit, plans, self._pool.num_workers) if split else [unit]:
+            slot_ids, sub_plans, row_starts = [], [], []
+            for part in share:
+                full = open_batches[part.batch]
+                a, z = part.rows(full.plan.batch_size)
+                full.expect(a, z)
+                slot_ids.append(full.slot)
+                sub_plans.append(full.plan if (a, z) == (0, full.plan.batch_size) else full.plan.rows(a, z))
+                row_starts.append(a)
+            self._pool.submit(self._next_worker, slot_ids, sub_plans, row_starts)
+            self._next_worker = (self._next_worker + 1) % self._pool.num_workers
+            self._outstanding += len(share)
 
     def _plan_with_labels(self, plan, b: int):
         bp = plan.batch(b)
@@ -417,3 +471,29 @@ def _rejected_hint(index: VideoIndex) -> str:
         return ""
     first = index.rejected[0]
     return f" ({len(index.rejected)} rejected, e.g. {first.path}: {first.reason})"
+
+
+class _OpenBatch:
+    """A dispatched batch: its slot and plan, and the row ranges reported so far (a batch
+    can be filled by several units, each reporting its rows)."""
+
+    def __init__(self, slot: int, plan) -> None:
+        self.slot, self.plan = slot, plan
+        self.valid = np.zeros(plan.batch_size, dtype=bool)
+        self.errors: list = []
+        self.stats: dict | None = None
+        self.rows_expected = self.rows_received = 0
+
+    def expect(self, start: int, stop: int) -> None:
+        self.rows_expected += stop - start
+
+    @property
+    def complete(self) -> bool:
+        return self.rows_expected == self.plan.batch_size and self.rows_received == self.rows_expected
+
+    def receive(self, msg) -> None:
+        _, _, _, valid, errors, stats, start = msg
+        self.valid[start:start + len(valid)] = valid
+        self.rows_received += len(valid)
+        self.errors.extend(errors)
+        self.stats = dict(stats) if self.stats is None else {k: v + stats[k] for k, v in self.stats.items()}

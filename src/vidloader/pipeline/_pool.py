@@ -1,15 +1,18 @@
 """Where batches are filled: spawned CPU workers, the calling process, or separation mode.
 
-Every pool has one protocol: ``submit(worker, slot_ids, plans)`` hands over a unit of
-consecutive batches, and ``get()`` returns one message per batch: ``("done", batch_index,
-slot_id, valid, errors, stats)`` or ``("error", batch_index, slot_ids, message, traceback,
-path)``. Staging slots are preallocated once; their number bounds the batches in flight.
+Every pool has one protocol: ``submit(worker, slot_ids, plans, row_starts)`` hands over a
+unit (whole batches, or row ranges of batches: ``plans[i]`` fills rows ``row_starts[i]:`` of
+slot ``slot_ids[i]``), and ``get()`` returns one message per plan: ``("done", batch_index,
+slot_id, valid, errors, stats, row_start)`` or ``("error", batch_index, slot_ids, message,
+traceback, path)``. Staging slots are preallocated once; their number bounds the batches in
+flight.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import queue
 import time
 
@@ -54,9 +57,11 @@ class InlinePool:
         self._done: collections.deque = collections.deque()
         self.num_workers = 1
 
-    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
+    def submit(self, worker: int, slot_ids: list, plans: list, row_starts=None) -> None:
         executor = self.assembler.executor
-        self._done.extend(fill_unit_messages(self.assembler, executor, self.slots, slot_ids, plans))
+        self._done.extend(fill_unit_messages(
+            self.assembler, executor, self.slots, slot_ids, plans, row_starts=row_starts
+        ))
 
     def get(self):
         return self._done.popleft()
@@ -175,8 +180,8 @@ class ProcessPool(WorkerProcesses):
         args = [(i, config, self.slots) for i in range(num_workers)]
         super().__init__(worker_main, args, num_workers)
 
-    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
-        self.put(worker, (slot_ids, plans))
+    def submit(self, worker: int, slot_ids: list, plans: list, row_starts=None) -> None:
+        self.put(worker, (slot_ids, plans, row_starts))
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -220,7 +225,8 @@ class SeparationPool(WorkerProcesses):
         self.assembler = assembler
         self.slots = _allocate(shapes, num_slots, device=device)
         self.max_units_decoding = max(1, int(max_units_decoding))
-        self._units: dict[int, tuple[list, list, list]] = {}  # key -> slots, plans, tasks
+        self._units: dict[int, tuple] = {}  # key -> slots, plans, row starts, tasks
+        self._keys = itertools.count()  # unit keys (a batch can begin two units)
         self._parts: dict[int, list] = {}  # unit key -> each part's (bundles, failed) or None
         self._order: collections.deque = collections.deque()  # keys not started, as submitted
         self._ready: dict[int, tuple[list, list]] = {}  # key -> its packets, all parts here
@@ -229,14 +235,14 @@ class SeparationPool(WorkerProcesses):
         args = [(i, assembler.index, assembler.on_error) for i in range(num_workers)]
         super().__init__(demux_worker_main, args, num_workers)
 
-    def submit(self, worker: int, slot_ids: list, plans: list) -> None:
+    def submit(self, worker: int, slot_ids: list, plans: list, row_starts=None) -> None:
         """Hand a unit's demuxing to the workers: to ``worker`` alone, or, for a unit of more
         than :data:`DEMUX_GOPS_PER_PART` GOPs (a GopShuffle block), in slices of its tasks to
         several workers, so one worker's demux speed does not bound a large unit."""
-        key = plans[0].batch_index
+        key = next(self._keys)
         tasks = plan_tasks(plans, self.assembler.index)
         spans = demux_spans(tasks, self.num_workers)
-        self._units[key] = (slot_ids, plans, tasks)  # planned once here, reused to decode
+        self._units[key] = (slot_ids, plans, row_starts, tasks)  # planned once, reused to decode
         self._parts[key] = [None] * len(spans)
         self._order.append(key)
         for part, (start, stop) in enumerate(spans):
@@ -263,9 +269,14 @@ class SeparationPool(WorkerProcesses):
             if msg is None:
                 return None
             if msg[0] != "bundles":
-                return msg
+                return self._with_batch_index(msg)
             self._receive(msg)
         return None
+
+    def _with_batch_index(self, msg):
+        """A demux worker's error names its unit's key: name the unit's first batch instead."""
+        unit = self._units.get(msg[1]) if msg[0] == "error" else None
+        return msg if unit is None else (msg[0], unit[1][0].batch_index, *msg[2:])
 
     def _next_message(self, deadline, *, block: bool):
         if block or self._backlog:
@@ -286,10 +297,11 @@ class SeparationPool(WorkerProcesses):
         self._ready[key] = ([b for p in parts for b in p[0]], [f for p in parts for f in p[1]])
 
     def _start(self, key: int, bundles: list, failed: list) -> None:
-        slot_ids, plans, tasks = self._units.pop(key)
+        slot_ids, plans, row_starts, tasks = self._units.pop(key)
         executor = self.assembler.executor
         self._decoding.append(start_unit_messages(
             self.assembler, executor, self.slots, slot_ids, plans, bundles, failed, tasks=tasks,
+            row_starts=row_starts,
         ))
 
     def shutdown(self) -> None:

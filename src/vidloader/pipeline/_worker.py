@@ -26,16 +26,17 @@ class WorkerConfig:
     on_error: str
 
 
-def _staging_views(slot: dict, batch_size: int) -> dict:
-    """Writable views of a slot's first ``batch_size`` rows: numpy on CPU, torch on a GPU."""
-    views = {name: tensor[:batch_size] for name, tensor in slot.items()}
+def _staging_views(slot: dict, start: int, count: int) -> dict:
+    """Writable views of a slot's rows ``start:start + count``: numpy on CPU, torch on a GPU."""
+    views = {name: tensor[start:start + count] for name, tensor in slot.items()}
     if all(t.device.type == "cpu" for t in views.values()):
         return {name: t.numpy() for name, t in views.items()}
     return views
 
 
 def worker_main(worker_id: int, config: WorkerConfig, slots: list, task_q, result_q) -> None:
-    """Loop: take ``(slot_id, plan)``, fill the slot, report; ``None`` stops the worker."""
+    """Loop: take ``(slot_ids, plans, row_starts)``, fill the slots, report; ``None`` stops
+    the worker."""
     # Ctrl-C goes to the whole process group: the loader in the parent handles it and shuts
     # the workers down, so they must not die mid-write with their own traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -60,24 +61,31 @@ def _serve(assembler, executor, slots, task_q, result_q) -> None:
         msg = task_q.get()
         if msg is None:
             return
-        result_q.put(fill_unit_messages(assembler, executor, slots, *msg))
+        slot_ids, plans, row_starts = msg
+        result_q.put(fill_unit_messages(assembler, executor, slots, slot_ids, plans, row_starts=row_starts))
 
 
 def fill_unit_messages(
-    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=()
+    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=(), *,
+    row_starts=None,
 ) -> list:
-    """Fill a unit of batches; one ``done`` message per batch, or one ``error`` message.
+    """Fill a unit of batches (or of row ranges of batches); one ``done`` message per plan,
+    ``("done", batch_index, slot_id, valid, errors, stats, row_start)``, or one ``error``
+    message. ``plans[i]`` fills rows ``row_starts[i]:`` of slot ``slot_ids[i]`` (default 0).
 
     The unit's decode counters ride on its first message.
     """
-    return start_unit_messages(assembler, executor, slots, slot_ids, plans, bundles, failed).finish()
+    return start_unit_messages(
+        assembler, executor, slots, slot_ids, plans, bundles, failed, row_starts=row_starts
+    ).finish()
 
 
 class UnitMessages:
     """A unit started with :func:`start_unit_messages`; :meth:`finish` waits and reports."""
 
-    def __init__(self, executor, slot_ids: list, plans: list) -> None:
+    def __init__(self, executor, slot_ids: list, plans: list, row_starts: list) -> None:
         self.executor, self.slot_ids, self.plans = executor, slot_ids, plans
+        self.row_starts = row_starts
         self.fill = None
         self.error: list | None = None
 
@@ -100,8 +108,8 @@ class UnitMessages:
         delta = {k: after[k] - before[k] for k in after}
         zero = dict.fromkeys(delta, 0)
         return [
-            ("done", p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero)
-            for i, (s, p, r) in enumerate(zip(self.slot_ids, self.plans, results))
+            ("done", p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero, a)
+            for i, (s, p, r, a) in enumerate(zip(self.slot_ids, self.plans, results, self.row_starts))
         ]
 
     def cancel(self) -> None:
@@ -110,12 +118,17 @@ class UnitMessages:
 
 
 def start_unit_messages(
-    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=(), *, tasks=None
+    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=(), *,
+    tasks=None, row_starts=None,
 ) -> UnitMessages:
-    """Start filling a unit of batches (see :meth:`BatchAssembler.start_unit`)."""
-    unit = UnitMessages(executor, slot_ids, plans)
+    """Start filling a unit of batches (see :meth:`BatchAssembler.start_unit` and
+    :func:`fill_unit_messages`)."""
+    row_starts = [0] * len(plans) if row_starts is None else list(row_starts)
+    unit = UnitMessages(executor, slot_ids, plans, row_starts)
     try:
-        stagings = [_staging_views(slots[s], p.batch_size) for s, p in zip(slot_ids, plans)]
+        stagings = [
+            _staging_views(slots[s], a, p.batch_size) for s, p, a in zip(slot_ids, plans, row_starts)
+        ]
         unit.fill = assembler.start_unit(plans, stagings, bundles, failed, tasks=tasks)
     except BaseException as exc:
         unit.error = unit.fail(exc)

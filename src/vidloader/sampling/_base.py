@@ -49,6 +49,16 @@ class BatchPlan:
     def with_labels(self, labels: np.ndarray | None) -> BatchPlan:
         return dataclasses.replace(self, labels=labels)
 
+    def rows(self, start: int, stop: int) -> BatchPlan:
+        """Rows ``start:stop`` as a plan of their own (same epoch and batch index): the share
+        of a batch that one unit of work fills."""
+        keep = slice(start, stop)
+        return dataclasses.replace(
+            self, video_indices=self.video_indices[keep], frame_indices=self.frame_indices[keep],
+            sample_seeds=self.sample_seeds[keep],
+            labels=None if self.labels is None else self.labels[keep],
+        )
+
 
 class EpochPlan(abc.ABC):
     """One rank's epoch: ``len(plan)`` batches, each computable on its own by number."""

@@ -428,13 +428,4 @@ def _segment_ids(positions: np.ndarray, blocks: np.ndarray) -> np.ndarray:
 
 def slice_plan(plan: BatchPlan, row_start: int, row_stop: int) -> BatchPlan:
     """Rows ``row_start:row_stop`` of ``plan`` as a plan of their own (same batch index)."""
-    rows = slice(row_start, row_stop)
-    return BatchPlan(
-        epoch=plan.epoch,
-        batch_index=plan.batch_index,
-        video_indices=plan.video_indices[rows],
-        frame_indices=plan.frame_indices[rows],
-        sample_seeds=plan.sample_seeds[rows],
-        is_clip=plan.is_clip,
-        labels=None if plan.labels is None else plan.labels[rows],
-    )
+    return plan.rows(row_start, row_stop)

@@ -1,0 +1,91 @@
+"""Units of work: which rows of which batches one worker (or one GPU submission) fills together.
+
+A unit is a list of :class:`Part` s, each a row range of one batch. Two shapes exist:
+
+- **whole batches**: ``lookahead`` consecutive batches, every row (random and sequential
+  samplers, or any sampler when ``lookahead`` is given);
+- **blocks**: a GOP-local plan (:class:`vidloader.GopShuffle`) says which rows belong to each
+  of its blocks (``decode_units``), so a unit is exactly one block: every GOP of the block is
+  entered once and decoded once. Units of whole batches cut blocks anywhere, and each GOP of
+  a cut block was then decoded twice (1.58 decoded frames per delivered frame on the H200).
+  A batch that straddles two blocks gets a part from each, with disjoint rows.
+
+A block unit can be split by video (:func:`split_by_video`) so that several CPU workers
+decode disjoint GOPs of one block at once: within a block, a batch's rows are sorted by
+sample, hence by video, so each worker's share of a batch is a contiguous row range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Rows ``row_start:row_stop`` of batch ``batch`` (``row_stop=None``: to the end)."""
+
+    batch: int
+    row_start: int = 0
+    row_stop: int | None = None
+
+    def rows(self, batch_size: int) -> tuple[int, int]:
+        stop = batch_size if self.row_stop is None else min(self.row_stop, batch_size)
+        return self.row_start, stop
+
+
+def has_block_units(plan) -> bool:
+    """Whether the epoch plan names its own decode units (GOP-local sampling)."""
+    return callable(getattr(plan, "decode_units", None))
+
+
+def whole_batch_units(start: int, num_batches: int, lookahead: int) -> Iterator[list[Part]]:
+    """Units of ``lookahead`` consecutive whole batches from ``start`` on."""
+    for first in range(start, num_batches, lookahead):
+        yield [Part(b) for b in range(first, min(first + lookahead, num_batches))]
+
+
+def block_units(plan, start: int) -> Iterator[list[Part]]:
+    """One unit per block of a GOP-local plan, from batch ``start`` on."""
+    for unit in plan.decode_units(first_batch=start):
+        yield [Part(b, a, z) for b, a, z in unit if z > a]
+
+
+def max_unit_batches(plan) -> int:
+    """The most batches one block unit of ``plan`` touches (it bounds the staging slots a
+    unit needs at once). Linear in the number of blocks."""
+    return max((len(unit) for unit in plan.decode_units()), default=1)
+
+
+def split_by_video(parts: list[Part], plans: dict, ways: int) -> list[list[Part]]:
+    """Cut a unit into up to ``ways`` units of disjoint videos with about equal rows.
+
+    ``plans`` maps each batch to its full :class:`~vidloader.sampling.BatchPlan`. Returns the
+    unit unchanged when it cannot be cut: one video, or rows not sorted by video inside a
+    part (the cut relies on that to keep each share of a batch contiguous).
+    """
+    videos = [plans[p.batch].video_indices[slice(*p.rows(plans[p.batch].batch_size))] for p in parts]
+    if ways <= 1 or any(np.any(np.diff(v) < 0) for v in videos):
+        return [parts]
+    every = np.concatenate(videos)
+    distinct, counts = np.unique(every, return_counts=True)
+    if len(distinct) < 2:
+        return [parts]
+    ways = min(ways, len(distinct))
+    # Video thresholds at equal shares of the rows; each share takes whole videos.
+    cum = np.cumsum(counts)
+    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, ways) / ways, side="left")
+    thresholds = np.unique(distinct[np.minimum(cuts + 1, len(distinct) - 1)])
+    edges = [-np.inf, *thresholds.tolist(), np.inf]
+    shares: list[list[Part]] = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        share = []
+        for p, v in zip(parts, videos):
+            a, b = np.searchsorted(v, [lo, hi], side="left").tolist()
+            if b > a:
+                share.append(Part(p.batch, p.row_start + a, p.row_start + b))
+        if share:
+            shares.append(share)
+    return shares
