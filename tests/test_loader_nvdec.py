@@ -59,6 +59,22 @@ def test_separation_equals_in_process(dataset):
         assert torch.equal(a["frames"], b["frames"])
 
 
+@pytest.mark.parametrize("workers", [0, 3])
+def test_nvdec_gop_shuffle_blocks_decode_each_frame_once(dataset, workers):
+    """GopShuffle on NVDEC: a block is one unit (straddling batches filled by two units), so
+    the frames match the CPU decode and each GOP is decoded once."""
+    index, refs = dataset
+    sampler = vidloader.GopShuffle(window_gops=4, seed=2)
+    loader = VideoLoader(index, sampler=sampler, batch_size=10, backend="nvdec", num_workers=workers)
+    batches = collect_batches(loader)
+    assert sum(len(b["frames"]) for b in batches) == index.total_frames
+    _assert_close_to_reference(batches, refs)
+    assert loader.decode_stats.decoded == loader.decode_stats.delivered == index.total_frames
+    cpu = collect_batches(VideoLoader(index, sampler=sampler, batch_size=10, num_workers=0))
+    for g, c in zip(batches, cpu, strict=True):
+        assert torch.equal(g["frame_index"], c["frame_index"])
+
+
 def test_nvdec_clips_processing_on_gpu(dataset):
     index, _ = dataset
     proc = Process(size=(32, 32), scale=(48, 72), crop="random", random_flip=True,
