@@ -307,3 +307,12 @@ def test_gop_shuffle_loader_resumes_inside_a_block(dataset):
     resumed.load_state_dict(state)
     for a, b in zip(full[3:], collect_batches(resumed), strict=True):
         assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["video_index"], b["video_index"])
+
+
+@pytest.mark.parametrize("decoders", [0, 17])
+def test_nvdec_decoder_count_is_checked_when_the_loader_is_made(dataset, decoders):
+    """Checked in the constructor: on first use it would surface only after the workers
+    started, as a failed batch."""
+    index, _, _ = dataset
+    with pytest.raises(vidloader.ConfigError, match="nvdec_decoders must be in 1..16"):
+        VideoLoader(index, backend="nvdec", nvdec_decoders=decoders, num_workers=0)

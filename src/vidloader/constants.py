@@ -32,3 +32,7 @@ DEFAULT_INTERPOLATION = "BILINEAR"
 #: 358 vs 209 random frames/s and 2147 vs 2038 sequential frames/s; each decoder costs GPU
 #: memory (surfaces, and its thread's conversion buffers: ~1 GiB at 1080p).
 DEFAULT_NVDEC_DECODERS = 16
+
+#: Decoder threads allowed per GPU: data-center GPUs have up to 7 NVDEC engines, and each
+#: decoder holds its own surfaces (tens of MiB at 1080p), so more threads only cost memory.
+MAX_DECODERS_PER_GPU = 16

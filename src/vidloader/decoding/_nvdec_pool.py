@@ -13,13 +13,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from ..constants import MAX_DECODERS_PER_GPU
 from ..errors import ConfigError
 from ._annexb import ContainerCache
 from ._nvdec_decoder import DecoderSlot
-
-#: Decoder threads allowed per GPU: data-center GPUs have up to 7 NVDEC engines, and each
-#: decoder holds its own surfaces (tens of MiB at 1080p), so more threads only cost memory.
-MAX_DECODERS_PER_GPU = 16
 
 
 class DecoderPool:

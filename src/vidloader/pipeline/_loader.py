@@ -18,6 +18,7 @@ from ..constants import (
     DEFAULT_LOOKAHEAD_BATCHES,
     DEFAULT_NVDEC_DECODERS,
     DEFAULT_PREFETCH_PER_WORKER,
+    MAX_DECODERS_PER_GPU,
 )
 from ..decoding import DecodeStats, get_executor
 from ..errors import ConfigError, WorkerError
@@ -421,6 +422,9 @@ class VideoLoader:
 def _nvdec_options(index: VideoIndex, device, decoders: int) -> dict:
     """NVDEC executor options: the GPU, and decoder size limits that fit every video (so one
     decoder per codec is reconfigured, never recreated)."""
+    if not 1 <= int(decoders) <= MAX_DECODERS_PER_GPU:  # here, not on first use in the GPU process
+        raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
+                          f"per GPU), got {decoders}")
     if device is not None and torch.device(device).type == "cuda":
         gpu = torch.device(device).index or 0
     else:
