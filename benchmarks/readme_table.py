@@ -3,6 +3,8 @@
 
 Usage: ``python benchmarks/readme_table.py [--results DIR] [--base DIR] > section.md``;
 ``--base`` is the directory of the README the section goes into (default: the repository root).
+``--merge-run`` treats every JSON under ``--results`` as one run whose backends were benched
+one by one (``benchmarks/gpu_run.sh``): one table per workload, with ratios across them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vidloader.bench._markdown import load_reports, markdown_section
+from vidloader.bench._markdown import load_reports, markdown_section, merge_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,12 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--base", default=str(ROOT), help="directory of the README (links start here)")
     p.add_argument("--heading", default="## Performance")
+    p.add_argument("--no-preamble", action="store_true", help="tables only, no column notes")
+    p.add_argument("--merge-run", action="store_true",
+                   help="merge per-backend reports of one run (gpu_run.sh) by workload")
     args = p.parse_args(argv)
     reports = load_reports(args.results)
     if not reports:
         print(f"no vidloader bench JSON under {args.results}", file=sys.stderr)
         return 1
-    sys.stdout.write(markdown_section(reports, base=args.base, heading=args.heading))
+    if args.merge_run:
+        reports = merge_run(reports)
+    sys.stdout.write(markdown_section(reports, base=args.base, heading=args.heading,
+                                     preamble=not args.no_preamble))
     return 0
 
 

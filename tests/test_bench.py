@@ -214,3 +214,42 @@ def test_register_bench_adds_the_subcommand():
     register_bench(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "--workload", "clips", "--scale", "tiny"])
     assert args.workload == "clips" and callable(args.func)
+
+
+def test_merge_run_joins_per_backend_reports_with_ratios(tmp_path):
+    """gpu_run.sh benches each backend in its own process and JSON: the README table merges
+    them per workload, with ratios across the merged runs and each figure linking its file."""
+    from vidloader.bench._markdown import merge_run
+    from vidloader.bench._report import SCHEMA
+
+    env = {"cpu": "X", "logical_cores": 16, "gpus": [{"name": "G"}], "gpu_driver": "1"}
+
+    def report(backend, fps, ceiling=False, workload="sequential", digest="d1"):
+        run = {"backend": backend, "status": "ok", "frames_per_s": fps, "ceiling": ceiling,
+               "gpu_util_pct": 5.0, "nvdec_util_pct": 80.0}
+        return {"schema": SCHEMA, "command": f"bench {backend}", "environment": env,
+                "workload": {"name": workload, "description": workload},
+                "dataset": {"name": "W1", "scale": "gpu-quick", "videos": 1, "sizes": ["1x1"],
+                            "codecs": ["h264"], "gop": [30], "digest": digest},
+                "settings": {"workers": 16}, "best_peer": None, "runs": [run]}
+
+    files = {"a/seq.json": report("pynvc-threads", 2000.0, ceiling=True),
+             "b/seq.json": report("vidloader-nvdec", 1900.0),
+             "c/rand.json": report("pynvc-simple", 30.0, workload="random"),
+             "d/rand.json": report("vidloader-nvdec", 450.0, workload="random")}
+    for name, rep in files.items():
+        (tmp_path / name).parent.mkdir()
+        (tmp_path / name).write_text(json.dumps(rep))
+    merged = {r["workload"]["name"]: (paths, r) for paths, r in merge_run(load_reports(tmp_path))}
+    seq = {r["backend"]: r for r in merged["sequential"][1]["runs"]}
+    assert seq["vidloader-nvdec"]["ratio_to_ceiling"] == pytest.approx(0.95)
+    rand = {r["backend"]: r for r in merged["random"][1]["runs"]}
+    assert rand["vidloader-nvdec"]["ratio_to_best_peer"] == pytest.approx(15.0)
+    section = markdown_section(list(merged.values()), base=tmp_path, heading="", preamble=False)
+    assert "| × ceiling |" in section and "| 0.95 |" in section
+    assert "](d/rand.json)" in section and "](c/rand.json)" in section
+    files["e/other.json"] = report("x", 1.0, digest="d2")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e/other.json").write_text(json.dumps(files["e/other.json"]))
+    with pytest.raises(ValueError, match="different datasets"):
+        merge_run(load_reports(tmp_path))
