@@ -374,14 +374,16 @@ def test_demux_spans_cover_the_tasks_in_balanced_slices():
     assert demux_spans([], 4) == [(0, 0)]
 
 
-def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_order():
+def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_order(monkeypatch):
     """The loader takes batches in order: a unit whose packets arrive first but that was
     submitted later must not be decoded before the older ones (it would wait in its slots
     while the decoders idle once the older unit arrives; 18 s stalls on the H200)."""
     import collections
 
+    import vidloader.pipeline._pool as pool_mod
     from vidloader.pipeline._pool import SeparationPool
 
+    monkeypatch.setattr(pool_mod, "unpack_payloads", lambda light, shared: light)
     pool = object.__new__(SeparationPool)  # the ordering logic alone: no workers, no decoder
     pool.max_units_decoding = 2
     pool._order, pool._ready, pool._parts = collections.deque([0, 4, 8, 12]), {}, {}
@@ -389,9 +391,9 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
     for key in (0, 4, 8, 12):
         pool._parts[key] = [None, None] if key == 4 else [None]
     arrivals = collections.deque([  # unit 12 first, 4 in two parts around 8, 0 last
-        ("bundles", 12, ["b12"], [], 0), ("bundles", 4, ["b4a"], [], 0),
-        ("bundles", 8, ["b8"], [], 0), ("bundles", 4, ["b4b"], [], 1),
-        ("bundles", 0, ["b0"], [], 0),
+        ("bundles", 12, ["b12"], [], 0, None), ("bundles", 4, ["b4a"], [], 0, None),
+        ("bundles", 8, ["b8"], [], 0, None), ("bundles", 4, ["b4b"], [], 1, None),
+        ("bundles", 0, ["b0"], [], 0, None),
     ])
     started = []
 
@@ -411,3 +413,35 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
     got = [pool.get()[1] for _ in range(4)]
     assert got == [0, 4, 8, 12]
     assert started == [(0, ["b0"]), (4, ["b4a", "b4b"]), (8, ["b8"]), (12, ["b12"])]
+
+
+def test_demux_parts_cross_in_one_shared_tensor_and_the_cache_copies_out(media):
+    """A demux part's payloads travel as one shared-memory tensor (mapped, not unpickled, by
+    the GPU process); the bundles come back byte-identical, and the packet cache stores
+    compact copies, never views that would pin the part's whole buffer."""
+    import pickle
+
+    from vidloader.decoding._annexb import demux_gops, full_gop_requests
+    from vidloader.decoding._base import GopRequest
+    from vidloader.decoding._gop_cache import GopPacketCache
+    from vidloader.pipeline._worker import pack_payloads, unpack_payloads
+
+    def whole_gops(rec, count):
+        keys = rec.keyframes[:count]
+        return demux_gops(rec, full_gop_requests(rec, [GopRequest(int(k), np.array([int(k)])) for k in keys]))
+
+    recs = [record_of(media[n]) for n in ("h264", "hevc")]
+    bundles = [whole_gops(recs[0], 2), None, whole_gops(recs[1], 1)]
+    shared, light = pack_payloads(bundles)
+    assert shared.is_shared() and shared.numel() == sum(b.payload.nbytes for b in bundles if b)
+    assert len(pickle.dumps(light)) < 0.1 * shared.numel()  # the bytes are not in the message
+    back = unpack_payloads(light, shared)
+    assert back[1] is None
+    for a, b in ((bundles[0], back[0]), (bundles[2], back[2])):
+        assert np.array_equal(a.payload, b.payload) and np.array_equal(a.offsets, b.offsets)
+        assert b.payload.base is not None  # a view of the shared tensor
+    cache = GopPacketCache(1 << 30)
+    cache.put(back[2])
+    cached = cache.get(back[2].path, int(back[2].gop_keyframes[0]), int(back[2].gop_last[0]))
+    assert cached is not None and cached.payload.base is None
+    assert np.array_equal(cached.payload, bundles[2].payload)

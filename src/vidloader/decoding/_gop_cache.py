@@ -106,7 +106,10 @@ class GopPacketCache(_ByteLRU):
                 old = self._items.get(key)
             if old is not None and int(old[0].gop_last[0]) >= int(bundle.gop_last[g]):
                 continue
-            self._put(key, bundle.gop(g) if bundle.num_gops > 1 else bundle)
+            # A compact copy unless the bundle is one GOP owning its bytes: a view would keep
+            # its whole buffer alive (e.g. a demux part's shared-memory tensor).
+            owned = bundle.num_gops == 1 and bundle.payload.base is None
+            self._put(key, bundle if owned else bundle.gop(g))
 
 
 class FrameCache(_ByteLRU):

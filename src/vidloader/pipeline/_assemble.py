@@ -240,8 +240,14 @@ class BatchAssembler:
                         else:
                             stagings[p][name][b, slot] = apply_window(rgb[k], geom, tf)
                 # Whole frames: one indexed copy per staging buffer instead of one per frame.
+                # A lone frame (GopShuffle deals a GOP's frames over as many batches) is a plain
+                # copy: list indices on a CUDA tensor cost three small blocking host-to-device
+                # copies each, 90 per 30-frame GOP.
                 for p, (rows, cols, ks) in whole.items():
-                    stagings[p][name][rows, cols] = rgb[ks]
+                    if len(rows) == 1:
+                        stagings[p][name][rows[0], cols[0]] = rgb[ks[0]]
+                    else:
+                        stagings[p][name][rows, cols] = rgb[ks]
 
         return sink
 

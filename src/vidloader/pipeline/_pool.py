@@ -28,6 +28,7 @@ from ._worker import (
     demux_worker_main,
     fill_unit_messages,
     start_unit_messages,
+    unpack_payloads,
     worker_main,
 )
 
@@ -288,7 +289,8 @@ class SeparationPool(WorkerProcesses):
 
     def _receive(self, msg) -> None:
         """Keep a part of a unit's packets; the unit is ready once all its parts are here."""
-        _, key, bundles, failed, part = msg
+        _, key, light, failed, part, shared = msg
+        bundles = unpack_payloads(light, shared)
         parts = self._parts[key]
         parts[part] = (bundles, failed)
         if any(p is None for p in parts):
