@@ -23,11 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--base", default=str(ROOT), help="directory of the README (links start here)")
     p.add_argument("--heading", default="## Performance")
+    p.add_argument("--top-level", action="store_true", help="only the JSON directly in --results")
     p.add_argument("--no-preamble", action="store_true", help="tables only, no column notes")
     p.add_argument("--merge-run", action="store_true",
                    help="merge per-backend reports of one run (gpu_run.sh) by workload")
     args = p.parse_args(argv)
-    reports = load_reports(args.results)
+    reports = load_reports(args.results, recursive=not args.top_level)
     if not reports:
         print(f"no vidloader bench JSON under {args.results}", file=sys.stderr)
         return 1

@@ -15,11 +15,11 @@ from ._report import SCHEMA, add_ratios
 from ._workloads import WORKLOADS
 
 
-def load_reports(root: str | os.PathLike) -> list[tuple[Path, dict]]:
-    """Every benchmark report under ``root`` (recursively; other JSON files are ignored), by
-    directory, then in the order of :data:`WORKLOADS`."""
+def load_reports(root: str | os.PathLike, *, recursive: bool = True) -> list[tuple[Path, dict]]:
+    """Every benchmark report under ``root`` (in sub-folders too unless ``recursive=False``;
+    other JSON files are ignored), by directory, then in the order of :data:`WORKLOADS`."""
     out = []
-    for path in Path(root).rglob("*.json"):
+    for path in (Path(root).rglob if recursive else Path(root).glob)("*.json"):
         try:
             report = json.loads(path.read_text())
         except (OSError, ValueError):

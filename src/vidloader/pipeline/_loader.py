@@ -313,7 +313,7 @@ class VideoLoader:
                 yield batch
 
     def _units(self, plan, start: int) -> Iterator[list[Part]]:
-        if self._lookahead_arg is None and has_block_units(plan):  # this epoch's plan
+        if self.block_units:  # (of this epoch's plan: `plan`)
             return block_units(plan, start)
         return whole_batch_units(start, len(plan), self.lookahead)
 
@@ -324,7 +324,7 @@ class VideoLoader:
             if part.batch not in open_batches:
                 open_batches[part.batch] = _OpenBatch(free.pop(), self._plan_with_labels(plan, part.batch))
         plans = {b: ob.plan for b, ob in open_batches.items()}
-        split = isinstance(self._pool, ProcessPool) and unit[0].row_stop is not None
+        split = isinstance(self._pool, ProcessPool) and self.block_units
         for share in split_by_video(unit, plans, self._pool.num_workers) if split else [unit]:
             slot_ids, sub_plans, row_starts = [], [], []
             for part in share:
