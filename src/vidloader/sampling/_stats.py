@@ -181,7 +181,7 @@ def analytic_mbar(sampler: Sampler, table: GopTable, batch_size: int) -> tuple[f
     from ._gop_shuffle import GopShuffle  # late: _gop_shuffle does not need the stats
 
     if isinstance(sampler, GopShuffle):
-        window = sampler.window_for(batch_size, table.num_gops)
+        window = sampler.window_for(batch_size, table.num_gops, table.sizes)
         return gop_shuffle_mbar(table, batch_size, window, order=sampler.order)
     mode = getattr(sampler, "_mode", lambda: None)()
     if mode in ("shuffle", "replacement"):
