@@ -193,7 +193,7 @@ class VidloaderPeer(Peer):
                              processing=job.workload.geometry.process(), num_workers=job.workers,
                              drop_last=True)
         lookahead, workers = loader.lookahead, max(1, job.workers)
-        return loader.staging_slots, lookahead * (1 if loader.block_units else workers)
+        return loader.staging_slots, lookahead * (1 if loader.uses_block_units else workers)
 
 
 def _check_same_batch(batch: dict, bp) -> None:

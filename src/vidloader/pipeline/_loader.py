@@ -189,9 +189,8 @@ class VideoLoader:
         GOP-local plan touches (each block is one unit), else the default."""
         if self._lookahead_arg is not None:
             return int(self._lookahead_arg)
-        plan = self._epoch_plan(self._epoch)
-        if has_block_units(plan):
-            return max_unit_batches(plan)
+        if self.uses_block_units:
+            return max_unit_batches(self._epoch_plan(self._epoch))
         return DEFAULT_LOOKAHEAD_BATCHES
 
     @property
@@ -201,17 +200,18 @@ class VideoLoader:
         return self.lookahead * self._units_in_flight()
 
     @property
-    def block_units(self) -> bool:
+    def uses_block_units(self) -> bool:
         """Whether work is handed out one GOP-local block at a time (see ``lookahead``)."""
         return self._lookahead_arg is None and has_block_units(self._epoch_plan(self._epoch))
 
     def _units_in_flight(self) -> int:
         """Units the staging slots hold at once. Whole-batch units: one per worker plus the
-        prefetch. Block units are large: on CPU workers a block is shared by all of them
-        (see :meth:`_dispatch`), and on the GPU at most 4 decode at once; ``prefetch + 1``
-        keeps the next blocks demuxed or queued without a slot per worker."""
-        if self.block_units:
-            return self.prefetch + (4 if self.backend == "nvdec" else 1)
+        prefetch. Block units are large, and need no slot per worker: on CPU workers a
+        block is shared by all of them (see :meth:`_dispatch`), so ``prefetch + 1``; on the
+        GPU up to ``SeparationPool.max_units_decoding`` decode at once, plus the prefetch."""
+        if self.uses_block_units:
+            decoding = SeparationPool.MAX_UNITS_DECODING if self.backend == "nvdec" else 1
+            return self.prefetch + decoding
         return max(1, self.num_workers) + self.prefetch - 1
 
     def _epoch_plan(self, epoch: int):
@@ -313,7 +313,7 @@ class VideoLoader:
                 yield batch
 
     def _units(self, plan, start: int) -> Iterator[list[Part]]:
-        if self.block_units:  # (of this epoch's plan: `plan`)
+        if self.uses_block_units:  # (of this epoch's plan: `plan`)
             return block_units(plan, start)
         return whole_batch_units(start, len(plan), self.lookahead)
 
@@ -324,7 +324,7 @@ class VideoLoader:
             if part.batch not in open_batches:
                 open_batches[part.batch] = _OpenBatch(free.pop(), self._plan_with_labels(plan, part.batch))
         plans = {b: ob.plan for b, ob in open_batches.items()}
-        split = isinstance(self._pool, ProcessPool) and self.block_units
+        split = isinstance(self._pool, ProcessPool) and self.uses_block_units
         for share in split_by_video(unit, plans, self._pool.num_workers) if split else [unit]:
             slot_ids, sub_plans, row_starts = [], [], []
             for part in share:

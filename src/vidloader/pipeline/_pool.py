@@ -221,8 +221,11 @@ class SeparationPool(WorkerProcesses):
     them in one burst while the decoders idled (seen on the H200: 18 s stalls).
     """
 
+    #: Units queued on the decoders at once, by default.
+    MAX_UNITS_DECODING = 4
+
     def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int,
-                 num_workers: int, device, max_units_decoding: int = 4) -> None:
+                 num_workers: int, device, max_units_decoding: int = MAX_UNITS_DECODING) -> None:
         self.assembler = assembler
         self.slots = _allocate(shapes, num_slots, device=device)
         self.max_units_decoding = max(1, int(max_units_decoding))
