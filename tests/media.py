@@ -49,3 +49,15 @@ def collect_batches(loader, limit: int | None = None) -> list[dict]:
         if limit is not None and i + 1 >= limit:
             break
     return out
+
+
+def assert_each_frame_once_and_exact(batches, refs: dict, index) -> int:
+    """Every delivered frame equals its reference decode (``refs[video][frame]``) and the
+    batches hold every frame of ``index`` exactly once; returns the frames delivered."""
+    seen = []
+    for batch in batches:
+        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
+            np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
+            seen.append((int(v), int(f)))
+    assert sorted(seen) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+    return len(seen)

@@ -30,7 +30,7 @@ from vidloader.sampling._gop_shuffle import default_balanced_window, target_bloc
 from vidloader.sampling._gop_table import GopTable, sample_ids
 from vidloader.sampling._icc import bootstrap_pair_icc
 
-from .media import make_small_dataset, reference_frames
+from .media import assert_each_frame_once_and_exact, make_small_dataset, reference_frames
 
 BOTH_ORDERS = pytest.mark.parametrize("order", ["balanced", "uniform"])
 
@@ -436,12 +436,7 @@ def test_loader_runs_gop_shuffle_exactly(tmp_path):
     refs = {k: reference_frames(r.path, (16, 24)) for k, r in enumerate(index)}
     loader = vidloader.VideoLoader(index, sampler=GopShuffle(window_gops=2, seed=1), batch_size=8,
                                    size=(16, 24), num_workers=0)
-    seen = []
-    for batch in loader:
-        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
-            np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
-            seen.append((int(v), int(f)))
-    assert sorted(seen) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+    assert_each_frame_once_and_exact(loader, refs, index)
 
 
 # --- the balanced order --------------------------------------------------------------------------

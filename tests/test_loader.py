@@ -16,7 +16,12 @@ import torch
 import vidloader
 from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
 
-from .media import collect_batches, make_small_dataset, reference_frames
+from .media import (
+    assert_each_frame_once_and_exact,
+    collect_batches,
+    make_small_dataset,
+    reference_frames,
+)
 
 SIZE = (32, 48)
 
@@ -42,13 +47,10 @@ def _children() -> set[int]:
 def test_random_frames_are_exact_and_each_frame_once(dataset):
     index, refs, _ = dataset
     loader = VideoLoader(index, sampler=RandomFrames(seed=3), batch_size=16, size=SIZE, num_workers=0)
-    seen = []
-    for batch in loader:
+    batches = collect_batches(loader)
+    for batch in batches:
         assert batch["frames"].shape[1:] == (*SIZE, 3) and batch["frames"].dtype == torch.uint8
-        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
-            np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
-            seen.append((int(v), int(f)))
-    assert sorted(seen) == [(k, f) for k, r in enumerate(index) for f in range(r.num_frames)]
+    assert_each_frame_once_and_exact(batches, refs, index)
     assert loader.decode_stats.delivered > 0
 
 
@@ -279,13 +281,8 @@ def test_gop_shuffle_through_the_loader_is_exact_and_decodes_each_frame_once(dat
     plan = loader._epoch_plan(0)
     assert any(len(u) > 1 and u[0][1] > 0 for u in plan.decode_units())  # blocks cut batches
     batches = collect_batches(loader)
-    seen = []
-    for batch in batches:
-        for img, v, f in zip(batch["frames"], batch["video_index"], batch["frame_index"]):
-            np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
-            seen.append((int(v), int(f)))
-    assert sorted(seen) == [(k, f) for k, r in enumerate(index) for f in range(r.num_frames)]
-    assert loader.decode_stats.decoded == loader.decode_stats.delivered == len(seen)
+    delivered = assert_each_frame_once_and_exact(batches, refs, index)
+    assert loader.decode_stats.decoded == loader.decode_stats.delivered == delivered
     whole = VideoLoader(index, sampler=sampler, batch_size=10, size=SIZE, num_workers=workers,
                         lookahead=3)  # explicit lookahead: units of whole batches
     for a, b in zip(batches, collect_batches(whole), strict=True):

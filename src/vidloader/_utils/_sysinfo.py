@@ -16,6 +16,14 @@ import subprocess
 _NVIDIA_SMI_TIMEOUT_SECONDS = 10.0
 
 
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, rounded; ``None`` where the OS has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

@@ -14,6 +14,8 @@ import subprocess
 import threading
 import time
 
+from .._utils._sysinfo import load_average
+
 #: Sampling period of the process tree and of ``nvidia-smi``.
 SAMPLE_SECONDS = 0.2
 _SMI_QUERY = "index,utilization.gpu,utilization.decoder,memory.used"
@@ -199,7 +201,7 @@ class Monitor:
         self.samples: list[tuple[float, dict, int, float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
-        self.load = [_loadavg()]
+        self.load = [load_average()]
 
     def start(self) -> Monitor:
         self._sample()
@@ -226,7 +228,7 @@ class Monitor:
         self._thread.join(timeout=5)
         self._sample()
         self.gpu.stop()
-        self.load.append(_loadavg())
+        self.load.append(load_average())
 
     def _bracket(self, t0: float, t1: float):
         """The last sample at or before ``t0`` and the first at or after ``t1``."""
@@ -251,9 +253,3 @@ class Monitor:
         out.update(self.gpu.summary(t0, t1))
         return out
 
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None

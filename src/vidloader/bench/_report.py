@@ -11,7 +11,7 @@ import math
 import os
 from pathlib import Path
 
-from .._utils._sysinfo import describe_machine
+from .._utils._sysinfo import describe_machine, load_average
 from ._peers import version_of
 
 SCHEMA = "vidloader-bench/1"
@@ -26,16 +26,9 @@ def environment(note: str = "") -> dict:
     """Machine and library facts, plus a free-text note (shared machine, load …)."""
     env = describe_machine()
     env["libraries"] = {name: version_of(name) for name in LIBRARIES}
-    env["load_avg_at_start"] = _loadavg()
+    env["load_avg_at_start"] = load_average()
     env["note"] = note
     return env
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def _is_peer(run: dict) -> bool:
