@@ -72,7 +72,13 @@ def ceiling(paths: list[str], threads: int, seconds: float) -> dict:
 
 
 def run_loader(index, sampler_name: str, decoders: int, options: dict, *, workers: int,
-               batches: int, warmup: int) -> dict:
+               batches: int, warmup: int, profile: bool = False) -> dict:
+    sampler = timeline = None
+    if profile:
+        from stack_sampler import StackSampler, UnitTimeline
+
+        sampler, timeline = StackSampler().start(), UnitTimeline()
+    created = time.monotonic()
     loader = VideoLoader(
         index, sampler=SAMPLERS[sampler_name](), batch_size=128,
         processing=Process(size=(224, 224)), backend="nvdec", num_workers=workers,
@@ -81,9 +87,15 @@ def run_loader(index, sampler_name: str, decoders: int, options: dict, *, worker
     gpu = GpuSampler()
     try:
         it = iter(loader)
-        for _ in range(warmup):
+        next(it)
+        first_batch_s = time.monotonic() - created
+        if sampler is not None:
+            sampler.phase = "warmup"
+        for _ in range(warmup - 1):
             next(it)
         torch.cuda.synchronize()
+        if sampler is not None:
+            sampler.phase = "steady"
         before = dict(loader.decode_stats.__dict__)
         t0, n = time.monotonic(), 0
         for _ in range(batches):
@@ -99,11 +111,15 @@ def run_loader(index, sampler_name: str, decoders: int, options: dict, *, worker
     finally:
         loader.shutdown()
         gpu.stop()
+        if sampler is not None:
+            sampler.stop()
+            timeline.remove()
     delta = {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
     return {
         "fps": n / (t1 - t0), "frames": n, "seconds": t1 - t0, "lookahead": loader.lookahead,
         "decoded_per_delivered": delta.get("decoded", 0) / max(1, delta.get("delivered", 1)),
-        "stats": delta, **gpu.summary(t0, t1),
+        "first_batch_s": first_batch_s, "stats": delta, **gpu.summary(t0, t1),
+        **({"stacks": sampler.summary(), "units": timeline.summary(t0)} if profile else {}),
     }
 
 
@@ -132,6 +148,8 @@ def main() -> None:
                    help="run these instead of CONFIGS: comma-separated sampler:decoders"
                         "[:option=int...], e.g. sequential:24,random:16:skip_nonref=0")
     p.add_argument("--no-ceiling", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="sample every thread's stack (stack_sampler.py) and time the units")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     dataset = prepare_dataset("W1", args.scale, data_dir=args.data_dir)
@@ -164,7 +182,7 @@ def main() -> None:
         # 4x the NVDEC ceiling, with random frames after 4 warm-up batches).
         batches, warmup = max(4, int(args.batches * scale)), args.warmup
         record(name, lambda s=sampler_name, d=decoders, o=options, b=batches, w=warmup: run_loader(
-            index, s, d, o, workers=args.workers, batches=b, warmup=w))
+            index, s, d, o, workers=args.workers, batches=b, warmup=w, profile=args.profile))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 
 from vidloader.decoding._annexb import demux_gops
 from vidloader.decoding._nvdec import NvdecExecutor
 from vidloader.errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
+from vidloader.pipeline._assemble import copy_runs
 from vidloader.planning import plan_tasks_for_frames
 
 from . import _fake_nvc
@@ -159,10 +161,11 @@ def test_separation_mode_decodes_given_bundles(media, fake, monkeypatch):
     task = plan_tasks_for_frames(0, record, [5, 17, 18, 50])
     bundle = demux_gops(record, task.gops)  # as a CPU worker would
     monkeypatch.setattr(nvdec_mod, "demux_gops", lambda *a, **k: pytest.fail("demuxed again"))
-    ex = NvdecExecutor(packet_cache_bytes=0)
+    ex = NvdecExecutor(packet_cache_bytes=16 << 20)
     got = _collect(ex, task, bundle=bundle)
     ref = reference_nv12(media["hevc"])
     assert sorted(got) == [5, 17, 18, 50] and all(np.array_equal(v, ref[i]) for i, v in got.items())
+    assert len(ex.packet_cache) == 0  # given packets are not copied into a cache nobody reads
     other = plan_tasks_for_frames(0, record, [5, 30])
     with pytest.raises(CorruptVideoError, match="does not match"):
         ex.decode_bundle(other, bundle, lambda i, f: None)
@@ -210,7 +213,6 @@ def test_sink_error_leaves_no_half_fed_decoder(media, fake):
 
 
 def test_no_gpu_is_a_clear_error(monkeypatch):
-    import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(BackendUnavailableError, match="no CUDA GPU is visible"):
@@ -263,7 +265,6 @@ def test_submit_batch_error_surfaces_at_wait_and_cancels(media, fake):
 
 def _assembler_outputs(media, executor, *, batched: bool, units: int = 2):
     """Fill `units` units of RandomFrames batches from the fake NVDEC into CPU staging."""
-    import torch
 
     from vidloader import Process, RandomFrames
     from vidloader.index import VideoIndex
@@ -317,7 +318,6 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
     """SeparationPool (spawned demux workers, fake NVDEC here) queues several units on the
     decoder threads before waiting for the first, and splits a unit of many GOPs over
     several demux workers; the batches equal a synchronous fill."""
-    import torch
 
     import vidloader.pipeline._pool as pool_mod
 
@@ -445,3 +445,32 @@ def test_demux_parts_cross_in_one_shared_tensor_and_the_cache_copies_out(media):
     cached = cache.get(back[2].path, int(back[2].gop_keyframes[0]), int(back[2].gop_last[0]))
     assert cached is not None and cached.payload.base is None
     assert np.array_equal(cached.payload, bundles[2].payload)
+
+
+class _NoListIndex(torch.Tensor):
+    """A tensor that fails on list (advanced) indexing: what ``copy_runs`` must never use."""
+
+    def __setitem__(self, key, value):
+        parts = key if isinstance(key, tuple) else (key,)
+        assert not any(isinstance(k, (list, torch.Tensor)) for k in parts), key
+        return super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize("shape", ["stream", "clips", "dealt", "mixed"])
+def test_copy_runs_writes_every_frame_with_slices(shape):
+    rng = np.random.default_rng(3)
+    src = torch.arange(12 * 2 * 3, dtype=torch.int32).reshape(12, 2, 3)
+    if shape == "stream":  # a GOP's frames fill consecutive rows of one column
+        rows, cols, ks = list(range(2, 14)), [0] * 12, list(range(12))
+    elif shape == "clips":  # a clip's frames fill consecutive columns of one row
+        rows, cols, ks = [1] * 6 + [4] * 6, list(range(6)) * 2, list(range(12))
+    elif shape == "dealt":  # GopShuffle: each frame its own batch row
+        rows, cols, ks = rng.permutation(16)[:12].tolist(), [0] * 12, list(range(12))
+    else:
+        rows, cols, ks = [0, 1, 2, 9, 9, 9, 5, 3, 4, 15, 14, 13], [0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0], list(range(12))
+    dst = torch.zeros(16, 6, 2, 3, dtype=torch.int32).as_subclass(_NoListIndex)
+    copy_runs(dst, rows, cols, src, ks)
+    expected = torch.zeros(16, 6, 2, 3, dtype=torch.int32)
+    for r, c, k in zip(rows, cols, ks):
+        expected[r, c] = src[k]
+    assert torch.equal(dst.as_subclass(torch.Tensor), expected)

@@ -238,8 +238,9 @@ class NvdecExecutor(Executor):
             self.stats.tasks += count
             bundle = bundles[pos] if bundles is not None else None
             if bundle is not None:
+                # Not put into the packet cache: jobs that come with their packets never look
+                # there, and the put copied every GOP of every unit on the loader's thread.
                 _check_bundle(task, bundle)
-                self.packet_cache.put(bundle)
             for g, gop in enumerate(task.gops):
                 jobs.append(_Job(pos, task.record, gop, bundle, g))
         return jobs

@@ -40,6 +40,31 @@ def slots_by_frame(plans: list[BatchPlan]) -> dict[tuple[int, int], list[tuple[i
     return slots
 
 
+def copy_runs(dst, rows: list[int], cols: list[int], src, ks: list[int]) -> None:
+    """``dst[rows[j], cols[j]] = src[ks[j]]`` for every ``j``, as slice copies of runs.
+
+    A run is a stretch where ``k`` steps by one and either the row steps by one in one column
+    (stream order: a GOP's frames fill consecutive rows) or the column steps by one in one row
+    (a clip's frames). No list indices: on a CUDA tensor they are host-to-device copies from
+    pageable memory, which wait for the stream each time (three per write), and GopShuffle
+    deals a GOP's frames over as many batches, so most runs hold one frame.
+    """
+    j, n = 0, len(ks)
+    while j < n:
+        e = j + 1
+        if e < n and ks[e] == ks[j] + 1 and rows[e] == rows[j] + 1 and cols[e] == cols[j]:
+            while e < n and ks[e] == ks[e - 1] + 1 and rows[e] == rows[e - 1] + 1 and cols[e] == cols[j]:
+                e += 1
+            dst[rows[j]:rows[e - 1] + 1, cols[j]] = src[ks[j]:ks[e - 1] + 1]
+        elif e < n and ks[e] == ks[j] + 1 and cols[e] == cols[j] + 1 and rows[e] == rows[j]:
+            while e < n and ks[e] == ks[e - 1] + 1 and cols[e] == cols[e - 1] + 1 and rows[e] == rows[j]:
+                e += 1
+            dst[rows[j], cols[j]:cols[e - 1] + 1] = src[ks[j]:ks[e - 1] + 1]
+        else:
+            dst[rows[j], cols[j]] = src[ks[j]]
+        j = e
+
+
 class UnitFill:
     """A unit of batches being filled (:meth:`BatchAssembler.start_unit`)."""
 
@@ -239,15 +264,8 @@ class BatchAssembler:
                             ks.append(k)
                         else:
                             stagings[p][name][b, slot] = apply_window(rgb[k], geom, tf)
-                # Whole frames: one indexed copy per staging buffer instead of one per frame.
-                # A lone frame (GopShuffle deals a GOP's frames over as many batches) is a plain
-                # copy: list indices on a CUDA tensor cost three small blocking host-to-device
-                # copies each, 90 per 30-frame GOP.
                 for p, (rows, cols, ks) in whole.items():
-                    if len(rows) == 1:
-                        stagings[p][name][rows[0], cols[0]] = rgb[ks[0]]
-                    else:
-                        stagings[p][name][rows, cols] = rgb[ks]
+                    copy_runs(stagings[p][name], rows, cols, rgb, ks)
 
         return sink
 
