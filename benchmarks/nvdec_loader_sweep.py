@@ -23,6 +23,7 @@ import torch
 from vidloader import GopShuffle, Process, RandomFrames, SequentialFrames, VideoLoader
 from vidloader.bench._datasets import load_index, prepare_dataset
 from vidloader.bench._monitor import GpuSampler
+from vidloader.index import VideoIndex
 
 SAMPLERS = {"sequential": SequentialFrames, "random": RandomFrames, "relaxed": GopShuffle}
 
@@ -71,6 +72,12 @@ def ceiling(paths: list[str], threads: int, seconds: float) -> dict:
     return {"fps": frames / (t1 - t0), "frames": frames, "threads": threads, **gpu.summary(t0, t1)}
 
 
+def _endless(loader):
+    """The loader's batches, epoch after epoch (a short epoch is no end of the run)."""
+    while True:
+        yield from loader
+
+
 def run_loader(index, sampler_name: str, decoders: int, options: dict, *, workers: int,
                batches: int, warmup: int, profile: bool = False) -> dict:
     sampler = timeline = None
@@ -86,25 +93,20 @@ def run_loader(index, sampler_name: str, decoders: int, options: dict, *, worker
     )
     gpu = GpuSampler()
     try:
-        it = iter(loader)
-        next(it)
+        batches_of = _endless(loader)
+        next(batches_of)
         first_batch_s = time.monotonic() - created
         if sampler is not None:
             sampler.phase = "warmup"
         for _ in range(warmup - 1):
-            next(it)
+            next(batches_of)
         torch.cuda.synchronize()
         if sampler is not None:
             sampler.phase = "steady"
         before = dict(loader.decode_stats.__dict__)
         t0, n = time.monotonic(), 0
         for _ in range(batches):
-            try:
-                batch = next(it)
-            except StopIteration:  # a short epoch: go on into the next one
-                it = iter(loader)
-                batch = next(it)
-            n += batch["frames"].shape[0]
+            n += next(batches_of)["frames"].shape[0]
         torch.cuda.synchronize()
         t1 = time.monotonic()
         after = dict(loader.decode_stats.__dict__)
@@ -148,12 +150,17 @@ def main() -> None:
                    help="run these instead of CONFIGS: comma-separated sampler:decoders"
                         "[:option=int...], e.g. sequential:24,random:16:skip_nonref=0")
     p.add_argument("--no-ceiling", action="store_true")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="list the videos this many times (as the bench does), so that an epoch "
+                        "holds the whole run: an epoch's end drains the pipeline")
     p.add_argument("--profile", action="store_true",
                    help="sample every thread's stack (stack_sampler.py) and time the units")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     dataset = prepare_dataset("W1", args.scale, data_dir=args.data_dir)
     index = load_index(dataset)
+    if args.repeat > 1:
+        index = VideoIndex(list(index) * args.repeat)
     results: dict = {"scale": args.scale, "videos": len(index), "workers": args.workers,
                      "gpu": torch.cuda.get_device_name(0), "runs": []}
     only = set(filter(None, args.only.split(",")))
