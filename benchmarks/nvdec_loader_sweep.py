@@ -11,6 +11,7 @@ Usage: ``python benchmarks/nvdec_loader_sweep.py --scale gpu-quick --out sweep.j
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import queue
 import threading
@@ -78,6 +79,39 @@ def _endless(loader):
         yield from loader
 
 
+def _make_loader(index, sampler_name: str, decoders: int, options: dict, workers: int) -> VideoLoader:
+    loader = VideoLoader(
+        index, sampler=SAMPLERS[sampler_name](), batch_size=128,
+        processing=Process(size=(224, 224)), backend="nvdec", num_workers=workers,
+        nvdec_decoders=decoders, nvdec_options=options, drop_last=True, persistent_workers=True,
+    )
+    return loader
+
+
+@contextlib.contextmanager
+def _units_decoding(units: int | None):
+    """Let the loader's SeparationPool queue ``units`` units on the decoders (a sweep knob;
+    the library's default is ``SeparationPool.MAX_UNITS_DECODING``)."""
+    if units is None:
+        yield
+        return
+    import vidloader.pipeline._loader as loader_mod
+
+    base = loader_mod.SeparationPool
+
+    class Pool(base):
+        MAX_UNITS_DECODING = int(units)
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, max_units_decoding=int(units), **kwargs)
+
+    loader_mod.SeparationPool = Pool
+    try:
+        yield
+    finally:
+        loader_mod.SeparationPool = base
+
+
 def run_loader(index, sampler_name: str, decoders: int, options: dict, *, workers: int,
                batches: int, warmup: int, profile: bool = False) -> dict:
     sampler = timeline = None
@@ -85,13 +119,13 @@ def run_loader(index, sampler_name: str, decoders: int, options: dict, *, worker
         from stack_sampler import StackSampler, UnitTimeline
 
         sampler, timeline = StackSampler().start(), UnitTimeline()
+    options = dict(options)
+    units = options.pop("units", None)  # not an executor option: the pool's decoding depth
     created = time.monotonic()
-    loader = VideoLoader(
-        index, sampler=SAMPLERS[sampler_name](), batch_size=128,
-        processing=Process(size=(224, 224)), backend="nvdec", num_workers=workers,
-        nvdec_decoders=decoders, nvdec_options=options, drop_last=True, persistent_workers=True,
-    )
+    loader = _make_loader(index, sampler_name, decoders, options, workers)
     gpu = GpuSampler()
+    patch = _units_decoding(units)  # the pool is made at the first batch
+    patch.__enter__()
     try:
         batches_of = _endless(loader)
         next(batches_of)
@@ -112,6 +146,7 @@ def run_loader(index, sampler_name: str, decoders: int, options: dict, *, worker
         after = dict(loader.decode_stats.__dict__)
     finally:
         loader.shutdown()
+        patch.__exit__(None, None, None)
         gpu.stop()
         if sampler is not None:
             sampler.stop()

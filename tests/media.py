@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import av
@@ -61,3 +62,21 @@ def assert_each_frame_once_and_exact(batches, refs: dict, index) -> int:
             seen.append((int(v), int(f)))
     assert sorted(seen) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
     return len(seen)
+
+
+def echo_sum_worker(worker_id: int, array, task_q, result_q) -> None:
+    """A spawned worker for pool tests: answers each task message with the sum of the array
+    it was started with, until ``None``."""
+    result_q.put(("ready", worker_id))
+    while task_q.get() is not None:
+        result_q.put(("sum", worker_id, int(array.sum())))
+
+
+class ArgsRecordingProcess(multiprocessing.get_context("spawn").Process):
+    """A spawn ``Process`` that records the arguments it was created with (in the parent)."""
+
+    created_with: list = []
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        ArgsRecordingProcess.created_with.append(kwargs.get("args", ()))

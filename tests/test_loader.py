@@ -17,8 +17,10 @@ import vidloader
 from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
 
 from .media import (
+    ArgsRecordingProcess,
     assert_each_frame_once_and_exact,
     collect_batches,
+    echo_sum_worker,
     make_small_dataset,
     reference_frames,
 )
@@ -218,6 +220,29 @@ def test_killed_worker_raises_instead_of_hanging(dataset):
     with pytest.raises(WorkerError, match="killed by signal 9"):
         for _ in it:
             pass
+    assert _children() == set()
+
+
+def test_worker_arguments_travel_through_the_task_queue_not_the_spawn_pipe(monkeypatch):
+    """Process arguments are written into a pipe the child reads only after importing the main
+    module: over 64 KiB, the parent waited for each child in turn (45 s for 16 workers on the
+    H200). They now come as the first task message; a 2 MB argument arrives whole."""
+    from vidloader.pipeline._pool import WorkerProcesses
+
+    monkeypatch.setattr(torch.multiprocessing.get_context("spawn"), "Process", ArgsRecordingProcess)
+    monkeypatch.setattr(ArgsRecordingProcess, "created_with", [])
+    big = np.arange(1 << 18, dtype=np.int64)
+    pool = WorkerProcesses(echo_sum_worker, [(i, big) for i in range(2)], 2)
+    try:
+        assert len(ArgsRecordingProcess.created_with) == 2
+        for args in ArgsRecordingProcess.created_with:  # the target and the two queues
+            assert len(args) == 3 and not any(isinstance(a, (tuple, np.ndarray)) for a in args), args
+        for i in range(2):
+            pool.put(i, "sum?")
+        got = sorted(tuple(pool.get()) for _ in range(2))
+        assert got == [("sum", 0, int(big.sum())), ("sum", 1, int(big.sum()))]
+    finally:
+        pool.shutdown()
     assert _children() == set()
 
 

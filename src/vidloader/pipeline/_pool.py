@@ -71,9 +71,22 @@ class InlinePool:
         self.assembler.executor.close()
 
 
+def _bootstrap(target, task_q, result_q) -> None:
+    """A worker's entry point: its arguments come as the first message of its task queue."""
+    target(*task_q.get(), task_q, result_q)
+
+
 class WorkerProcesses:
     """``num_workers`` spawned processes, each with its own task queue and one shared result
-    queue. ``get`` never hangs: it notices a dead worker and raises :class:`WorkerError`."""
+    queue. ``get`` never hangs: it notices a dead worker and raises :class:`WorkerError`.
+
+    A worker's arguments (the index, the staging slots) travel as the first message of its task
+    queue, not as ``Process`` arguments: ``Process.start()`` writes those into a pipe that the
+    child reads only after it has imported the main module (torch and all, seconds), so when
+    they pass the pipe's 64 KiB the parent waited for each child in turn. With 16 workers and
+    a 100-video index that was 45 s before the first batch on the H200; through the queue, a
+    feeder thread per worker writes them while every child imports at once.
+    """
 
     def __init__(self, target, args: list[tuple], num_workers: int) -> None:
         ctx = torch.multiprocessing.get_context("spawn")
@@ -83,13 +96,15 @@ class WorkerProcesses:
         self.task_qs = [ctx.Queue() for _ in range(num_workers)]
         self.procs = [
             ctx.Process(
-                target=target, args=(*args[i], self.task_qs[i], self.result_q),
+                target=_bootstrap, args=(target, self.task_qs[i], self.result_q),
                 daemon=True, name=f"vidloader-worker-{i}",
             )
             for i in range(num_workers)
         ]
         self._closed = False
         try:
+            for q, a in zip(self.task_qs, args):
+                q.put(a)
             for p in self.procs:
                 p.start()
             self._wait_ready()
