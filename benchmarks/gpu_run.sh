@@ -28,7 +28,8 @@ bench() {  # workload backend seconds [max-seconds] [timed batches]
 # A VideoLoader run starts 16 spawned workers and CUDA (~30-40 s) before its warm-up of 5
 # units: 55 s was too short on the H200 for the NVDEC loader (killed before its JSON).
 # BENCH_STEPS picks the groups to run (one device call is at most 10 minutes).
-STEPS=${BENCH_STEPS:-"sequential random relaxed"}
+# An empty BENCH_STEPS runs no benchmark (GPU_TESTS=1 BENCH_STEPS="" runs the tests alone).
+STEPS=${BENCH_STEPS-"sequential random relaxed"}
 for step in $STEPS; do
   case $step in
     # Long timed windows (160 batches = 20k frames, ~7 s at the NVDEC ceiling): a window of
@@ -40,3 +41,6 @@ for step in $STEPS; do
     *) echo "gpu_run.sh: unknown step '$step' (sequential, random, relaxed, cpu)" >&2 ;;
   esac
 done
+# The device tool brings back only a few files per call (run 7 lost three JSONs that way):
+# every JSON also travels in one archive.
+[ -d "$OUT/bench" ] && tar -czf "$OUT/bench.tgz" -C "$OUT" bench
