@@ -80,12 +80,11 @@ def _endless(loader):
 
 
 def _make_loader(index, sampler_name: str, decoders: int, options: dict, workers: int) -> VideoLoader:
-    loader = VideoLoader(
+    return VideoLoader(
         index, sampler=SAMPLERS[sampler_name](), batch_size=128,
         processing=Process(size=(224, 224)), backend="nvdec", num_workers=workers,
         nvdec_decoders=decoders, nvdec_options=options, drop_last=True, persistent_workers=True,
     )
-    return loader
 
 
 @contextlib.contextmanager
@@ -124,39 +123,48 @@ def run_loader(index, sampler_name: str, decoders: int, options: dict, *, worker
     created = time.monotonic()
     loader = _make_loader(index, sampler_name, decoders, options, workers)
     gpu = GpuSampler()
-    patch = _units_decoding(units)  # the pool is made at the first batch
-    patch.__enter__()
     try:
-        batches_of = _endless(loader)
-        next(batches_of)
-        first_batch_s = time.monotonic() - created
-        if sampler is not None:
-            sampler.phase = "warmup"
-        for _ in range(warmup - 1):
-            next(batches_of)
-        torch.cuda.synchronize()
-        if sampler is not None:
-            sampler.phase = "steady"
-        before = dict(loader.decode_stats.__dict__)
-        t0, n = time.monotonic(), 0
-        for _ in range(batches):
-            n += next(batches_of)["frames"].shape[0]
-        torch.cuda.synchronize()
-        t1 = time.monotonic()
-        after = dict(loader.decode_stats.__dict__)
+        with _units_decoding(units):  # the pool is made at the first batch
+            measured = _measure(loader, created, sampler, warmup=warmup, batches=batches)
     finally:
         loader.shutdown()
-        patch.__exit__(None, None, None)
         gpu.stop()
         if sampler is not None:
             sampler.stop()
             timeline.remove()
+    t0, t1 = measured.pop("t0"), measured.pop("t1")
+    return {
+        **measured, "lookahead": loader.lookahead, **gpu.summary(t0, t1),
+        **({"stacks": sampler.summary(), "units": timeline.summary(t0)} if profile else {}),
+    }
+
+
+def _measure(loader, created: float, sampler, *, warmup: int, batches: int) -> dict:
+    """Frames/s over ``batches`` batches after ``warmup``, and the decode counters' change."""
+    batches_of = _endless(loader)
+    next(batches_of)
+    first_batch_s = time.monotonic() - created
+    if sampler is not None:
+        sampler.phase = "warmup"
+    for _ in range(warmup - 1):
+        next(batches_of)
+    torch.cuda.synchronize()
+    if sampler is not None:
+        sampler.phase = "steady"
+    before = dict(loader.decode_stats.__dict__)
+    t0, n = time.monotonic(), 0
+    for _ in range(batches):
+        n += next(batches_of)["frames"].shape[0]
+    torch.cuda.synchronize()
+    t1 = time.monotonic()
+    if sampler is not None:
+        sampler.phase = "shutdown"
+    after = dict(loader.decode_stats.__dict__)
     delta = {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
     return {
-        "fps": n / (t1 - t0), "frames": n, "seconds": t1 - t0, "lookahead": loader.lookahead,
+        "fps": n / (t1 - t0), "frames": n, "seconds": t1 - t0, "t0": t0, "t1": t1,
         "decoded_per_delivered": delta.get("decoded", 0) / max(1, delta.get("delivered", 1)),
-        "first_batch_s": first_batch_s, "stats": delta, **gpu.summary(t0, t1),
-        **({"stacks": sampler.summary(), "units": timeline.summary(t0)} if profile else {}),
+        "first_batch_s": first_batch_s, "stats": delta,
     }
 
 

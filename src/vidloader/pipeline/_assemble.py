@@ -51,14 +51,14 @@ def copy_runs(dst, rows: list[int], cols: list[int], src, ks: list[int]) -> None
     """
     j, n = 0, len(ks)
     while j < n:
-        e = j + 1
-        if e < n and ks[e] == ks[j] + 1 and rows[e] == rows[j] + 1 and cols[e] == cols[j]:
-            while e < n and ks[e] == ks[e - 1] + 1 and rows[e] == rows[e - 1] + 1 and cols[e] == cols[j]:
+        e, step = j + 1, None
+        if e < n and ks[e] == ks[j] + 1 and (rows[e] - rows[j], cols[e] - cols[j]) in ((1, 0), (0, 1)):
+            step = (rows[e] - rows[j], cols[e] - cols[j])
+            while e < n and ks[e] == ks[e - 1] + 1 and (rows[e] - rows[e - 1], cols[e] - cols[e - 1]) == step:
                 e += 1
+        if step == (1, 0):
             dst[rows[j]:rows[e - 1] + 1, cols[j]] = src[ks[j]:ks[e - 1] + 1]
-        elif e < n and ks[e] == ks[j] + 1 and cols[e] == cols[j] + 1 and rows[e] == rows[j]:
-            while e < n and ks[e] == ks[e - 1] + 1 and cols[e] == cols[e - 1] + 1 and rows[e] == rows[j]:
-                e += 1
+        elif step == (0, 1):
             dst[rows[j], cols[j]:cols[e - 1] + 1] = src[ks[j]:ks[e - 1] + 1]
         else:
             dst[rows[j], cols[j]] = src[ks[j]]
