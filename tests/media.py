@@ -35,6 +35,24 @@ def reference_frames(path: str | Path, size: tuple[int, int] | None = None) -> n
         )
 
 
+def make_rotated_video(path: Path, degrees: int, *, width: int = 64, height: int = 48,
+                       frames: int = 5) -> Path:
+    """An H.264 MP4 whose display matrix asks for ``degrees`` of rotation. Its pictures are
+    gradients along both axes that change per frame, so a wrong turn or flip shows."""
+    y, x = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.set_display_rotation(degrees)
+        for i in range(frames):
+            pixels = np.stack([x * 255 // width, y * 255 // height, np.full_like(x, 40 * i)], -1)
+            frame = av.VideoFrame.from_ndarray(pixels.astype(np.uint8), format="rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return path
+
+
 def write_corrupt(path: Path, good: Path) -> Path:
     """A file whose header is fine but whose frame data is garbage (decoding fails or is wrong)."""
     data = bytearray(good.read_bytes())

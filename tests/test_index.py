@@ -22,6 +22,8 @@ from vidloader.index._nvjson import from_nvidia_json, to_nvidia_json, write_nvid
 from vidloader.index._store import load_index, save_index
 from vidloader.synthetic import VideoSpec, make_video
 
+from .media import make_rotated_video
+
 SMALL = {"width": 64, "height": 48}
 
 # name -> spec of the session's good videos (tiny, so encoding all of them takes ~1 s)
@@ -54,21 +56,6 @@ def assert_same_index(a: VideoIndex, b: VideoIndex) -> None:
     assert a.rejected == b.rejected
 
 
-def _rotated_video(path: Path, degrees: int) -> Path:
-    """A tiny H.264 MP4 whose display matrix asks for ``degrees`` of rotation."""
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
-        stream.set_display_rotation(degrees)
-        for i in range(5):
-            pixels = np.full((48, 64, 3), i * 40, np.uint8)
-            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-            frame.pts = i
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode(None))
-    return path
-
-
 def _faststart_copy(src: Path, dst: Path) -> Path:
     """Remux ``src`` with the ``moov`` box first, so a truncated copy still opens."""
     with av.open(str(src)) as inp, av.open(str(dst), "w", options={"movflags": "faststart"}) as out:
@@ -85,7 +72,7 @@ def media(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("index_media")
     paths = {name: make_video(root / name, spec) for name, spec in GOOD_SPECS.items()}
     for degrees in (90, 270):
-        paths[f"rot{degrees}.mp4"] = _rotated_video(root / f"rot{degrees}.mp4", degrees)
+        paths[f"rot{degrees}.mp4"] = make_rotated_video(root / f"rot{degrees}.mp4", degrees)
     return paths
 
 

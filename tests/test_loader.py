@@ -21,6 +21,7 @@ from .media import (
     assert_each_frame_once_and_exact,
     collect_batches,
     echo_sum_worker,
+    make_rotated_video,
     make_small_dataset,
     reference_frames,
 )
@@ -338,3 +339,45 @@ def test_nvdec_decoder_count_is_checked_when_the_loader_is_made(dataset, decoder
     index, _, _ = dataset
     with pytest.raises(vidloader.ConfigError, match="nvdec_decoders must be in 1..16"):
         VideoLoader(index, backend="nvdec", nvdec_decoders=decoders, num_workers=0)
+
+
+@pytest.fixture(scope="module")
+def rotated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rotated")
+    return {d: make_rotated_video(root / f"rot{d}.mp4", d) for d in (0, 90, 180, 270)}
+
+
+@pytest.mark.parametrize("degrees", [90, 180, 270])
+@pytest.mark.parametrize("size", [None, (32, 24)])
+def test_frames_come_upright_by_the_display_rotation(rotated, degrees, size):
+    """As players (and FFmpeg's autorotate) show them: turned counter-clockwise by the display
+    matrix's angle; ``size`` is the upright size, resized in the coded orientation."""
+    path, turns = rotated[degrees], degrees // 90
+    index = vidloader.build_index([path], num_workers=0, progress=False)
+    assert index[0].rotation == degrees
+    coded = None if size is None else (size if turns % 2 == 0 else size[::-1])
+    want = np.rot90(reference_frames(path, coded), turns, axes=(1, 2))
+    loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=5, size=size, num_workers=0)
+    (batch,) = collect_batches(loader)
+    np.testing.assert_array_equal(batch["frames"].numpy(), want)
+    got = vidloader.decode_frames(path, [4, 0, 2], size=size)
+    np.testing.assert_array_equal(got.numpy(), want[[4, 0, 2]])
+
+
+def test_autorotate_off_gives_frames_as_coded(rotated):
+    path = rotated[90]
+    index = vidloader.build_index([path], num_workers=0, progress=False)
+    loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=5, num_workers=0,
+                         processing=Process(autorotate=False))
+    (batch,) = collect_batches(loader)
+    np.testing.assert_array_equal(batch["frames"].numpy(), reference_frames(path))
+    got = vidloader.decode_frames(path, [1], autorotate=False)
+    np.testing.assert_array_equal(got.numpy(), reference_frames(path)[[1]])
+
+
+def test_upright_portrait_and_landscape_videos_share_a_batch_only_with_a_size(rotated):
+    index = vidloader.build_index([rotated[0], rotated[90]], num_workers=0, progress=False)
+    with pytest.raises(vidloader.ConfigError, match="different sizes"):
+        VideoLoader(index, sampler=SequentialFrames(), batch_size=5, num_workers=0)
+    loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=5, size=(16, 16), num_workers=0)
+    assert all(b["frames"].shape == (5, 16, 16, 3) for b in collect_batches(loader))

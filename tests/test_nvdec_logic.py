@@ -474,3 +474,27 @@ def test_copy_runs_writes_every_frame_with_slices(shape):
     for r, c, k in zip(rows, cols, ks):
         expected[r, c] = src[k]
     assert torch.equal(dst.as_subclass(torch.Tensor), expected)
+
+
+def test_gop_sink_turns_frames_upright(fake, tmp_path):
+    """The NVDEC path (batched GOP sink, torch stacks) turns frames as the CPU path does: the
+    upright output is the coded output turned counter-clockwise by the display rotation."""
+    from vidloader import Process, SequentialFrames
+    from vidloader.index import VideoIndex
+    from vidloader.pipeline._assemble import BatchAssembler
+
+    from .media import make_rotated_video
+
+    index = VideoIndex([record_of(make_rotated_video(tmp_path / "r90.mp4", 90))])
+    plan = SequentialFrames().plan_epoch(index, epoch=0, batch_size=5)
+    out = {}
+    for upright, size in ((True, (32, 24)), (False, (24, 32))):
+        ex = NvdecExecutor(num_decoders=2, frame_cache_bytes=0, packet_cache_bytes=0)
+        proc = Process(size=size, autorotate=upright)
+        staging = {"x": torch.zeros(5, 1, *size, 3, dtype=torch.uint8)}
+        asm = BatchAssembler(index, {"x": proc}, ex, on_error="raise")
+        assert asm.start_unit([plan.batch(0)], [staging]).finish()[0].valid.all()
+        out[upright] = staging["x"][:, 0]
+        ex.close()
+    assert out[False].float().std() > 10  # real pictures, not zeros
+    assert torch.equal(out[True], out[False].rot90(1, dims=(1, 2)))

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..index import VideoRecord, probe_video
+from ..processing import Geometry, Process, geometry, upright
 from ._base import DecodeTask
 from ._registry import get_executor
 
@@ -22,6 +23,7 @@ def decode_frames(
     backend: str = "cpu",
     size: tuple[int, int] | None = None,
     index_record: VideoRecord | None = None,
+    autorotate: bool = True,
 ) -> torch.Tensor:
     """Decode frames ``indices`` (display order, any order, repeats allowed) of one video.
 
@@ -36,6 +38,9 @@ def decode_frames(
             decoded size.
         index_record: the video's :class:`VideoRecord` if already known (skips the probe);
             its metadata is used for ``path``.
+        autorotate: turn frames upright by the video's display rotation
+            (``VideoRecord.rotation``), as players do; ``size`` is then the upright size.
+            ``False``: frames as coded.
 
     Returns:
         uint8 tensor ``N×H×W×3`` RGB (on the GPU for ``"nvdec"``).
@@ -47,12 +52,14 @@ def decode_frames(
     record = _record_for(path, index_record)
     idx = np.asarray(indices, np.int64).ravel()
     record.check_frames(idx)
+    geom = geometry(Process(size=size, autorotate=autorotate), record.height, record.width,
+                    rotation=record.rotation, path=record.path)
     if idx.size == 0:
-        h, w = size if size is not None else (record.height, record.width)
-        return torch.empty((0, h, w, 3), dtype=torch.uint8)
+        return torch.empty((0, *geom.out_hw, 3), dtype=torch.uint8)
     task = DecodeTask.for_frames(0, record, idx)
     unique = task.frames
-    out = _Collector(len(unique), size)
+    # Without size, frames are converted at the coded size (bit-exact with a full decode).
+    out = _Collector(len(unique), geom.coded_hw if size is not None else None, geom)
     with get_executor(backend) as executor:
         executor.decode(task, lambda i, frame: out.put(int(np.searchsorted(unique, i)), frame))
     frames = out.result()
@@ -73,13 +80,13 @@ class _Collector:
     """Preallocated output filled by the sink: numpy for CPU frames, torch on the frame's
     device otherwise (NVDEC hands out CUDA tensors)."""
 
-    def __init__(self, n: int, size: tuple[int, int] | None) -> None:
-        self.n, self.size = n, size
+    def __init__(self, n: int, size: tuple[int, int] | None, geom: Geometry) -> None:
+        self.n, self.size, self.geom = n, size, geom
         self.filled = 0
         self.buffer: Any = None
 
     def put(self, row: int, frame: Any) -> None:
-        rgb = frame.to_rgb(self.size)
+        rgb = upright(frame.to_rgb(self.size), self.geom)
         if self.buffer is None:
             if isinstance(rgb, np.ndarray):
                 self.buffer = np.empty((self.n, *rgb.shape), np.uint8)

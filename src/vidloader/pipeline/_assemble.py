@@ -15,7 +15,7 @@ from ..decoding import Executor
 from ..errors import MediaError
 from ..index import VideoIndex
 from ..planning import plan_tasks
-from ..processing import Geometry, Process, apply_window, geometry, sample_transform
+from ..processing import Geometry, Process, apply_window, geometry, sample_transform, upright
 from ..sampling import BatchPlan
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,9 @@ class BatchAssembler:
         key = (name, video)
         if key not in self._geometry:
             rec = self.index[video]
-            self._geometry[key] = geometry(self.outputs[name], rec.height, rec.width, path=rec.path)
+            self._geometry[key] = geometry(
+                self.outputs[name], rec.height, rec.width, rotation=rec.rotation, path=rec.path
+            )
         return self._geometry[key]
 
     def fill(self, plan: BatchPlan, staging: dict) -> FillResult:
@@ -220,16 +222,16 @@ class BatchAssembler:
         outputs = self.outputs
 
         def sink(frame_index: int, frame) -> None:
-            rgb_by_size: dict[tuple[int, int], object] = {}
+            rgb_by_size: dict[tuple, object] = {}  # (coded size, turns) -> upright RGB
             for p, b, t in slots[(video, frame_index)]:
                 for name, proc in outputs.items():
                     slot = proc.slots(t)
                     if slot < 0:
                         continue
                     geom = self.geometry(name, video)
-                    rgb = rgb_by_size.get(geom.decode_hw)
+                    rgb = rgb_by_size.get((geom.coded_hw, geom.turns))
                     if rgb is None:
-                        rgb = rgb_by_size[geom.decode_hw] = frame.to_rgb(geom.decode_hw)
+                        rgb = rgb_by_size[(geom.coded_hw, geom.turns)] = upright(frame.to_rgb(geom.coded_hw), geom)
                     stagings[p][name][b, slot] = apply_window(rgb, geom, transforms[p][name][b])
 
         return sink
@@ -244,12 +246,12 @@ class BatchAssembler:
 
         def sink(pos: int, indices: list[int], frames) -> None:
             video = videos[pos]
-            rgb_by_size: dict[tuple[int, int], object] = {}
+            rgb_by_size: dict[tuple, object] = {}  # (coded size, turns) -> upright RGB
             for name, proc in outputs.items():
                 geom = geoms[(name, video)]
-                rgb = rgb_by_size.get(geom.decode_hw)
+                rgb = rgb_by_size.get((geom.coded_hw, geom.turns))
                 if rgb is None:
-                    rgb = rgb_by_size[geom.decode_hw] = frames.to_rgb(geom.decode_hw)
+                    rgb = rgb_by_size[(geom.coded_hw, geom.turns)] = upright(frames.to_rgb(geom.coded_hw), geom)
                 whole: dict[int, tuple[list, list, list]] = {}  # staging -> (rows, slots, frames)
                 for k, i in enumerate(indices):
                     for p, b, t in slots.get((video, i), ()):

@@ -173,7 +173,7 @@ class VideoLoader:
         for name, proc in self.outputs.items():
             sizes = set()
             for rec in _distinct_sizes(self.index):
-                sizes.add(geometry(proc, rec.height, rec.width, path=rec.path).out_hw)
+                sizes.add(geometry(proc, rec.height, rec.width, rotation=rec.rotation, path=rec.path).out_hw)
             if len(sizes) > 1:
                 raise ConfigError(
                     f"output {name!r}: videos have different sizes {sorted(sizes)[:4]}, so "
@@ -466,7 +466,7 @@ class _LazyExecutor:
 def _distinct_sizes(index: VideoIndex):
     seen = {}
     for rec in index:
-        seen.setdefault((rec.height, rec.width), rec)
+        seen.setdefault((rec.height, rec.width, rec.rotation), rec)  # rotation: see autorotate
     return list(seen.values())
 
 

@@ -1,7 +1,7 @@
 """Processing layer: NVVL-style resize, crop, flip, frame selection, dtype, normalise, layout."""
 
 from ._finalize import finalize
-from ._geometry import Geometry, SampleTransform, apply_window, geometry, sample_transform
+from ._geometry import Geometry, SampleTransform, apply_window, geometry, sample_transform, upright
 from ._spec import Process, as_outputs
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "finalize",
     "geometry",
     "sample_transform",
+    "upright",
 ]

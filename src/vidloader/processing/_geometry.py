@@ -12,10 +12,41 @@ from ._spec import Process
 
 @dataclasses.dataclass(frozen=True)
 class Geometry:
-    """Sizes for one (output, video) pair: decode (resize) target and output window."""
+    """Sizes for one (output, video) pair: decode (resize) target and output window, both
+    upright, and the quarter turns (counter-clockwise) that make a decoded picture upright."""
 
     decode_hw: tuple[int, int]
     out_hw: tuple[int, int]
+    turns: int = 0
+
+    @property
+    def coded_hw(self) -> tuple[int, int]:
+        """The resize target in the picture's coded orientation (what the decoder makes)."""
+        h, w = self.decode_hw
+        return (w, h) if self.turns % 2 else (h, w)
+
+
+def upright(images, geom: Geometry):
+    """Turn ``...×H×W×C`` images (numpy or torch) decoded at ``geom.coded_hw`` upright.
+
+    The turn is counter-clockwise by the display matrix's angle, as FFmpeg's ``autorotate``
+    does (``get_rotation`` negates ``av_display_rotation_get``, then 270° is
+    ``transpose=cclock``).
+    """
+    if geom.turns == 0:
+        return images
+    if isinstance(images, np.ndarray):
+        return np.rot90(images, geom.turns, axes=(-3, -2))
+    return images.rot90(geom.turns, dims=(images.dim() - 3, images.dim() - 2))
+
+
+def quarter_turns(proc: Process, rotation: int) -> int:
+    """Counter-clockwise quarter turns that make a video of display rotation ``rotation``
+    (degrees, ``VideoRecord.rotation``) upright; 0 without ``autorotate`` or for an angle
+    that is not a multiple of 90 (which FFmpeg's autorotate leaves alone too)."""
+    if not proc.autorotate or int(rotation) % 90:
+        return 0
+    return int(rotation) // 90 % 4
 
 
 def _resize_target(proc: Process, height: int, width: int) -> tuple[int, int]:
@@ -31,8 +62,12 @@ def _resize_target(proc: Process, height: int, width: int) -> tuple[int, int]:
     return height, width
 
 
-def geometry(proc: Process, height: int, width: int, *, path: str = "") -> Geometry:
-    """Resolve ``proc`` for a video of ``height × width`` pixels."""
+def geometry(proc: Process, height: int, width: int, *, rotation: int = 0, path: str = "") -> Geometry:
+    """Resolve ``proc`` for a video coded at ``height × width`` pixels whose display matrix
+    rotates by ``rotation`` degrees (sizes apply to the upright picture, see ``autorotate``)."""
+    turns = quarter_turns(proc, rotation)
+    if turns % 2:
+        height, width = width, height
     decode_hw = _resize_target(proc, height, width)
     out_hw = proc.size or decode_hw
     if out_hw[0] > decode_hw[0] or out_hw[1] > decode_hw[1]:
@@ -40,7 +75,7 @@ def geometry(proc: Process, height: int, width: int, *, path: str = "") -> Geome
             f"{path}: crop size {out_hw} is larger than the resized frame {decode_hw}; "
             "lower size= or raise scale=/short_side="
         )
-    return Geometry(decode_hw, out_hw)
+    return Geometry(decode_hw, out_hw, turns)
 
 
 @dataclasses.dataclass(frozen=True)

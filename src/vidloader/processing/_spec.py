@@ -54,6 +54,10 @@ class Process:
         index_map (sequence of int | None): ``index_map[t]`` is the output slot of clip frame
             ``t`` (``-1`` drops it); the output has ``max(index_map) + 1`` frames. E.g.
             ``[-1, -1, 0]`` keeps only the third frame of a 3-frame clip.
+        autorotate (bool): turn frames upright, as players show them, by the rotation of the
+            video's display matrix (``VideoRecord.rotation``: a phone video shot in portrait
+            is coded landscape with a 90° matrix). Sizes (``size``, ``scale``,
+            ``short_side``) then apply to the upright picture. ``False``: frames as coded.
     """
 
     size: tuple[int, int] | int | None = None
@@ -67,8 +71,11 @@ class Process:
     dtype: Literal["uint8", "float32", "float16"] = "uint8"
     layout: str = "thwc"
     index_map: Sequence[int] | None = None
+    autorotate: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.autorotate, bool):
+            raise ConfigError(f"autorotate must be True or False, got {self.autorotate!r}")
         object.__setattr__(self, "size", _pair(self.size, "size"))
         if self.scale is not None and not isinstance(self.scale, float):
             object.__setattr__(self, "scale", _pair(self.scale, "scale"))
