@@ -12,7 +12,7 @@ import torch
 import vidloader
 from vidloader import Clips, Process, RandomFrames, VideoLoader
 
-from .media import collect_batches, make_small_dataset, reference_frames
+from .media import collect_batches, make_rotated_video, make_small_dataset, reference_frames
 
 pytestmark = pytest.mark.cuda
 SIZE = (64, 96)  # native size of the small dataset: no resize, so RGB is compared tightly
@@ -109,3 +109,15 @@ def test_cpu_backend_to_device_with_pinned_copy(dataset):
     for img, v, f in zip(batch["frames"].cpu().numpy(), batch["video_index"], batch["frame_index"]):
         np.testing.assert_array_equal(img.astype(np.uint8), refs[int(v)][int(f)])
     loader.shutdown()
+
+
+@pytest.mark.parametrize("degrees", [90, 270])
+def test_nvdec_frames_come_upright(tmp_path, degrees):
+    path = make_rotated_video(tmp_path / f"r{degrees}.mp4", degrees)
+    index = vidloader.build_index([path], num_workers=0, progress=False)
+    want = np.rot90(reference_frames(path), degrees // 90, axes=(1, 2))
+    loader = VideoLoader(index, sampler=vidloader.SequentialFrames(), batch_size=5, backend="nvdec",
+                         num_workers=2)
+    (batch,) = collect_batches(loader)
+    assert batch["frames"].shape == (5, 64, 48, 3)
+    _assert_close_to_reference([batch], {0: want})
