@@ -522,7 +522,8 @@ def test_detect_rank_world(monkeypatch):
 def test_public_names():
     assert sampling.__all__ == sorted(sampling.__all__)
     assert set(sampling.__all__) == {
-        "BatchPlan", "Clips", "EpochPlan", "GopShuffle", "IccEstimate", "RandomFrames",
+        "BatchPlan", "Clips", "EpochPlan", "GopShuffle", "IccEstimate", "MultiCameraClips",
+        "MultiCameraEpoch", "RandomFrames",
         "Sampler", "SamplingReport", "SequentialFrames", "detect_rank_world",
         "estimate_intra_gop_correlation", "intraclass_correlation", "resolve_labels",
         "sampling_report",

@@ -29,7 +29,7 @@ from .errors import (
 from .index import VideoIndex, VideoRecord, build_index, probe_video
 from .pipeline import VideoLoader
 from .processing import Process
-from .sampling import Clips, GopShuffle, RandomFrames, Sampler, SequentialFrames
+from .sampling import Clips, GopShuffle, MultiCameraClips, RandomFrames, Sampler, SequentialFrames
 
 __version__ = "0.1.0"
 
@@ -42,6 +42,7 @@ __all__ = [
     "GopShuffle",
     "IndexFormatError",
     "MediaError",
+    "MultiCameraClips",
     "Process",
     "RandomFrames",
     "Sampler",

@@ -1,7 +1,9 @@
 """A multi-camera frame sampler for the ``multicam`` workloads (NVIDIA's separation example).
 
-vidloader's samplers have no multi-camera mode yet, so the benchmark brings its own, written
-against the public :class:`vidloader.Sampler` contract: every sample is one (clip, frame) pair
+The library's multi-camera sampler is :class:`vidloader.MultiCameraClips` (each (rig, frame)
+once per epoch, outputs with a camera axis). The benchmark keeps this one because it
+reproduces the separation example's two orders exactly, written against the public
+:class:`vidloader.Sampler` contract: every sample is one (clip, frame) pair
 and fills ``cameras`` consecutive rows of the batch, one per camera file of the clip, all at
 the same frame index. The loader then decodes those rows like any others (GOP grouping per
 file, worker processes, shared-memory slots) and the harness reshapes a batch of

@@ -59,7 +59,8 @@ class VideoLoader:
         index (VideoIndex): the videos (see :func:`vidloader.build_index`).
         sampler (Sampler): which frames or clips; default :class:`RandomFrames` (uniform over
             frames, each once per epoch).
-        batch_size (int): samples per batch.
+        batch_size (int): samples per batch (with :class:`~vidloader.MultiCameraClips`, rigs:
+            each fills one row per camera, and outputs are ``[B, cameras, ...]``).
         size ((int, int) | None): shortcut for ``processing=Process(size=size)``.
         processing (Process | dict[str, Process] | None): what to produce; a dict produces
             several named outputs from the same decoded frames.
@@ -127,6 +128,9 @@ class VideoLoader:
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
         self.batch_size, self.drop_last = batch_size, drop_last
+        # A multi-camera sampler fills one row per camera, and every output gets a camera axis
+        # (Sampler.rows_per_sample; a sampler not derived from Sampler fills one row).
+        self._rows_per_sample = int(getattr(self.sampler, "rows_per_sample", 1))
         self.outputs = as_outputs(processing, size=size)
         self.labels = resolve_labels(index, labels)
         self.backend, self.on_error = backend, on_error
@@ -180,7 +184,7 @@ class VideoLoader:
                     "frames cannot share a batch; give size=(height, width)"
                 )
             (h, w), t = sizes.pop(), proc.frames_out(self._seq_len)
-            shapes[name] = (self.batch_size, t, h, w, 3)
+            shapes[name] = (self.batch_size * self._rows_per_sample, t, h, w, 3)
         return shapes
 
     @property
@@ -343,6 +347,8 @@ class VideoLoader:
         return bp if self.labels is None else bp.with_labels(self.labels[bp.video_indices])
 
     def _collect(self, bp, slot_id: int, valid: np.ndarray, errors, delta) -> dict | None:
+        if self._rows_per_sample > 1:  # a sample with one bad camera file is dropped whole
+            valid = np.repeat(valid.reshape(-1, self._rows_per_sample).all(axis=1), self._rows_per_sample)
         self._account(bp, valid, errors, delta)
         if not valid.any():
             return None
@@ -358,12 +364,14 @@ class VideoLoader:
         batch["frame_index"] = torch.from_numpy(frames[keep].copy())
         if bp.labels is not None:
             batch["label"] = torch.from_numpy(bp.labels[keep].copy())
+        if self._rows_per_sample > 1:
+            batch = {k: t.unflatten(0, (-1, self._rows_per_sample)) for k, t in batch.items()}
         return batch
 
     def _account(self, bp, valid, errors, delta) -> None:
         self.stats["batches"] += 1
-        self.stats["samples"] += int(valid.sum())
-        self.stats["skipped_samples"] += int((~valid).sum())
+        self.stats["samples"] += int(valid.sum()) // self._rows_per_sample  # rows are cameras × samples
+        self.stats["skipped_samples"] += int((~valid).sum()) // self._rows_per_sample
         self.stats["skipped_files"].extend(path for path, _ in errors)
         self.decode_stats.add(DecodeStats(**delta))
 

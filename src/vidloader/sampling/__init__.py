@@ -12,6 +12,7 @@ from ._frames import RandomFrames, SequentialFrames
 from ._gop_shuffle import GopShuffle
 from ._icc import IccEstimate, estimate_intra_gop_correlation, intraclass_correlation
 from ._labels import resolve_labels
+from ._multicam import MultiCameraClips, MultiCameraEpoch
 from ._stats import SamplingReport, sampling_report
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "EpochPlan",
     "GopShuffle",
     "IccEstimate",
+    "MultiCameraClips",
+    "MultiCameraEpoch",
     "RandomFrames",
     "Sampler",
     "SamplingReport",

@@ -76,6 +76,10 @@ class Sampler(abc.ABC):
 
     #: Whether batches carry a time axis (clips) or single frames.
     is_clip: bool = False
+    #: Rows each sample fills (the cameras of a :class:`MultiCameraClips` rig): ``plan_epoch``
+    #: takes ``batch_size`` samples and plans ``batch_size * rows_per_sample`` rows, and the
+    #: loader's outputs gain an axis of this length after the batch axis when it is over 1.
+    rows_per_sample: int = 1
 
     @abc.abstractmethod
     def num_samples(self, index: VideoIndex) -> int:

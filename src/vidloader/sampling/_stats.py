@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..index import VideoIndex
 from ._base import Sampler
 from ._checks import check_int
@@ -158,6 +159,12 @@ def sampling_report(
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     epochs = check_int("epochs", epochs, minimum=1)
+    if getattr(sampler, "rows_per_sample", 1) > 1:
+        raise ConfigError(
+            f"sampling_report measures samplers whose samples are one video's frames; "
+            f"{sampler!r} draws rigs of cameras. Its order over (rig, start) pairs is the one "
+            "Clips uses over (video, start): report Clips on an index of one camera instead"
+        )
     space = sampler.sample_space(index)
     table = GopTable.from_index(index, space)
     run = _Run(table, batch_size)

@@ -1,0 +1,154 @@
+"""MultiCameraClips: the same frames from every camera of a rig, with the sampling laws of the
+other samplers, end to end through the loader on generated video."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vidloader
+from vidloader import ConfigError, MultiCameraClips, VideoLoader
+from vidloader.synthetic import VideoSpec, make_dataset
+
+from .media import collect_batches, reference_frames
+
+CAMERAS = 3
+#: Two rigs of three cameras; the cameras of a rig differ by a frame (the shortest counts).
+LENGTHS = [[12, 13, 12], [9, 9, 10]]
+
+
+class _Lengths:
+    """An index stand-in: samplers read only ``num_frames`` and ``len``."""
+
+    def __init__(self, num_frames) -> None:
+        self.num_frames = np.asarray(num_frames, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.num_frames)
+
+
+RIGS = [[0, 1, 2], [3, 4, 5]]
+INDEX = _Lengths(np.ravel(LENGTHS))
+
+
+@pytest.fixture(scope="module")
+def rigs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multicam")
+    specs = [VideoSpec(width=64, height=48, num_frames=n, gop=5, bframes=2, seed=10 * r + c)
+             for r, rig in enumerate(LENGTHS) for c, n in enumerate(rig)]
+    paths = make_dataset(root, specs, num_workers=1)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    return index, [[index.paths.index(os.path.abspath(p)) for p in paths[3 * r: 3 * r + 3]]
+                   for r in range(2)]
+
+
+def _samples(plan) -> list[tuple[int, int]]:
+    """(rig's first video, frame) per sample, checking that each sample's rows agree."""
+    out = []
+    for bp in plan:
+        videos = bp.video_indices.reshape(-1, CAMERAS)
+        frames = bp.frame_indices.reshape(-1, CAMERAS, bp.frame_indices.shape[1])
+        seeds = bp.sample_seeds.reshape(-1, CAMERAS)
+        assert all(list(v) in RIGS for v in videos.tolist())
+        assert (frames == frames[:, :1]).all() and (seeds == seeds[:, :1]).all()
+        out += list(zip(videos[:, 0].tolist(), frames[:, 0, 0].tolist()))
+    return out
+
+
+def test_every_rig_frame_once_per_epoch_sharded_over_ranks():
+    every = {(rig[0], f) for rig, lengths in zip(RIGS, LENGTHS) for f in range(min(lengths))}
+    sampler = MultiCameraClips(RIGS, seed=3)
+    one = _samples(sampler.plan_epoch(INDEX, epoch=0, batch_size=4))
+    assert sorted(one) == sorted(every)  # each (rig, frame) exactly once
+    assert one != sorted(one)  # shuffled
+    assert _samples(sampler.plan_epoch(INDEX, epoch=1, batch_size=4)) != one
+    ranks = [_samples(sampler.plan_epoch(INDEX, epoch=0, batch_size=2, rank=r, world_size=3,
+                                         drop_last=True)) for r in range(3)]
+    flat = [s for r in ranks for s in r]
+    assert len(flat) == len(set(flat)) == 3 * (len(every) // 3 // 2) * 2
+
+
+def test_in_order_and_clips():
+    plan = MultiCameraClips(RIGS, sequence_length=3, stride=2, shuffle=False).plan_epoch(
+        INDEX, epoch=0, batch_size=5)
+    bp = plan.batch(0)
+    assert bp.is_clip and bp.frame_indices.shape == (5 * CAMERAS, 3)
+    np.testing.assert_array_equal(bp.frame_indices[:CAMERAS], [[0, 2, 4]] * CAMERAS)
+    assert len(_samples(plan)) == (12 - 4) + (9 - 4)  # starts whose clip fits the shortest camera
+
+
+@pytest.mark.parametrize("rigs, match", [
+    ([], "at least one rig"), ([[0, 1], [2]], "same length"), ([[0, -1]], ">= 0"),
+])
+def test_bad_rigs_are_refused(rigs, match):
+    with pytest.raises(ConfigError, match=match):
+        MultiCameraClips(rigs)
+
+
+def test_a_rig_outside_the_index_is_named():
+    with pytest.raises(ConfigError, match="names video 9"):
+        MultiCameraClips([[0, 9]]).plan_epoch(INDEX, epoch=0, batch_size=2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_gives_every_camera_of_a_sample_exactly(rigs, workers):
+    index, rig_ids = rigs
+    refs = {v: reference_frames(index[v].path) for rig in rig_ids for v in rig}
+    loader = VideoLoader(index, sampler=MultiCameraClips(rig_ids, seed=1), batch_size=4,
+                         num_workers=workers)
+    seen = collections.Counter()
+    for batch in collect_batches(loader):
+        frames, videos, indices = batch["frames"], batch["video_index"], batch["frame_index"]
+        assert frames.shape[1:] == (CAMERAS, 48, 64, 3) and videos.shape[1:] == (CAMERAS,)
+        for sample in range(len(frames)):
+            assert videos[sample].tolist() in rig_ids
+            assert len(set(indices[sample].tolist())) == 1  # one instant, every camera
+            for cam in range(CAMERAS):
+                v, f = int(videos[sample, cam]), int(indices[sample, cam])
+                np.testing.assert_array_equal(frames[sample, cam].numpy(), refs[v][f])
+            seen[(int(videos[sample, 0]), int(indices[sample, 0]))] += 1
+    assert set(seen.values()) == {1} and len(seen) == 12 + 9
+
+
+def test_loader_clips_have_a_camera_and_a_time_axis(rigs):
+    index, rig_ids = rigs
+    loader = VideoLoader(index, sampler=MultiCameraClips(rig_ids, sequence_length=4, seed=2),
+                         batch_size=3, size=(24, 32), num_workers=0)
+    batch = next(iter(loader))
+    assert batch["frames"].shape == (3, CAMERAS, 4, 24, 32, 3)
+    assert batch["frame_index"].shape == (3, CAMERAS, 4)
+
+
+def test_a_bad_camera_file_drops_its_samples_whole(rigs, tmp_path):
+    index, rig_ids = rigs
+    bad = index[rig_ids[1][2]].path
+    broken = tmp_path / "broken.mp4"
+    data = bytearray(Path(bad).read_bytes())
+    mdat = data.find(b"mdat")
+    data[mdat + 8:] = os.urandom(len(data) - mdat - 8)  # header kept, pictures ruined
+    broken.write_bytes(bytes(data))
+    records = list(index)
+    records[rig_ids[1][2]] = dataclasses.replace(records[rig_ids[1][2]], path=str(broken))
+    damaged = vidloader.VideoIndex(records)
+    loader = VideoLoader(damaged, sampler=MultiCameraClips(rig_ids, seed=1), batch_size=4,
+                         num_workers=0, on_error="skip")
+    batches = collect_batches(loader)
+    videos = torch.cat([b["video_index"] for b in batches])
+    assert videos.shape[1:] == (CAMERAS,)
+    assert sorted(set(videos[:, 0].tolist())) == [rig_ids[0][0]]  # rig 1 dropped, rig 0 whole
+    assert len(videos) == 12 and loader.stats["skipped_samples"] == 9  # samples, not rows
+    assert loader.stats["samples"] == 12
+    assert str(broken) in loader.stats["skipped_files"]
+
+
+def test_sampling_report_says_it_does_not_measure_rigs():
+    from vidloader.sampling import sampling_report
+
+    with pytest.raises(ConfigError, match="rigs of cameras"):
+        sampling_report(MultiCameraClips(RIGS), INDEX, batch_size=2)
