@@ -324,11 +324,48 @@ def _rewrite_header(src: Path, dst: Path, **changes) -> Path:
     return dst
 
 
+def test_an_index_inside_its_dataset_folder_moves_with_it(tmp_path):
+    """Paths under the index file's folder are stored relative to it, so the folder can be
+    moved or mounted elsewhere; a video outside it keeps its absolute path."""
+    import shutil
+
+    import vidloader
+
+    from .media import make_small_dataset
+
+    outside = make_small_dataset(tmp_path / "elsewhere", n=1)[0]
+    videos = make_small_dataset(tmp_path / "ds" / "videos", n=2)
+    index = build_index([*videos, outside], num_workers=0, progress=False)
+    index.save(tmp_path / "ds" / "index.idx")
+    with np.load(tmp_path / "ds" / "index.idx", allow_pickle=False) as npz:
+        stored = npz["path"].tolist()
+    assert stored[:2] == [os.path.join("videos", p.name) for p in videos]
+    assert stored[2] == str(outside)
+    shutil.move(tmp_path / "ds", tmp_path / "moved")
+    loaded = VideoIndex.load(tmp_path / "moved" / "index.idx")
+    assert loaded.paths[:2] == [str(tmp_path / "moved" / "videos" / p.name) for p in videos]
+    assert loaded.paths[2] == str(outside)
+    frames = vidloader.decode_frames(loaded.paths[1], [0, 3], index_record=loaded[1])
+    assert frames.shape[0] == 2
+
+
+def test_version_1_indexes_with_absolute_paths_still_load(small_index, tmp_path):
+    current = tmp_path / "current.idx"
+    save_index(small_index, current)
+    with np.load(current, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["path"] = np.array(small_index.paths)  # version 1 stored every path absolute
+    with open(tmp_path / "v1.idx", "wb") as f:
+        np.savez(f, **arrays)
+    v1 = _rewrite_header(tmp_path / "v1.idx", tmp_path / "v1.idx", version=1)
+    assert_same_index(small_index, load_index(v1))
+
+
 def test_load_rejects_other_versions_and_formats(small_index, tmp_path):
     good = tmp_path / "good.idx"
     save_index(small_index, good)
     newer = _rewrite_header(good, tmp_path / "newer.idx", version=999)
-    with pytest.raises(IndexFormatError, match=r"newer.idx.*version 999.*version 1"):
+    with pytest.raises(IndexFormatError, match=r"newer.idx.*version 999.*versions 1, 2"):
         load_index(newer)
     other = _rewrite_header(good, tmp_path / "other.idx", format="something-else")
     with pytest.raises(IndexFormatError, match="something-else"):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-#: Version of the on-disk index format written by :meth:`VideoIndex.save`.
-INDEX_FORMAT_VERSION = 1
+#: Version of the on-disk index format written by :meth:`VideoIndex.save` (2: paths of videos
+#: under the index file's folder are stored relative to it; version 1, all absolute, is read).
+INDEX_FORMAT_VERSION = 2
 
 #: Units of work decoded ahead of the consumer beyond one per worker (bounded prefetch).
 DEFAULT_PREFETCH_PER_WORKER = 2

@@ -9,6 +9,11 @@ Layout (every member a plain numpy array; ``allow_pickle=False`` on load):
 - ``rejected_path`` / ``rejected_reason``: unicode arrays.
 
 Loading builds records whose ``pts``/``keyframes`` are views of the flat arrays (no copies).
+
+Paths of videos inside the index file's folder (at any depth) are stored relative to that
+folder, and resolved against the folder the file is loaded from: a dataset folder that holds
+its index can be moved or mounted elsewhere. Other paths stay absolute. Version 1 files (all
+paths absolute) are still read.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from ..errors import IndexFormatError
 from ._record import RejectedVideo, VideoIndex, VideoRecord
 
 FORMAT_NAME = "vidloader-index"
+#: Versions this vidloader reads: version 1 differs only in storing every path absolute.
+_READABLE_VERSIONS = (1, INDEX_FORMAT_VERSION)
 _INT_FIELDS = (
     "width", "height", "bit_depth", "rotation", "num_frames", "stream_index", "size_bytes",
 )
@@ -48,8 +55,8 @@ def save_index(index: VideoIndex, path: str | os.PathLike) -> None:
         path: destination file; its directory must exist.
     """
     path = os.fspath(path)
-    arrays = _columns(list(index), index.rejected)
     directory, name = os.path.split(os.path.abspath(path))
+    arrays = _columns(list(index), index.rejected, relative_to=directory)
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # os.open with 0o666 lets the umask decide the mode, as for any file the user writes.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -74,7 +81,14 @@ def _flat(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays).astype(np.int64, copy=False) if arrays else np.zeros(0, np.int64)
 
 
-def _columns(records: list[VideoRecord], rejected: list[RejectedVideo]) -> dict[str, np.ndarray]:
+def _relative(path: str, root: str) -> str:
+    """``path`` relative to ``root`` when it lies inside it, else unchanged (absolute)."""
+    rel = os.path.relpath(path, root)
+    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
+def _columns(records: list[VideoRecord], rejected: list[RejectedVideo], *,
+             relative_to: str) -> dict[str, np.ndarray]:
     header = {
         "format": FORMAT_NAME,
         "version": INDEX_FORMAT_VERSION,
@@ -91,10 +105,11 @@ def _columns(records: list[VideoRecord], rejected: list[RejectedVideo]) -> dict[
         cols[name] = np.array([getattr(r, name) for r in records], np.int64)
     for name in _STR_FIELDS:
         cols[name] = _strings([getattr(r, name) for r in records])
+    cols["path"] = _strings([_relative(r.path, relative_to) for r in records])
     cols["fps"] = np.array([r.fps for r in records], np.float64)
     cols["time_base_num"] = np.array([r.time_base.numerator for r in records], np.int64)
     cols["time_base_den"] = np.array([r.time_base.denominator for r in records], np.int64)
-    cols["rejected_path"] = _strings([r.path for r in rejected])
+    cols["rejected_path"] = _strings([_relative(r.path, relative_to) for r in rejected])
     cols["rejected_reason"] = _strings([r.reason for r in rejected])
     return cols
 
@@ -139,6 +154,10 @@ def load_index(path: str | os.PathLike) -> VideoIndex:
             "rebuild it with build_index(...).save(path)"
         ) from exc
     _check_columns(cols, path)
+    # Relative paths (version 2) are relative to the folder the index file is in now.
+    root = os.path.dirname(os.path.abspath(path))
+    for name in ("path", "rejected_path"):
+        cols[name] = _strings([os.path.join(root, p) for p in cols[name].tolist()])
     return VideoIndex(_records(cols), _rejected(cols))
 
 
@@ -161,12 +180,12 @@ def _check_header(raw: np.ndarray, path: str) -> dict:
         raise IndexFormatError(f"{path}: the index header is not valid JSON ({exc})") from exc
     if fmt != FORMAT_NAME:
         raise IndexFormatError(f"{path}: format {fmt!r} found, expected {FORMAT_NAME!r}")
-    if version != INDEX_FORMAT_VERSION:
+    if version not in _READABLE_VERSIONS:
         newer = isinstance(version, int) and version > INDEX_FORMAT_VERSION
         fix = "upgrade vidloader" if newer else "rebuild the index"
         raise IndexFormatError(
-            f"{path}: index format version {version!r} found, this vidloader reads version "
-            f"{INDEX_FORMAT_VERSION}; {fix}"
+            f"{path}: index format version {version!r} found, this vidloader reads versions "
+            f"{', '.join(map(str, _READABLE_VERSIONS))}; {fix}"
         )
     return header
 
