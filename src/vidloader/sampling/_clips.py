@@ -51,8 +51,8 @@ class Clips(SpaceSampler):
         self.replacement = check_bool("replacement", replacement)
         if self.replacement and not self.shuffle:
             raise ConfigError(
-                "Clips(replacement=True, shuffle=False): draws with replacement are random; "
-                "pass shuffle=True, or replacement=False for clips in order"
+                f"{type(self).__name__}(replacement=True, shuffle=False): draws with replacement "
+                "are random; pass shuffle=True, or replacement=False for clips in order"
             )
 
     def _clip_shape(self) -> ClipShape:

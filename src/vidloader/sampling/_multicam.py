@@ -17,12 +17,12 @@ import numpy as np
 from ..errors import ConfigError
 from ..index import VideoIndex
 from ._base import BatchPlan, EpochPlan
-from ._checks import check_bool, check_int
-from ._epoch import Mode, SampledEpoch, SpaceSampler
-from ._space import ClipShape, SampleSpace
+from ._clips import Clips
+from ._epoch import SampledEpoch
+from ._space import SampleSpace
 
 
-class MultiCameraClips(SpaceSampler):
+class MultiCameraClips(Clips):
     """Clips (or frames) at the same indices from every camera of a rig.
 
     ``batch_size`` counts samples (rigs); a batch has ``batch_size × cameras`` rows, and the
@@ -52,17 +52,11 @@ class MultiCameraClips(SpaceSampler):
         step: int = 1, shuffle: bool = True, replacement: bool = False,
         num_samples: int | None = None, seed: int = 0,
     ) -> None:
-        super().__init__(num_samples=num_samples, seed=seed)
+        super().__init__(sequence_length=sequence_length, stride=stride, step=step,
+                         shuffle=shuffle, replacement=replacement, num_samples=num_samples,
+                         seed=seed)
         self.rigs = _check_rigs(rigs)
-        self.sequence_length = check_int("sequence_length", sequence_length, minimum=1)
-        self.stride = check_int("stride", stride, minimum=1)
-        self.step = check_int("step", step, minimum=1)
-        self.shuffle = check_bool("shuffle", shuffle)
-        self.replacement = check_bool("replacement", replacement)
-        if self.replacement and not self.shuffle:
-            raise ConfigError("MultiCameraClips(replacement=True, shuffle=False): draws with "
-                              "replacement are random; pass shuffle=True")
-        self.is_clip = self.sequence_length > 1
+        self.is_clip = self.sequence_length > 1  # single frames have no T axis
 
     @property
     def cameras(self) -> int:
@@ -73,14 +67,6 @@ class MultiCameraClips(SpaceSampler):
     def rows_per_sample(self) -> int:
         """One row per camera (see :attr:`Sampler.rows_per_sample`)."""
         return self.cameras
-
-    def _clip_shape(self) -> ClipShape:
-        return ClipShape(self.sequence_length, self.stride, self.step)
-
-    def _mode(self) -> Mode:
-        if self.replacement:
-            return "replacement"
-        return "shuffle" if self.shuffle else "sequential"
 
     def sample_space(self, index: VideoIndex) -> SampleSpace:
         """The (rig, start) samples: each rig as long as its shortest camera."""
@@ -98,7 +84,7 @@ class MultiCameraClips(SpaceSampler):
         world_size: int = 1, drop_last: bool = False,
     ) -> MultiCameraEpoch:
         """This rank's share of epoch ``epoch``: ``batch_size`` samples, ``batch_size ×
-        cameras`` rows per batch (see :meth:`SpaceSampler.plan_epoch`)."""
+        cameras`` rows per batch (see :meth:`Clips.plan_epoch`)."""
         plan = super().plan_epoch(index, epoch=epoch, batch_size=batch_size, rank=rank,
                                   world_size=world_size, drop_last=drop_last)
         return MultiCameraEpoch(plan, self.rigs)
@@ -106,9 +92,7 @@ class MultiCameraClips(SpaceSampler):
     def config(self) -> dict:
         # The rigs themselves can be long: a digest is enough to refuse a mismatched resume.
         digest = hashlib.sha256(self.rigs.tobytes() + str(self.rigs.shape).encode()).hexdigest()[:16]
-        return {**super().config(), "rigs": digest, "sequence_length": self.sequence_length,
-                "stride": self.stride, "step": self.step, "shuffle": self.shuffle,
-                "replacement": self.replacement, "seed": self.seed}
+        return {**super().config(), "rigs": digest}
 
 
 class MultiCameraEpoch(EpochPlan):
