@@ -152,3 +152,24 @@ def test_sampling_report_says_it_does_not_measure_rigs():
 
     with pytest.raises(ConfigError, match="rigs of cameras"):
         sampling_report(MultiCameraClips(RIGS), INDEX, batch_size=2)
+
+
+def test_resume_mid_epoch_continues_identically_and_refuses_other_rigs(rigs):
+    index, rig_ids = rigs
+
+    def make(sampler_rigs=rig_ids):
+        return VideoLoader(index, sampler=MultiCameraClips(sampler_rigs, seed=7), batch_size=3,
+                           size=(24, 32), num_workers=0)
+
+    full = collect_batches(make())
+    first = make()
+    head = collect_batches(first, limit=2)
+    state = first.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    tail = collect_batches(resumed)
+    assert len(head) + len(tail) == len(full)
+    for a, b in zip(head + tail, full):
+        assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["video_index"], b["video_index"])
+    with pytest.raises(ConfigError):
+        make(rig_ids[::-1]).load_state_dict(state)  # other rigs: another stream
