@@ -70,6 +70,20 @@ def collect_batches(loader, limit: int | None = None) -> list[dict]:
     return out
 
 
+def resumed_stream(make, after: int) -> tuple[list[dict], list[dict], dict]:
+    """``(stream, full, state)``: the batches of a loader from ``make()`` stopped after
+    ``after`` batches followed by those of a fresh one resumed from its ``state_dict``; the
+    batches of an uninterrupted epoch; and the state."""
+    full = collect_batches(make())
+    first = make()
+    head = collect_batches(first, limit=after)
+    state = first.state_dict()
+    first.shutdown()
+    resumed = make()
+    resumed.load_state_dict(state)
+    return head + collect_batches(resumed), full, state
+
+
 def assert_each_frame_once_and_exact(batches, refs: dict, index) -> int:
     """Every delivered frame equals its reference decode (``refs[video][frame]``) and the
     batches hold every frame of ``index`` exactly once; returns the frames delivered."""

@@ -24,6 +24,7 @@ from .media import (
     make_rotated_video,
     make_small_dataset,
     reference_frames,
+    resumed_stream,
 )
 
 SIZE = (32, 48)
@@ -118,16 +119,9 @@ def test_resume_mid_epoch_continues_identically(dataset, workers):
         return VideoLoader(index, sampler=RandomFrames(seed=5), batch_size=10, size=SIZE,
                            num_workers=workers)
 
-    full = collect_batches(make())
-    first = make()
-    head = collect_batches(first, limit=4)
-    state = first.state_dict()
-    first.shutdown()
-    resumed = make()
-    resumed.load_state_dict(state)
-    tail = collect_batches(resumed)
-    assert len(head) + len(tail) == len(full)
-    for a, b in zip(head + tail, full):
+    stream, full, _ = resumed_stream(make, after=4)
+    assert len(stream) == len(full)
+    for a, b in zip(stream, full):
         assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["frame_index"], b["frame_index"])
 
 

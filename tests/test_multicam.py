@@ -16,7 +16,7 @@ import vidloader
 from vidloader import ConfigError, MultiCameraClips, VideoLoader
 from vidloader.synthetic import VideoSpec, make_dataset
 
-from .media import collect_batches, reference_frames
+from .media import collect_batches, reference_frames, resumed_stream
 
 CAMERAS = 3
 #: Two rigs of three cameras; the cameras of a rig differ by a frame (the shortest counts).
@@ -161,15 +161,9 @@ def test_resume_mid_epoch_continues_identically_and_refuses_other_rigs(rigs):
         return VideoLoader(index, sampler=MultiCameraClips(sampler_rigs, seed=7), batch_size=3,
                            size=(24, 32), num_workers=0)
 
-    full = collect_batches(make())
-    first = make()
-    head = collect_batches(first, limit=2)
-    state = first.state_dict()
-    resumed = make()
-    resumed.load_state_dict(state)
-    tail = collect_batches(resumed)
-    assert len(head) + len(tail) == len(full)
-    for a, b in zip(head + tail, full):
+    stream, full, state = resumed_stream(make, after=2)
+    assert len(stream) == len(full)
+    for a, b in zip(stream, full):
         assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["video_index"], b["video_index"])
     with pytest.raises(ConfigError):
         make(rig_ids[::-1]).load_state_dict(state)  # other rigs: another stream
