@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vidloader.decoding._annexb import ContainerCache, demux_gops
+from vidloader.decoding.nvdec._annexb import ContainerCache, demux_gops
 from vidloader.decoding._base import GopRequest
-from vidloader.decoding._nvdec_decoder import current_cuda_context
+from vidloader.decoding.nvdec._decoder import current_cuda_context
 from vidloader.index._probe import probe_video
 from vidloader.planning import plan_tasks_for_frames
 from vidloader.processing._nv12 import i420_to_nv12
@@ -355,7 +355,7 @@ def _raw_reused(nvc, paths: list[str]) -> int:
 def bench(tmp: Path, n_videos: int, n_frames: int, batches: int) -> dict:
     import PyNvVideoCodec as nvc
 
-    from vidloader.decoding._nvdec import NvdecExecutor
+    from vidloader.decoding.nvdec._executor import NvdecExecutor
 
     t0 = time.perf_counter()
     specs = [VideoSpec(codec="h264", width=1920, height=1080, num_frames=n_frames, gop=30, bframes=2,

@@ -48,7 +48,8 @@ import numpy as np
 
 import vidloader
 from vidloader import RandomFrames, SequentialFrames, VideoLoader
-from vidloader.sampling import GopShuffle, estimate_intra_gop_correlation, sampling_report
+from vidloader.analysis import estimate_intra_gop_correlation, sampling_report
+from vidloader.sampling import GopShuffle
 from vidloader.synthetic import VideoSpec, make_dataset
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -109,7 +109,7 @@ class DemuxDataset:
         import os
         import sys
 
-        from vidloader.decoding._annexb import demux_gops
+        from vidloader.decoding.nvdec._annexb import demux_gops
 
         record, gops = self.items[k]
         bundle = demux_gops(record, gops)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from vidloader.decoding import CpuExecutor, DecodeTask, decode_frames, get_executor
-from vidloader.decoding._cpu import media_error
+from vidloader.decoding.cpu._executor import media_error
 from vidloader.errors import (
     ConfigError,
     CorruptVideoError,

@@ -148,7 +148,7 @@ def test_a_bad_camera_file_drops_its_samples_whole(rigs, tmp_path):
 
 
 def test_sampling_report_says_it_does_not_measure_rigs():
-    from vidloader.sampling import sampling_report
+    from vidloader.analysis import sampling_report
 
     with pytest.raises(ConfigError, match="rigs of cameras"):
         sampling_report(MultiCameraClips(RIGS), INDEX, batch_size=2)

@@ -1,4 +1,4 @@
-"""Non-reference packet flags (``vidloader.decoding._nal``) and ``PacketBundle.is_nonref``.
+"""Non-reference packet flags (``vidloader.decoding.nvdec._nal``) and ``PacketBundle.is_nonref``.
 
 The key property: leaving the flagged packets out of a decoder's input, except those whose
 frames are wanted, changes no other output frame by a single bit. It is checked with FFmpeg on
@@ -15,10 +15,10 @@ import av
 import numpy as np
 import pytest
 
-from vidloader.decoding._annexb import demux_gops, full_gop_requests
+from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
 from vidloader.decoding._base import GopRequest
-from vidloader.decoding._bundle import PacketBundle, concat_bundles
-from vidloader.decoding._nal import nal_header_positions, nonreference_flags
+from vidloader.decoding.nvdec._bundle import PacketBundle, concat_bundles
+from vidloader.decoding.nvdec._nal import nal_header_positions, nonreference_flags
 from vidloader.index._probe import probe_video
 from vidloader.synthetic import VideoSpec, _Painter
 

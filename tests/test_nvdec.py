@@ -29,7 +29,7 @@ pytestmark = pytest.mark.cuda
 
 
 def _executor(**kw):
-    from vidloader.decoding._nvdec import NvdecExecutor
+    from vidloader.decoding.nvdec._executor import NvdecExecutor
 
     return NvdecExecutor(**kw)
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidloader.decoding._annexb import demux_gops
-from vidloader.decoding._nvdec import NvdecExecutor
+from vidloader.decoding.nvdec._annexb import demux_gops
+from vidloader.decoding.nvdec._executor import NvdecExecutor
 from vidloader.errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
 from vidloader.pipeline._assemble import copy_runs
 from vidloader.planning import plan_tasks_for_frames
@@ -127,7 +127,7 @@ def test_frame_cache_serves_repeats_without_decoding(media, fake):
 
 
 def test_packet_cache_demuxes_whole_gops_once(media, fake, monkeypatch):
-    import vidloader.decoding._nvdec as nvdec_mod
+    import vidloader.decoding.nvdec._executor as nvdec_mod
 
     calls = []
     real = nvdec_mod.demux_gops
@@ -155,7 +155,7 @@ def test_pool_matches_inline(media, fake, cache):
 
 
 def test_separation_mode_decodes_given_bundles(media, fake, monkeypatch):
-    import vidloader.decoding._nvdec as nvdec_mod
+    import vidloader.decoding.nvdec._executor as nvdec_mod
 
     record = record_of(media["hevc"])
     task = plan_tasks_for_frames(0, record, [5, 17, 18, 50])
@@ -421,9 +421,9 @@ def test_demux_parts_cross_in_one_shared_tensor_and_the_cache_copies_out(media):
     compact copies, never views that would pin the part's whole buffer."""
     import pickle
 
-    from vidloader.decoding._annexb import demux_gops, full_gop_requests
+    from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
     from vidloader.decoding._base import GopRequest
-    from vidloader.decoding._gop_cache import GopPacketCache
+    from vidloader.decoding.nvdec._gop_cache import GopPacketCache
     from vidloader.pipeline._worker import pack_payloads, unpack_payloads
 
     def whole_gops(rec, count):

@@ -6,7 +6,7 @@ decoding machinery eagerly, and never PyNvVideoCodec.
 
 from ._api import decode_frames
 from ._base import DecodedFrame, DecodeStats, DecodeTask, Executor, FrameSink, GopRequest
-from ._cpu import CpuExecutor
+from .cpu import CpuExecutor
 from ._registry import available_backends, get_executor
 
 __all__ = [

@@ -14,13 +14,13 @@ from ._base import Executor
 
 
 def _cpu() -> type[Executor]:
-    from ._cpu import CpuExecutor
+    from .cpu import CpuExecutor
 
     return CpuExecutor
 
 
 def _nvdec() -> type[Executor]:
-    from ._nvdec import NvdecExecutor  # lazy: pulls in torch.cuda and PyNvVideoCodec
+    from .nvdec import NvdecExecutor  # lazy: pulls in torch.cuda and PyNvVideoCodec
 
     return NvdecExecutor
 

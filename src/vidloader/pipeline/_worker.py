@@ -147,7 +147,7 @@ def demux_worker_main(worker_id: int, index, on_error: str, task_q, result_q) ->
     (payloads in one shared-memory tensor, see :func:`pack_payloads`) or ``("error", …)``.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from ..decoding._annexb import ContainerCache
+    from ..decoding.nvdec._annexb import ContainerCache
     from ..planning import plan_tasks
 
     containers = ContainerCache()
@@ -205,7 +205,7 @@ def unpack_payloads(light: list, shared) -> list:
 
 
 def _demux_tasks(tasks, containers, on_error: str):
-    from ..decoding._annexb import demux_gops
+    from ..decoding.nvdec._annexb import demux_gops
     from ..errors import MediaError
 
     bundles, failed = [], []

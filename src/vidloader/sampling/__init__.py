@@ -10,26 +10,34 @@ from ._clips import Clips
 from ._distributed import detect_rank_world
 from ._frames import RandomFrames, SequentialFrames
 from ._gop_shuffle import GopShuffle
-from ._icc import IccEstimate, estimate_intra_gop_correlation, intraclass_correlation
 from ._labels import resolve_labels
 from ._multicam import MultiCameraClips, MultiCameraEpoch
-from ._stats import SamplingReport, sampling_report
 
 __all__ = [
     "BatchPlan",
     "Clips",
     "EpochPlan",
     "GopShuffle",
-    "IccEstimate",
     "MultiCameraClips",
     "MultiCameraEpoch",
     "RandomFrames",
     "Sampler",
-    "SamplingReport",
     "SequentialFrames",
     "detect_rank_world",
-    "estimate_intra_gop_correlation",
-    "intraclass_correlation",
     "resolve_labels",
-    "sampling_report",
 ]
+
+#: Names that moved to :mod:`vidloader.analysis` (the sampling layer decodes nothing); still
+#: importable from here, resolved on first use so that importing sampling imports no decoder.
+_MOVED_TO_ANALYSIS = frozenset({
+    "IccEstimate", "SamplingReport", "estimate_intra_gop_correlation", "intraclass_correlation",
+    "sampling_report",
+})
+
+
+def __getattr__(name: str):
+    if name in _MOVED_TO_ANALYSIS:
+        import importlib
+
+        return getattr(importlib.import_module("vidloader.analysis"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

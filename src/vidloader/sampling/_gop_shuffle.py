@@ -70,7 +70,7 @@ class GopShuffle(Sampler):
       memory and decode cost; below exact uniform sampling's
       :math:`1 + (B-1)\frac{G-1}{N-1}`. With ``w < B``, :math:`\bar m_{gop} \approx B / w`.
       With unequal GOPs, one of more than ``M / B`` samples (``M`` its block's samples)
-      must put two samples into some batch: :func:`~._clustering.balanced_mbar` has the
+      must put two samples into some batch: :func:`vidloader.analysis._clustering.balanced_mbar` has the
       formula.
 
     What neither order changes: the batches of one block all draw from the same ``W`` GOPs,
@@ -80,7 +80,7 @@ class GopShuffle(Sampler):
     :math:`\bar m_{video} - \bar m_{gop} \approx (B - 1)\frac{\sum_v n_v^2 - \sum_g
     g^2}{N^2}`, large when the dataset has few videos. ``W`` at least the number of GOPs is
     one block: exact uniform shuffling (uniform order) or one round-robin over all GOPs
-    (balanced order). Measure it with :func:`vidloader.sampling.sampling_report`;
+    (balanced order). Measure it with :func:`vidloader.analysis.sampling_report`;
     ``docs/sampling.md`` has the derivations.
 
     **Speed.** A batch touches at most ``W`` GOPs per block it draws from, and a block's

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import CorruptVideoError, UnsupportedCodecError
-from ..index import VideoRecord
+from ...errors import CorruptVideoError, UnsupportedCodecError
+from ...index import VideoRecord
 from ._bundle import PacketBundle
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._gop_table import GopTable
+from ..sampling._gop_table import GopTable
 
 
 def _sums(table: GopTable) -> tuple[float, float, float]:

@@ -6,7 +6,7 @@ reads packets in decode order, converts MP4/MKV length-prefixed NAL units (AVCC/
 Annex B start codes with FFmpeg's ``*_mp4toannexb`` bitstream filters (which also put the
 SPS/PPS in-band before every IDR/IRAP picture) and packs them into a :class:`PacketBundle`,
 flagging the packets of non-reference pictures from their NAL headers
-(:func:`vidloader.decoding._nal.nonreference_flags`, ``PacketBundle.is_nonref``).
+(:func:`vidloader.decoding.nvdec._nal.nonreference_flags`, ``PacketBundle.is_nonref``).
 
 Which packets a GOP needs: the decoder is always flushed after a GOP's packets, so it outputs
 every frame it has decoded; no reorder look-ahead is needed. To output display frames
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
-from ..index import VideoRecord
-from ._base import GopRequest
+from ...errors import CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
+from ...index import VideoRecord
+from .._base import GopRequest
 from ._bundle import PacketBundle, concat_bundles
 from ._nal import nonreference_flags
 

@@ -20,10 +20,10 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..index import VideoIndex
-from ._base import Sampler
-from ._checks import check_int
+from ..sampling._base import Sampler
+from ..sampling._checks import check_int
 from ._clustering import design_effect, gop_shuffle_mbar, uniform_mbar
-from ._gop_table import GopTable, sample_ids
+from ..sampling._gop_table import GopTable, sample_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +185,7 @@ def sampling_report(
 
 def analytic_mbar(sampler: Sampler, table: GopTable, batch_size: int) -> tuple[float | None, float | None]:
     """Predicted ``(m̄_gop, m̄_video)`` for the built-in samplers; ``(None, None)`` otherwise."""
-    from ._gop_shuffle import GopShuffle  # late: _gop_shuffle does not need the stats
+    from ..sampling import GopShuffle
 
     if isinstance(sampler, GopShuffle):
         window = sampler.window_for(batch_size, table.num_gops, table.sizes)

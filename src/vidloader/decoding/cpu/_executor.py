@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .. import constants
-from ..errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
-from ..index import VideoRecord
-from ._base import DecodeTask, Executor, FrameSink, GopRequest
-from ._cpu_frame import CpuFrame
+from ... import constants
+from ...errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
+from ...index import VideoRecord
+from .._base import DecodeTask, Executor, FrameSink, GopRequest
+from ._frame import CpuFrame
 
 _THREAD_TYPES = ("AUTO", "FRAME", "SLICE")
 

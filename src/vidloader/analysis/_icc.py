@@ -14,9 +14,9 @@ from typing import Literal
 import numpy as np
 
 from ..errors import ConfigError
-from ._checks import check_int
-from ._gop_table import GopTable
-from ._space import ClipShape, SampleSpace
+from ..sampling._checks import check_int
+from ..sampling._gop_table import GopTable
+from ..sampling._space import ClipShape, SampleSpace
 
 Feature = Literal["pixels", "mean_rgb"]
 Level = Literal["gop", "video", "random"]
@@ -208,7 +208,7 @@ _DRAWS = {"gop": _pairs_in_gops, "video": _pairs_in_videos, "random": _pairs_at_
 
 def _features(index, space: SampleSpace, ids: np.ndarray, size, feature: str, backend: str) -> np.ndarray:
     """``[pairs, 2, d]`` features of the frames ``ids`` (decoded video by video, each once)."""
-    from ..decoding import decode_frames  # late: sampling never needs a decoder otherwise
+    from ..decoding import decode_frames  # late: importing the analysis layer decodes nothing
 
     flat = ids.ravel()
     videos, frames = space.locate(flat)

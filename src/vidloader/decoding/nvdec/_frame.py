@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..index import VideoRecord
-from ..processing._nv12 import color_params, nv12_to_rgb, nv12_to_rgb_batch
+from ...index import VideoRecord
+from ...processing._nv12 import color_params, nv12_to_rgb, nv12_to_rgb_batch
 
 
 def record_stream(tensor: torch.Tensor, stream) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ..constants import MAX_DECODERS_PER_GPU
-from ..errors import ConfigError
+from ...constants import MAX_DECODERS_PER_GPU
+from ...errors import ConfigError
 from ._annexb import ContainerCache
-from ._nvdec_decoder import DecoderSlot
+from ._decoder import DecoderSlot
 
 
 class DecoderPool:

@@ -39,7 +39,7 @@ class PacketBundle:
         is_key (np.ndarray): int64 1 where the packet is a keyframe, else 0.
         is_nonref (np.ndarray): int64 1 where the packet is a non-reference picture (no other
             picture predicts from it: H.264 ``nal_ref_idc == 0``, HEVC sub-layer non-reference
-            at the bundle's highest temporal id; see :mod:`vidloader.decoding._nal`), else 0.
+            at the bundle's highest temporal id; see :mod:`vidloader.decoding.nvdec._nal`), else 0.
             Such a packet may be left out of the decoder's input when its own frame is not
             wanted; every other frame still decodes identically.
         gop_id (np.ndarray): int64 position of each packet's GOP in ``gop_keyframes``.

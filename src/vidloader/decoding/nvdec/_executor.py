@@ -7,7 +7,7 @@ Two ways in:
 
 * :meth:`NvdecExecutor.decode` (the :class:`Executor` contract): demuxes in this process.
 * :meth:`NvdecExecutor.decode_bundle`: separation mode; the packets come as a
-  :class:`PacketBundle` demuxed elsewhere (:func:`vidloader.decoding._annexb.demux_gops` in a
+  :class:`PacketBundle` demuxed elsewhere (:func:`vidloader.decoding.nvdec._annexb.demux_gops` in a
   CPU worker process, which never touches CUDA).
 
 With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads. Two ways out:
@@ -31,16 +31,16 @@ from concurrent.futures import Future, wait
 import numpy as np
 import torch
 
-from .._utils._imports import require
-from ..errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
-from ..index import VideoRecord
+from ..._utils._imports import require
+from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
+from ...index import VideoRecord
 from ._annexb import ContainerCache, check_demuxable, demux_gops, full_gop_requests
-from ._base import DecodeTask, Executor, FrameSink, GopRequest
+from .._base import DecodeTask, Executor, FrameSink, GopRequest
 from ._bundle import PacketBundle
 from ._gop_cache import FrameCache, GopPacketCache
-from ._nvdec_decoder import DecoderSlot
-from ._nvdec_frame import NvdecFrame, NvdecFrames, record_stream
-from ._nvdec_pool import DecoderPool
+from ._decoder import DecoderSlot
+from ._frame import NvdecFrame, NvdecFrames, record_stream
+from ._pool import DecoderPool
 
 #: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
 DEFAULT_FRAME_CACHE_BYTES = 256 << 20
