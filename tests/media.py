@@ -96,10 +96,13 @@ def assert_each_frame_once_and_exact(batches, refs: dict, index) -> int:
     return len(seen)
 
 
-def echo_sum_worker(worker_id: int, array, task_q, result_q) -> None:
-    """A spawned worker for pool tests: answers each task message with the sum of the array
-    it was started with, until ``None``."""
-    result_q.put(("ready", worker_id))
+def echo_sum_worker(start: tuple, task_q, result_q) -> None:
+    """A spawned worker for pool tests: started with ``(worker_id, array)``, answers each
+    task message with the sum of the array, until ``None``."""
+    from vidloader.pipeline._messages import Ready
+
+    worker_id, array = start
+    result_q.put(Ready(worker_id))
     while task_q.get() is not None:
         result_q.put(("sum", worker_id, int(array.sum())))
 

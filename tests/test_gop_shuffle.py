@@ -13,15 +13,19 @@ import pytest
 from scipy import stats
 
 import vidloader
+from vidloader.analysis import (
+    estimate_intra_gop_correlation,
+    intraclass_correlation,
+    sampling_report,
+)
+from vidloader.analysis._clustering import gop_shuffle_mbar, straddle_factor
+from vidloader.analysis._icc import bootstrap_pair_icc
 from vidloader.errors import ConfigError
 from vidloader.index import VideoIndex, VideoRecord
-from vidloader.analysis import estimate_intra_gop_correlation, intraclass_correlation, sampling_report
-from vidloader.analysis._clustering import gop_shuffle_mbar, straddle_factor
 from vidloader.sampling import Clips, GopShuffle, RandomFrames, SequentialFrames
 from vidloader.sampling._gop_epoch import keyed_units, slice_plan
 from vidloader.sampling._gop_shuffle import default_balanced_window, target_block_gops
 from vidloader.sampling._gop_table import GopTable, sample_ids
-from vidloader.analysis._icc import bootstrap_pair_icc
 
 from .media import assert_each_frame_once_and_exact, make_small_dataset, reference_frames
 

@@ -15,8 +15,8 @@ import av
 import numpy as np
 import pytest
 
-from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
 from vidloader.decoding._base import GopRequest
+from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
 from vidloader.decoding.nvdec._bundle import PacketBundle, concat_bundles
 from vidloader.decoding.nvdec._nal import nal_header_positions, nonreference_flags
 from vidloader.index._probe import probe_video

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from vidloader.decoding.nvdec._annexb import ContainerCache, demux_gops, full_gop_requests
 from vidloader.decoding._base import GopRequest
+from vidloader.decoding.nvdec._annexb import ContainerCache, demux_gops, full_gop_requests
 from vidloader.decoding.nvdec._bundle import PacketBundle, concat_bundles
 from vidloader.decoding.nvdec._gop_cache import FrameCache, GopPacketCache
 from vidloader.errors import ConfigError, UnsupportedCodecError, VideoNotFoundError

@@ -273,7 +273,7 @@ def _assembler_outputs(media, executor, *, batched: bool, units: int = 2):
     index = VideoIndex([record_of(media[n]) for n in ("h264", "h264", "hevc")])
     outputs = {"a": Process(size=(48, 64)), "b": Process(size=(32, 32), crop="random", random_flip=True)}
     ex = executor if batched else _PerFrameOnly(executor)
-    asm = BatchAssembler(index, outputs, ex, on_error="raise")
+    asm = BatchAssembler(index, outputs, ex)
     plan = RandomFrames(seed=5).plan_epoch(index, epoch=0, batch_size=6)
     started, stagings = [], []
     for u in range(units):  # start every unit before finishing the first (as SeparationPool does)
@@ -289,6 +289,9 @@ def _assembler_outputs(media, executor, *, batched: bool, units: int = 2):
 
 class _PerFrameOnly:
     """An executor seen without its batched API, to compare against the per-frame path."""
+
+    batch_api = "frames"
+    name = "nvdec"
 
     def __init__(self, ex):
         self._ex = ex
@@ -326,6 +329,8 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
     from vidloader import Process, RandomFrames
     from vidloader.index import VideoIndex
     from vidloader.pipeline._assemble import BatchAssembler
+    from vidloader.pipeline._config import LoaderConfig
+    from vidloader.pipeline._messages import FillTask, RowsFilled
     from vidloader.pipeline._pool import SeparationPool
 
     index = VideoIndex([record_of(media[n]) for n in ("h264", "hevc", "h264_small")])
@@ -334,21 +339,27 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
     plan = RandomFrames(seed=1).plan_epoch(index, epoch=0, batch_size=5)
     units = [[plan.batch(2 * u), plan.batch(2 * u + 1)] for u in range(4)]
     ex = NvdecExecutor(num_decoders=3, frame_cache_bytes=0, packet_cache_bytes=0)
-    asm = BatchAssembler(index, outputs, ex, on_error="raise")
-    pool = SeparationPool(asm, shapes, num_slots=8, num_workers=2, device="cpu", max_units_decoding=3)
+    asm = BatchAssembler(index, outputs, ex)
+    config = LoaderConfig(
+        index=index, outputs=outputs, backend="nvdec", on_error="raise", batch_size=5,
+        rows_per_sample=1, shapes=shapes, num_workers=2, prefetch=1, lookahead=None,
+        persistent_workers=False, cpu_options={}, nvdec_options={"device": 0}, units_decoding=3,
+        device=None, pin_memory=False,
+    )
+    pool = SeparationPool(config, asm, num_slots=8, device="cpu")
     try:
         for u, plans in enumerate(units):
-            pool.submit(u % 2, [2 * u, 2 * u + 1], plans)
+            pool.submit(u % 2, FillTask.whole([2 * u, 2 * u + 1], plans))
         msgs = [pool.get() for _ in range(8)]
-        assert sorted(m[1] for m in msgs if m[0] == "done") == list(range(8)), msgs
+        assert sorted(m.batch_index for m in msgs if isinstance(m, RowsFilled)) == list(range(8)), msgs
         reference = NvdecExecutor(num_decoders=1, frame_cache_bytes=0, packet_cache_bytes=0)
-        ref_asm = BatchAssembler(index, outputs, reference, on_error="raise")
-        for _, b, slot, valid, _errors, _delta, _row_start in msgs:
-            assert valid.all()
+        ref_asm = BatchAssembler(index, outputs, reference)
+        for m in msgs:
+            assert m.valid.all()
             want = {"x": torch.zeros(shapes["x"], dtype=torch.uint8)}
-            ref_asm.fill(plan.batch(b), want)
-            assert np.array_equal(pool.slots[slot]["x"].numpy(), want["x"].numpy()), b
-        assert sum(m[5]["delivered"] for m in msgs) == 8 * 5
+            ref_asm.fill(plan.batch(m.batch_index), want)
+            assert np.array_equal(pool.slots[m.slot_id]["x"].numpy(), want["x"].numpy()), m.batch_index
+        assert sum(m.stats["delivered"] for m in msgs) == 8 * 5
     finally:
         pool.shutdown()
 
@@ -381,19 +392,20 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
     import collections
 
     import vidloader.pipeline._pool as pool_mod
+    from vidloader.pipeline._messages import PacketsDemuxed
     from vidloader.pipeline._pool import SeparationPool
 
     monkeypatch.setattr(pool_mod, "unpack_payloads", lambda light, shared: light)
     pool = object.__new__(SeparationPool)  # the ordering logic alone: no workers, no decoder
-    pool.max_units_decoding = 2
+    pool.units_decoding = 2
     pool._order, pool._ready, pool._parts = collections.deque([0, 4, 8, 12]), {}, {}
     pool._decoding, pool._done = collections.deque(), collections.deque()
     for key in (0, 4, 8, 12):
         pool._parts[key] = [None, None] if key == 4 else [None]
     arrivals = collections.deque([  # unit 12 first, 4 in two parts around 8, 0 last
-        ("bundles", 12, ["b12"], [], 0, None), ("bundles", 4, ["b4a"], [], 0, None),
-        ("bundles", 8, ["b8"], [], 0, None), ("bundles", 4, ["b4b"], [], 1, None),
-        ("bundles", 0, ["b0"], [], 0, None),
+        PacketsDemuxed(12, ["b12"], [], 0, None), PacketsDemuxed(4, ["b4a"], [], 0, None),
+        PacketsDemuxed(8, ["b8"], [], 0, None), PacketsDemuxed(4, ["b4b"], [], 1, None),
+        PacketsDemuxed(0, ["b0"], [], 0, None),
     ])
     started = []
 
@@ -421,8 +433,8 @@ def test_demux_parts_cross_in_one_shared_tensor_and_the_cache_copies_out(media):
     compact copies, never views that would pin the part's whole buffer."""
     import pickle
 
-    from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
     from vidloader.decoding._base import GopRequest
+    from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
     from vidloader.decoding.nvdec._gop_cache import GopPacketCache
     from vidloader.pipeline._worker import pack_payloads, unpack_payloads
 
@@ -492,7 +504,7 @@ def test_gop_sink_turns_frames_upright(fake, tmp_path):
         ex = NvdecExecutor(num_decoders=2, frame_cache_bytes=0, packet_cache_bytes=0)
         proc = Process(size=size, autorotate=upright)
         staging = {"x": torch.zeros(5, 1, *size, 3, dtype=torch.uint8)}
-        asm = BatchAssembler(index, {"x": proc}, ex, on_error="raise")
+        asm = BatchAssembler(index, {"x": proc}, ex)
         assert asm.start_unit([plan.batch(0)], [staging]).finish()[0].valid.all()
         out[upright] = staging["x"][:, 0]
         ex.close()

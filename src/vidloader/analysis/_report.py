@@ -22,8 +22,8 @@ from ..errors import ConfigError
 from ..index import VideoIndex
 from ..sampling._base import Sampler
 from ..sampling._checks import check_int
-from ._clustering import design_effect, gop_shuffle_mbar, uniform_mbar
 from ..sampling._gop_table import GopTable, sample_ids
+from ._clustering import design_effect, gop_shuffle_mbar, uniform_mbar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +190,7 @@ def analytic_mbar(sampler: Sampler, table: GopTable, batch_size: int) -> tuple[f
     if isinstance(sampler, GopShuffle):
         window = sampler.window_for(batch_size, table.num_gops, table.sizes)
         return gop_shuffle_mbar(table, batch_size, window, order=sampler.order)
-    mode = getattr(sampler, "_mode", lambda: None)()
+    mode = sampler.epoch_order
     if mode in ("shuffle", "replacement"):
         return uniform_mbar(table, batch_size, replacement=mode == "replacement")
     return None, None

@@ -6,8 +6,8 @@ decoding machinery eagerly, and never PyNvVideoCodec.
 
 from ._api import decode_frames
 from ._base import DecodedFrame, DecodeStats, DecodeTask, Executor, FrameSink, GopRequest
-from .cpu import CpuExecutor
 from ._registry import available_backends, get_executor
+from .cpu import CpuExecutor
 
 __all__ = [
     "CpuExecutor",

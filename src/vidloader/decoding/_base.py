@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -117,10 +117,23 @@ class DecodeStats:
 
 
 class Executor(abc.ABC):
-    """Decodes tasks. One executor object serves one thread; create one per worker."""
+    """Decodes tasks. One executor object serves one thread; create one per worker.
+
+    Every executor decodes one task at a time (:meth:`decode`). One that can take a unit's
+    tasks at once says so in :attr:`batch_api`, and implements the matching method:
+
+    - ``"tasks"``: none; the caller decodes task by task;
+    - ``"frames"``: ``decode_batch(tasks, sink, *, bundles)``, synchronous, ``sink(pos, i,
+      frame)`` per wanted frame;
+    - ``"gops"``: ``submit_batch(tasks, gop_sink, *, bundles) -> PendingBatch``, asynchronous
+      (``wait()``, ``cancel()``), ``gop_sink(pos, indices, frames)`` once per GOP; also
+      ``decode_bundle(task, bundle, sink)`` for packets demuxed elsewhere.
+    """
 
     #: Backend name (``"cpu"``, ``"nvdec"``).
     name: str = ""
+    #: How the executor takes a unit's tasks at once (see the class docstring).
+    batch_api: ClassVar[Literal["tasks", "frames", "gops"]] = "tasks"
 
     def __init__(self) -> None:
         self.stats = DecodeStats()

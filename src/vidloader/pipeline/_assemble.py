@@ -81,7 +81,7 @@ class UnitFill:
             try:
                 pending.wait()
             except MediaError:
-                if self.assembler.on_error == "raise":
+                if not self.assembler.skips_bad_files:
                     raise
                 self.redo = True  # one bad file: redo task by task, to tell good from bad
         if self.redo:
@@ -103,15 +103,20 @@ class BatchAssembler:
         index: the dataset index.
         outputs: ``{name: Process}``.
         executor: the decoding backend.
-        on_error: ``"raise"`` propagates a bad file's error; ``"skip"`` marks its samples
-            invalid, logs and counts them.
+        skips_bad_files: False propagates a bad file's error; True marks its samples
+            invalid, logs and counts them (the loader's ``on_error="skip"``).
     """
 
-    def __init__(
-        self, index: VideoIndex, outputs: dict[str, Process], executor: Executor, *, on_error: str
-    ) -> None:
-        self.index, self.outputs, self.executor, self.on_error = index, outputs, executor, on_error
+    def __init__(self, index: VideoIndex, outputs: dict[str, Process], executor: Executor, *,
+                 skips_bad_files: bool = False) -> None:
+        self.index, self.outputs, self.executor = index, outputs, executor
+        self.skips_bad_files = bool(skips_bad_files)
         self._geometry: dict[tuple[str, int], Geometry] = {}
+
+    @classmethod
+    def for_config(cls, config, executor: Executor) -> BatchAssembler:
+        """The assembler of a loader's :class:`~._config.LoaderConfig`."""
+        return cls(config.index, config.outputs, executor, skips_bad_files=config.skips_bad_files)
 
     def geometry(self, name: str, video: int) -> Geometry:
         key = (name, video)
@@ -154,7 +159,7 @@ class BatchAssembler:
         tasks: list | None = None,
     ) -> UnitFill:
         """:meth:`fill_unit` in two halves: with an executor that decodes asynchronously
-        (``submit_batch``, NVDEC) this returns once the work is queued, so the next unit can
+        (``batch_api == "gops"``: ``submit_batch``, NVDEC) this returns once the work is queued, so the next unit can
         be queued before this one is waited for (:meth:`UnitFill.finish`). ``tasks``: the
         unit's ``plan_tasks(plans, index)`` when the caller has them already."""
         for plan, staging in zip(plans, stagings):
@@ -171,15 +176,16 @@ class BatchAssembler:
         sinks = [self._sink(t.video_index, slots, transforms, stagings) for t in tasks]
         unit = UnitFill(self, plans, results, tasks, sinks, bundles)
         try:
-            if hasattr(self.executor, "submit_batch"):
+            api = self.executor.batch_api
+            if api == "gops":
                 gop_sink = self._gop_sink(tasks, slots, transforms, stagings)
                 unit.pending = self.executor.submit_batch(tasks, gop_sink, bundles=bundles)
-            elif hasattr(self.executor, "decode_batch"):
+            elif api == "frames":
                 self.executor.decode_batch(tasks, lambda k, i, f: sinks[k](i, f), bundles=bundles)
             else:
                 unit.redo = True
         except MediaError:
-            if self.on_error == "raise":
+            if not self.skips_bad_files:
                 raise
             unit.redo = True  # one bad file: redo task by task, to tell the good from the bad
         return unit
@@ -190,7 +196,7 @@ class BatchAssembler:
             try:
                 self._decode_one(task, unit.sinks[k], None if unit.bundles is None else unit.bundles[k])
             except MediaError as exc:
-                if self.on_error == "raise":
+                if not self.skips_bad_files:
                     raise
                 self._mark_failed(unit.plans, unit.results, task.video_index, exc.path, str(exc))
 

@@ -1,17 +1,17 @@
 """Where batches are filled: spawned CPU workers, the calling process, or separation mode.
 
-Every pool has one protocol: ``submit(worker, slot_ids, plans, row_starts)`` hands over a
-unit (whole batches, or row ranges of batches: ``plans[i]`` fills rows ``row_starts[i]:`` of
-slot ``slot_ids[i]``), and ``get()`` returns one message per plan: ``("done", batch_index,
-slot_id, valid, errors, stats, row_start)`` or ``("error", batch_index, slot_ids, message,
-traceback, path)``. Staging slots are preallocated once; their number bounds the batches in
-flight.
+Every pool implements :class:`~._contract.BatchPool`: ``submit(worker, task)`` hands over a
+:class:`~._messages.FillTask` (whole batches, or row ranges of batches), and ``get()``
+returns one :class:`~._messages.RowsFilled` per plan of it, or a
+:class:`~._messages.Failure`. Staging slots are preallocated once; their number bounds the
+batches in flight.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import itertools
 import queue
 import time
@@ -23,8 +23,19 @@ from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SE
 from ..errors import WorkerError
 from ..planning import plan_tasks
 from ._assemble import BatchAssembler
+from ._config import LoaderConfig
+from ._contract import BatchPool
+from ._messages import (
+    STOP,
+    CpuWorkerStart,
+    DemuxTask,
+    DemuxWorkerStart,
+    Failure,
+    FillTask,
+    PacketsDemuxed,
+    Ready,
+)
 from ._worker import (
-    WorkerConfig,
     demux_worker_main,
     fill_unit_messages,
     start_unit_messages,
@@ -49,20 +60,20 @@ def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=F
     return slots
 
 
-class InlinePool:
+class InlinePool(BatchPool):
     """Fills batches synchronously in the calling process (``num_workers=0``)."""
 
     def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int, device=None) -> None:
         self.assembler = assembler
         self.slots = _allocate(shapes, num_slots, device=device)
         self._done: collections.deque = collections.deque()
-        self.num_workers = 1
 
-    def submit(self, worker: int, slot_ids: list, plans: list, row_starts=None) -> None:
-        executor = self.assembler.executor
-        self._done.extend(fill_unit_messages(
-            self.assembler, executor, self.slots, slot_ids, plans, row_starts=row_starts
-        ))
+    @property
+    def ways(self) -> int:
+        return 1
+
+    def submit(self, worker: int, task: FillTask) -> None:
+        self._done.extend(fill_unit_messages(self.assembler, self.slots, task))
 
     def get(self):
         return self._done.popleft()
@@ -73,7 +84,7 @@ class InlinePool:
 
 def _bootstrap(target, task_q, result_q) -> None:
     """A worker's entry point: its arguments come as the first message of its task queue."""
-    target(*task_q.get(), task_q, result_q)
+    target(task_q.get(), task_q, result_q)
 
 
 class WorkerProcesses:
@@ -88,7 +99,7 @@ class WorkerProcesses:
     feeder thread per worker writes them while every child imports at once.
     """
 
-    def __init__(self, target, args: list[tuple], num_workers: int) -> None:
+    def __init__(self, target, args: list, num_workers: int) -> None:
         ctx = torch.multiprocessing.get_context("spawn")
         self.num_workers = num_workers
         self.result_q = ctx.Queue()
@@ -119,10 +130,11 @@ class WorkerProcesses:
                 msg = self.get(deadline=deadline)
             except WorkerError as exc:
                 raise WorkerError(f"{exc}{_SPAWN_HINT}") from None
-            if msg[0] == "ready":
+            if isinstance(msg, Ready):
                 ready += 1
-            elif msg[0] == "error":
-                raise WorkerError(f"a worker failed to start: {msg[3]}", remote_traceback=msg[4])
+            elif isinstance(msg, Failure):
+                raise WorkerError(f"a worker failed to start: {msg.message}",
+                                  remote_traceback=msg.traceback)
 
     def put(self, worker: int, message) -> None:
         self.task_qs[worker].put(message)
@@ -167,7 +179,7 @@ class WorkerProcesses:
             if p.is_alive():
                 # A closed or broken queue: terminate() below handles that worker.
                 with contextlib.suppress(Exception):
-                    q.put(None)
+                    q.put(STOP)
         deadline = time.monotonic() + WORKER_JOIN_SECONDS
         for p in self.procs:
             if p.pid is not None:
@@ -184,20 +196,28 @@ class WorkerProcesses:
             q.close()
 
 
-class ProcessPool(WorkerProcesses):
+class ProcessPool(WorkerProcesses, BatchPool):
     """CPU decoding in spawned workers that write into shared-memory staging slots.
 
     Slots are torch tensors in shared memory (``share_memory_``): torch frees them when the
     last process lets go, so no named segment can outlive the loader.
     """
 
-    def __init__(self, config: WorkerConfig, shapes: dict, num_slots: int, num_workers: int) -> None:
-        self.slots = _allocate(shapes, num_slots, shared=True)
-        args = [(i, config, self.slots) for i in range(num_workers)]
-        super().__init__(worker_main, args, num_workers)
+    def __init__(self, config: LoaderConfig, num_slots: int) -> None:
+        self.slots = _allocate(config.shapes, num_slots, shared=True)
+        args = [CpuWorkerStart(i, config, self.slots) for i in range(config.num_workers)]
+        super().__init__(worker_main, args, config.num_workers)
 
-    def submit(self, worker: int, slot_ids: list, plans: list, row_starts=None) -> None:
-        self.put(worker, (slot_ids, plans, row_starts))
+    @property
+    def ways(self) -> int:
+        return self.num_workers
+
+    @property
+    def splits_blocks(self) -> bool:
+        return True  # each worker decodes its own share of a block's videos
+
+    def submit(self, worker: int, task: FillTask) -> None:
+        self.put(worker, task)
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -220,14 +240,14 @@ def demux_spans(tasks: list, num_workers: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [(0, len(tasks))]
 
 
-class SeparationPool(WorkerProcesses):
+class SeparationPool(WorkerProcesses, BatchPool):
     """NVIDIA's separation mode: CPU workers demux GOPs to Annex-B packet bundles; this
     process decodes them on the GPU (NVDEC) into GPU staging slots. Workers never touch CUDA.
 
     Decoding is asynchronous (``submit_batch``): units are queued on the decoder threads in
     the order they were submitted, as soon as their packets are here, and up to
-    ``max_units_decoding`` units (4) are queued before the oldest is waited for, so the
-    decoders never drain between units.
+    ``units_decoding`` units (the config's; 4 by default) are queued before the oldest is
+    waited for, so the decoders never drain between units.
 
     Units start in submission order, not in the order their packets arrive: the loader takes
     batches in order, so a unit decoded ahead of an older one would sit in its slots while the
@@ -236,36 +256,38 @@ class SeparationPool(WorkerProcesses):
     them in one burst while the decoders idled (seen on the H200: 18 s stalls).
     """
 
-    #: Units queued on the decoders at once, by default.
-    MAX_UNITS_DECODING = 4
-
-    def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int,
-                 num_workers: int, device, max_units_decoding: int = MAX_UNITS_DECODING) -> None:
-        self.assembler = assembler
-        self.slots = _allocate(shapes, num_slots, device=device)
-        self.max_units_decoding = max(1, int(max_units_decoding))
-        self._units: dict[int, tuple] = {}  # key -> slots, plans, row starts, tasks
+    def __init__(self, config: LoaderConfig, assembler: BatchAssembler, num_slots: int, *,
+                 device=None) -> None:
+        """``device``: where the slots live (default the config's GPU; tests pass ``"cpu"``)."""
+        self.assembler, self.index = assembler, config.index
+        self.slots = _allocate(config.shapes, num_slots, device=config.gpu if device is None else device)
+        self.units_decoding = config.units_decoding
+        self._units: dict[int, tuple] = {}  # key -> its FillTask and decode tasks
         self._keys = itertools.count()  # unit keys (a batch can begin two units)
         self._parts: dict[int, list] = {}  # unit key -> each part's (bundles, failed) or None
         self._order: collections.deque = collections.deque()  # keys not started, as submitted
         self._ready: dict[int, tuple[list, list]] = {}  # key -> its packets, all parts here
         self._decoding: collections.deque = collections.deque()  # UnitMessages in flight
         self._done: collections.deque = collections.deque()
-        args = [(i, assembler.index, assembler.on_error) for i in range(num_workers)]
-        super().__init__(demux_worker_main, args, num_workers)
+        args = [DemuxWorkerStart(i, config) for i in range(config.num_workers)]
+        super().__init__(demux_worker_main, args, config.num_workers)
 
-    def submit(self, worker: int, slot_ids: list, plans: list, row_starts=None) -> None:
+    @property
+    def ways(self) -> int:
+        return self.num_workers
+
+    def submit(self, worker: int, task: FillTask) -> None:
         """Hand a unit's demuxing to the workers: to ``worker`` alone, or, for a unit of more
         than :data:`DEMUX_GOPS_PER_PART` GOPs (a GopShuffle block), in slices of its tasks to
         several workers, so one worker's demux speed does not bound a large unit."""
         key = next(self._keys)
-        tasks = plan_tasks(plans, self.assembler.index)
-        spans = demux_spans(tasks, self.num_workers)
-        self._units[key] = (slot_ids, plans, row_starts, tasks)  # planned once, reused to decode
+        decode_tasks = plan_tasks(task.plans, self.index)
+        spans = demux_spans(decode_tasks, self.num_workers)
+        self._units[key] = (task, decode_tasks)  # planned once, reused to decode
         self._parts[key] = [None] * len(spans)
         self._order.append(key)
         for part, (start, stop) in enumerate(spans):
-            self.put((worker + part) % self.num_workers, (key, plans, part, start, stop))
+            self.put((worker + part) % self.num_workers, DemuxTask(key, task.plans, part, start, stop))
 
     def get(self, deadline: float | None = None):
         while not self._done:
@@ -279,7 +301,7 @@ class SeparationPool(WorkerProcesses):
     def _start_units(self, deadline):
         """Start the oldest submitted units whose packets are here, up to the limit; wait for
         packets only when nothing is decoding. Returns a worker's error message, if one came."""
-        while len(self._decoding) < self.max_units_decoding:
+        while len(self._decoding) < self.units_decoding:
             if self._order and self._order[0] in self._ready:
                 key = self._order.popleft()
                 self._start(key, *self._ready.pop(key))
@@ -287,15 +309,17 @@ class SeparationPool(WorkerProcesses):
             msg = self._next_message(deadline, block=not self._decoding)
             if msg is None:
                 return None
-            if msg[0] != "bundles":
+            if not isinstance(msg, PacketsDemuxed):
                 return self._with_batch_index(msg)
             self._receive(msg)
         return None
 
     def _with_batch_index(self, msg):
-        """A demux worker's error names its unit's key: name the unit's first batch instead."""
-        unit = self._units.get(msg[1]) if msg[0] == "error" else None
-        return msg if unit is None else (msg[0], unit[1][0].batch_index, *msg[2:])
+        """A demux worker's failure names its unit's key: name the unit's first batch too."""
+        unit = self._units.get(msg.unit_key) if isinstance(msg, Failure) else None
+        if unit is None:
+            return msg
+        return dataclasses.replace(msg, batch_index=unit[0].first_batch, slot_ids=unit[0].slot_ids)
 
     def _next_message(self, deadline, *, block: bool):
         if block or self._backlog:
@@ -305,23 +329,21 @@ class SeparationPool(WorkerProcesses):
         except queue.Empty:
             return None
 
-    def _receive(self, msg) -> None:
+    def _receive(self, msg: PacketsDemuxed) -> None:
         """Keep a part of a unit's packets; the unit is ready once all its parts are here."""
-        _, key, light, failed, part, shared = msg
-        bundles = unpack_payloads(light, shared)
+        key = msg.key
+        bundles = unpack_payloads(msg.light, msg.shared)
         parts = self._parts[key]
-        parts[part] = (bundles, failed)
+        parts[msg.part] = (bundles, msg.failed)
         if any(p is None for p in parts):
             return
         del self._parts[key]
         self._ready[key] = ([b for p in parts for b in p[0]], [f for p in parts for f in p[1]])
 
     def _start(self, key: int, bundles: list, failed: list) -> None:
-        slot_ids, plans, row_starts, tasks = self._units.pop(key)
-        executor = self.assembler.executor
+        task, decode_tasks = self._units.pop(key)
         self._decoding.append(start_unit_messages(
-            self.assembler, executor, self.slots, slot_ids, plans, bundles, failed, tasks=tasks,
-            row_starts=row_starts,
+            self.assembler, self.slots, task, bundles, failed, decode_tasks=decode_tasks,
         ))
 
     def shutdown(self) -> None:

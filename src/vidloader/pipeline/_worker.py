@@ -1,7 +1,9 @@
-"""The CPU worker process: decodes batch plans into shared-memory staging slots.
+"""Worker processes (CPU decode, separation-mode demux) and the unit-filling they share with
+the in-process pools.
 
 Workers are started with ``spawn`` and never touch CUDA. They never raise: a failure is sent
-to the loader with its traceback and the file name (torchdata.nodes style).
+to the loader as a :class:`~._messages.Failure` with its traceback and the file name
+(torchdata.nodes style). Every message is a dataclass of :mod:`._messages`.
 """
 
 from __future__ import annotations
@@ -13,19 +15,18 @@ import traceback
 import numpy as np
 
 from ..decoding import get_executor
-from ..processing import Process
 from ._assemble import BatchAssembler
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerConfig:
-    """Everything a worker needs, pickled once at start."""
-
-    index: object
-    outputs: dict[str, Process]
-    backend: str
-    executor_options: dict
-    on_error: str
+from ._messages import (
+    STOP,
+    CpuWorkerStart,
+    DemuxTask,
+    DemuxWorkerStart,
+    Failure,
+    FillTask,
+    PacketsDemuxed,
+    Ready,
+    RowsFilled,
+)
 
 
 def _staging_views(slot: dict, start: int, count: int) -> dict:
@@ -36,65 +37,51 @@ def _staging_views(slot: dict, start: int, count: int) -> dict:
     return views
 
 
-def worker_main(worker_id: int, config: WorkerConfig, slots: list, task_q, result_q) -> None:
-    """Loop: take ``(slot_ids, plans, row_starts)``, fill the slots, report; ``None`` stops
-    the worker."""
+def worker_main(start: CpuWorkerStart, task_q, result_q) -> None:
+    """Loop: take a :class:`FillTask`, fill the slots, report; :data:`STOP` stops the worker."""
     # Ctrl-C goes to the whole process group: the loader in the parent handles it and shuts
     # the workers down, so they must not die mid-write with their own traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
     torch.set_num_threads(1)
+    config = start.config
     try:
-        executor = get_executor(config.backend, **config.executor_options)
-        assembler = BatchAssembler(config.index, config.outputs, executor, on_error=config.on_error)
+        executor = get_executor("cpu", **config.executor_options("cpu"))
+        assembler = BatchAssembler.for_config(config, executor)
     except BaseException as exc:
-        result_q.put(("error", -1, -1, repr(exc), traceback.format_exc(), None))
+        result_q.put(Failure(-1, -1, repr(exc), traceback.format_exc()))
         return
-    result_q.put(("ready", worker_id))
+    result_q.put(Ready(start.worker_id))
     try:
-        _serve(assembler, executor, slots, task_q, result_q)
+        _serve(assembler, start.slots, task_q, result_q)
     finally:
         executor.close()
 
 
-def _serve(assembler, executor, slots, task_q, result_q) -> None:
-    while True:
-        msg = task_q.get()
-        if msg is None:
-            return
-        slot_ids, plans, row_starts = msg
-        result_q.put(fill_unit_messages(assembler, executor, slots, slot_ids, plans, row_starts=row_starts))
+def _serve(assembler, slots, task_q, result_q) -> None:
+    while (task := task_q.get()) is not STOP:
+        result_q.put(fill_unit_messages(assembler, slots, task))
 
 
-def fill_unit_messages(
-    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=(), *,
-    row_starts=None,
-) -> list:
-    """Fill a unit of batches (or of row ranges of batches); one ``done`` message per plan,
-    ``("done", batch_index, slot_id, valid, errors, stats, row_start)``, or one ``error``
-    message. ``plans[i]`` fills rows ``row_starts[i]:`` of slot ``slot_ids[i]`` (default 0).
-
-    The unit's decode counters ride on its first message.
-    """
-    return start_unit_messages(
-        assembler, executor, slots, slot_ids, plans, bundles, failed, row_starts=row_starts
-    ).finish()
+def fill_unit_messages(assembler, slots, task: FillTask, bundles=None, failed=()) -> list:
+    """Fill a unit of batches (or of row ranges of batches): one :class:`RowsFilled` per
+    plan, or one :class:`Failure`. The unit's decode counters ride on its first message."""
+    return start_unit_messages(assembler, slots, task, bundles, failed).finish()
 
 
 class UnitMessages:
     """A unit started with :func:`start_unit_messages`; :meth:`finish` waits and reports."""
 
-    def __init__(self, executor, slot_ids: list, plans: list, row_starts: list) -> None:
-        self.executor, self.slot_ids, self.plans = executor, slot_ids, plans
-        self.row_starts = row_starts
+    def __init__(self, executor, task: FillTask) -> None:
+        self.executor, self.task = executor, task
         self.fill = None
         self.error: list | None = None
 
     def fail(self, exc: BaseException) -> list:
         path = getattr(exc, "path", None)
-        first = self.plans[0].batch_index
-        return [("error", first, self.slot_ids, repr(exc), traceback.format_exc(), path)]
+        return [Failure(self.task.first_batch, self.task.slot_ids, repr(exc),
+                        traceback.format_exc(), path)]
 
     def finish(self) -> list:
         if self.error is not None:
@@ -109,9 +96,10 @@ class UnitMessages:
         after = dataclasses.asdict(self.executor.stats)
         delta = {k: after[k] - before[k] for k in after}
         zero = dict.fromkeys(delta, 0)
+        task, name = self.task, self.executor.name
         return [
-            ("done", p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero, a)
-            for i, (s, p, r, a) in enumerate(zip(self.slot_ids, self.plans, results, self.row_starts))
+            RowsFilled(p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero, a, name)
+            for i, (s, p, r, a) in enumerate(zip(task.slot_ids, task.plans, results, task.row_starts))
         ]
 
     def cancel(self) -> None:
@@ -119,52 +107,49 @@ class UnitMessages:
             self.fill.cancel()
 
 
-def start_unit_messages(
-    assembler, executor, slots, slot_ids: list, plans: list, bundles=None, failed=(), *,
-    tasks=None, row_starts=None,
-) -> UnitMessages:
+def start_unit_messages(assembler, slots, task: FillTask, bundles=None, failed=(), *,
+                        decode_tasks=None) -> UnitMessages:
     """Start filling a unit of batches (see :meth:`BatchAssembler.start_unit` and
-    :func:`fill_unit_messages`)."""
-    row_starts = [0] * len(plans) if row_starts is None else list(row_starts)
-    unit = UnitMessages(executor, slot_ids, plans, row_starts)
+    :func:`fill_unit_messages`); ``decode_tasks``: the unit's ``plan_tasks`` if known."""
+    unit = UnitMessages(assembler.executor, task)
     try:
-        stagings = [
-            _staging_views(slots[s], a, p.batch_size) for s, p, a in zip(slot_ids, plans, row_starts)
-        ]
-        unit.fill = assembler.start_unit(plans, stagings, bundles, failed, tasks=tasks)
+        stagings = [_staging_views(slots[s], a, p.batch_size)
+                    for s, p, a in zip(task.slot_ids, task.plans, task.row_starts)]
+        unit.fill = assembler.start_unit(task.plans, stagings, bundles, failed, tasks=decode_tasks)
     except BaseException as exc:
         unit.error = unit.fail(exc)
     return unit
 
 
-def demux_worker_main(worker_id: int, index, on_error: str, task_q, result_q) -> None:
+def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
     """Separation mode: demux the GOPs a unit of batches needs into Annex-B packet bundles.
 
     CPU only by construction: it imports neither torch.cuda nor PyNvVideoCodec, so it is
     safe under fork as well as spawn (the exercise's CUDA_ERROR_NOT_INITIALIZED cannot
-    happen here). Takes ``(key, plans, part, start, stop)``: demux tasks ``start:stop`` of
-    the unit's ``plan_tasks``. Replies ``("bundles", key, bundles, failed, part, shared)``
-    (payloads in one shared-memory tensor, see :func:`pack_payloads`) or ``("error", …)``.
+    happen here). Takes :class:`DemuxTask` s; replies :class:`PacketsDemuxed` (payloads in
+    one shared-memory tensor, see :func:`pack_payloads`) or a :class:`Failure` naming the
+    unit's key.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from ..decoding.nvdec._annexb import ContainerCache
+    from ..decoding.nvdec import ContainerCache
     from ..planning import plan_tasks
 
+    config = start.config
     containers = ContainerCache()
-    result_q.put(("ready", worker_id))
+    result_q.put(Ready(start.worker_id))
     try:
-        while (msg := task_q.get()) is not None:
-            key, plans, part, start, stop = msg
+        while (task := task_q.get()) is not STOP:
+            task: DemuxTask
             try:
                 # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
-                tasks = plan_tasks(plans, index)[start:stop]
-                bundles, failed = _demux_tasks(tasks, containers, on_error)
+                tasks = plan_tasks(task.plans, config.index)[task.start:task.stop]
+                bundles, failed = _demux_tasks(tasks, containers, config.skips_bad_files)
             except BaseException as exc:
-                tb = traceback.format_exc()
-                result_q.put(("error", key, None, repr(exc), tb, getattr(exc, "path", None)))
+                result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
+                                     getattr(exc, "path", None), unit_key=task.key))
                 continue
             shared, light = pack_payloads(bundles)
-            result_q.put(("bundles", key, light, failed, part, shared))
+            result_q.put(PacketsDemuxed(task.key, light, failed, task.part, shared))
     finally:
         containers.close()
 
@@ -204,8 +189,8 @@ def unpack_payloads(light: list, shared) -> list:
             for item in light]
 
 
-def _demux_tasks(tasks, containers, on_error: str):
-    from ..decoding.nvdec._annexb import demux_gops
+def _demux_tasks(tasks, containers, skips_bad_files: bool):
+    from ..decoding.nvdec import demux_gops
     from ..errors import MediaError
 
     bundles, failed = [], []
@@ -213,7 +198,7 @@ def _demux_tasks(tasks, containers, on_error: str):
         try:
             bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
         except MediaError as exc:
-            if on_error == "raise":
+            if not skips_bad_files:
                 raise
             bundles.append(None)
             failed.append((task.video_index, exc.path, str(exc)))

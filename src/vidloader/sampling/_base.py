@@ -81,6 +81,13 @@ class Sampler(abc.ABC):
     #: loader's outputs gain an axis of this length after the batch axis when it is over 1.
     rows_per_sample: int = 1
 
+    @property
+    def epoch_order(self) -> str | None:
+        """How an epoch orders its samples, when it is one of the laws the analysis knows
+        (``"sequential"``, ``"shuffle"``: a uniform permutation, ``"replacement"``: i.i.d.
+        uniform draws); ``None`` for any other law."""
+        return None
+
     @abc.abstractmethod
     def num_samples(self, index: VideoIndex) -> int:
         """Samples in one epoch over all ranks together."""

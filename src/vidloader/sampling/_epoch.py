@@ -152,6 +152,10 @@ class SpaceSampler(Sampler):
     def _mode(self) -> Mode:
         """How the epoch orders the sample space (shuffled, sequential, with replacement)."""
 
+    @property
+    def epoch_order(self) -> Mode:
+        return self._mode()
+
     def sample_space(self, index: VideoIndex) -> SampleSpace:
         """The samples this sampler draws from ``index``; ConfigError if there are none."""
         space = SampleSpace(index.num_frames, self._clip_shape())

@@ -1,0 +1,66 @@
+"""Which pool fills the batches, by backend and worker count: the one place that knows."""
+
+from __future__ import annotations
+
+from ..decoding import get_executor
+from ._assemble import BatchAssembler
+from ._config import LoaderConfig
+from ._contract import BatchPool
+from ._pool import InlinePool, ProcessPool, SeparationPool
+
+
+def make_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
+    """The pool for ``config``, with ``num_slots`` staging slots.
+
+    - ``"cpu"``: spawned workers decoding into shared memory (:class:`ProcessPool`), or the
+      calling process (``num_workers=0``);
+    - ``"nvdec"``: workers demux, this process decodes on the GPU (:class:`SeparationPool`),
+      or the calling process does both (``num_workers=0``).
+    """
+    if config.backend == "nvdec":
+        return _nvdec_pool(config, num_slots)
+    if config.num_workers == 0:
+        assembler = BatchAssembler.for_config(config, get_executor("cpu", **config.executor_options("cpu")))
+        return InlinePool(assembler, config.shapes, num_slots)
+    return ProcessPool(config, num_slots)
+
+
+def _nvdec_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
+    if config.num_workers == 0:
+        executor = get_executor("nvdec", **config.executor_options("nvdec"))
+        return InlinePool(BatchAssembler.for_config(config, executor), config.shapes, num_slots,
+                          device=config.gpu)
+    # Demux workers start first (spawn): CUDA is initialised here only afterwards, and never
+    # in a worker.
+    assembler = BatchAssembler.for_config(config, LazyExecutor(config.executor_options("nvdec")))
+    return SeparationPool(config, assembler, num_slots)
+
+
+class LazyExecutor:
+    """Creates the NVDEC executor on first use, i.e. after the demux workers were spawned,
+    so CUDA is never initialised before a process start."""
+
+    name = "nvdec"
+    batch_api = "gops"
+
+    def __init__(self, options: dict) -> None:
+        self._options, self._executor = options, None
+
+    def _get(self):
+        if self._executor is None:
+            self._executor = get_executor("nvdec", **self._options)
+        return self._executor
+
+    @property
+    def stats(self):
+        return self._get().stats
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._get(), name)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+

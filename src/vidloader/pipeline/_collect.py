@@ -1,0 +1,66 @@
+"""A finished batch, out of its staging slot: the user's dict of tensors, and the counters."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..decoding import DecodeStats
+from ..processing import finalize
+from ._config import LoaderConfig
+from ._scheduler import FinishedBatch
+from ._transfer import Transfer
+
+
+class LoaderStats(dict):
+    """``loader.stats``: batches, samples, skipped samples and files, and the rows each
+    executor filled (``rows_by_executor``). A dict, so it prints and serialises as one."""
+
+    def __init__(self) -> None:
+        super().__init__(batches=0, samples=0, skipped_samples=0, skipped_files=[],
+                         rows_by_executor={})
+
+
+class Collector:
+    """Copies a finished batch out of its slot (one copy per output, to the user's device),
+    finalises each output (dtype, layout, normalisation) and counts it."""
+
+    def __init__(self, config: LoaderConfig) -> None:
+        self.config = config
+        self.transfer = Transfer(config.device, config.pin_memory)
+        self.stats = LoaderStats()
+        self.decode_stats = DecodeStats()
+
+    def __call__(self, done: FinishedBatch, slot: dict) -> dict | None:
+        """The batch's dict, or ``None`` when every row of it was skipped."""
+        bp, valid, per = done.plan, done.valid, self.config.rows_per_sample
+        if per > 1:  # a sample with one bad camera file is dropped whole
+            valid = np.repeat(valid.reshape(-1, per).all(axis=1), per)
+        self._account(done, valid)
+        if not valid.any():
+            return None
+        rows = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
+        batch = {}
+        for name, proc in self.config.outputs.items():
+            staged = self.transfer(slot[name][: bp.batch_size], rows)
+            batch[name] = finalize(staged, proc, is_clip=bp.is_clip)
+        keep = slice(None) if rows is None else rows.numpy()
+        frames = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
+        batch["video_index"] = torch.from_numpy(bp.video_indices[keep].copy())
+        batch["frame_index"] = torch.from_numpy(frames[keep].copy())
+        if bp.labels is not None:
+            batch["label"] = torch.from_numpy(bp.labels[keep].copy())
+        if per > 1:
+            batch = {k: t.unflatten(0, (-1, per)) for k, t in batch.items()}
+        return batch
+
+    def _account(self, done: FinishedBatch, valid: np.ndarray) -> None:
+        stats, per = self.stats, self.config.rows_per_sample
+        stats["batches"] += 1
+        stats["samples"] += int(valid.sum()) // per  # rows are cameras × samples
+        stats["skipped_samples"] += int((~valid).sum()) // per
+        stats["skipped_files"].extend(path for path, _ in done.errors)
+        for name, rows in done.rows_by_executor.items():
+            stats["rows_by_executor"][name] = stats["rows_by_executor"].get(name, 0) + rows
+        if done.stats is not None:
+            self.decode_stats.add(DecodeStats(**done.stats))

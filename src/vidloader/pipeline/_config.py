@@ -1,0 +1,154 @@
+"""The loader's options, checked and resolved once into one frozen, picklable config.
+
+``VideoLoader`` validates its arguments here and hands the result, a :class:`LoaderConfig`,
+to everything below it: the scheduler, the pools, the worker processes (pickled once at
+start) and the batch assembler. No option travels any other way, and none is compared to a
+string literal outside this module: read ``config.skips_bad_files``, not ``on_error``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+import torch
+
+from ..constants import MAX_DECODERS_PER_GPU
+from ..errors import ConfigError
+from ..index import VideoIndex
+from ..processing import Process, geometry
+
+Backend = Literal["cpu", "nvdec"]
+OnError = Literal["raise", "skip"]
+BACKENDS: tuple[str, ...] = ("cpu", "nvdec")
+ON_ERROR: tuple[str, ...] = ("raise", "skip")
+
+#: Units queued on the NVDEC decoders at once, by default: the next ones decode while the
+#: oldest is waited for, so the decoders never drain between units.
+DEFAULT_UNITS_DECODING = 4
+
+#: ``nvdec_options`` keys the loader itself reads; the rest go to the NVDEC executor.
+LOADER_NVDEC_KEYS = ("units_decoding",)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderConfig:
+    """Everything below the loader's front needs, resolved once.
+
+    Attributes:
+        index: the videos.
+        outputs: ``{name: Process}``, the named outputs made from each decoded frame.
+        backend: ``"cpu"`` or ``"nvdec"``.
+        on_error: ``"raise"`` or ``"skip"`` (read :attr:`skips_bad_files`).
+        batch_size: samples per batch.
+        rows_per_sample: staging rows each sample fills (cameras of a rig; else 1).
+        shapes: each output's staging shape, ``(rows, T, H, W, 3)``.
+        num_workers: worker processes (0: everything in the calling process).
+        prefetch: units in flight beyond one per worker.
+        lookahead: batches per unit of work, or ``None`` to take it from the epoch plan.
+        persistent_workers: keep the workers between epochs.
+        cpu_options: :class:`~vidloader.decoding.CpuExecutor` options.
+        nvdec_options: :class:`~vidloader.decoding.nvdec.NvdecExecutor` options (the GPU
+            index under ``"device"``).
+        units_decoding: units queued on the NVDEC decoders at once.
+        device, pin_memory: where batches are delivered.
+    """
+
+    index: VideoIndex
+    outputs: dict[str, Process]
+    backend: Backend
+    on_error: OnError
+    batch_size: int
+    rows_per_sample: int
+    shapes: dict[str, tuple]
+    num_workers: int
+    prefetch: int
+    lookahead: int | None
+    persistent_workers: bool
+    cpu_options: dict
+    nvdec_options: dict
+    units_decoding: int
+    device: torch.device | None
+    pin_memory: bool
+
+    @property
+    def skips_bad_files(self) -> bool:
+        """Whether a bad file's samples are dropped (``on_error="skip"``) instead of raising."""
+        return self.on_error == "skip"
+
+    @property
+    def gpu(self) -> torch.device:
+        """The GPU NVDEC decodes on."""
+        return torch.device("cuda", self.nvdec_options["device"])
+
+    def executor_options(self, backend: str) -> dict:
+        """The constructor options of ``backend``'s executor."""
+        return dict(self.cpu_options if backend == "cpu" else self.nvdec_options)
+
+
+def check_options(*, batch_size: int, prefetch: int, on_error: str, backend: str,
+                  lookahead: int | None) -> None:
+    """The checks that need nothing but the arguments."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if prefetch < 1:
+        raise ConfigError(f"prefetch must be >= 1, got {prefetch}")
+    if on_error not in ON_ERROR:
+        raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if lookahead is not None and lookahead < 1:
+        raise ConfigError(f"lookahead must be >= 1, got {lookahead}")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be 'cpu' or 'nvdec', got {backend!r}")
+
+
+def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_size: int,
+                   rows_per_sample: int, sequence_length: int) -> dict[str, tuple]:
+    """Each output's staging shape; ConfigError when videos of different sizes would have to
+    share a batch without a common output size."""
+    shapes = {}
+    for name, proc in outputs.items():
+        sizes = set()
+        for rec in _distinct_sizes(index):
+            sizes.add(geometry(proc, rec.height, rec.width, rotation=rec.rotation, path=rec.path).out_hw)
+        if len(sizes) > 1:
+            raise ConfigError(
+                f"output {name!r}: videos have different sizes {sorted(sizes)[:4]}, so "
+                "frames cannot share a batch; give size=(height, width)"
+            )
+        (h, w), t = sizes.pop(), proc.frames_out(sequence_length)
+        shapes[name] = (batch_size * rows_per_sample, t, h, w, 3)
+    return shapes
+
+
+def nvdec_options(index: VideoIndex, device, decoders: int, extra: Mapping | None) -> tuple[dict, int]:
+    """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
+    decoder per codec is reconfigured, never recreated) and the units to queue at once."""
+    if not 1 <= int(decoders) <= MAX_DECODERS_PER_GPU:  # here, not on first use in the GPU process
+        raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
+                          f"per GPU), got {decoders}")
+    if device is not None and torch.device(device).type == "cuda":
+        gpu = torch.device(device).index or 0
+    else:
+        gpu = int(os.environ.get("LOCAL_RANK", "0"))
+    extra = dict(extra or {})
+    units = extra.pop("units_decoding", DEFAULT_UNITS_DECODING)
+    if not isinstance(units, int) or units < 1:
+        raise ConfigError(f"nvdec_options['units_decoding'] must be an int >= 1 (units queued on "
+                          f"the decoders at once), got {units!r}")
+    options = {
+        "device": gpu,
+        "max_width": max(r.width for r in index),
+        "max_height": max(r.height for r in index),
+        "num_decoders": decoders,
+        **extra,
+    }
+    return options, units
+
+
+def _distinct_sizes(index: VideoIndex):
+    seen = {}
+    for rec in index:
+        seen.setdefault((rec.height, rec.width, rec.rotation), rec)  # rotation: see autorotate
+    return list(seen.values())

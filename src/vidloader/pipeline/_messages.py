@@ -1,0 +1,116 @@
+"""Every message that crosses between the loader and its pools or worker processes.
+
+One module, so a message's shape is written once and read by name everywhere. Messages are
+small frozen dataclasses: they pickle (they travel through ``multiprocessing`` queues) and a
+field added here cannot be forgotten by a positional unpacking elsewhere. A worker's task
+queue carries, in order: one start message (:class:`CpuWorkerStart` or
+:class:`DemuxWorkerStart`), tasks (:class:`FillTask` or :class:`DemuxTask`), and
+:data:`STOP`. Its results are :class:`Ready`, then :class:`RowsFilled` /
+:class:`PacketsDemuxed`, or :class:`Failure`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+#: Sent on a worker's task queue to stop it.
+STOP = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuWorkerStart:
+    """A CPU decode worker's arguments: the loader's resolved config and the staging slots
+    (shared-memory tensors) it writes into."""
+
+    worker_id: int
+    config: Any  # LoaderConfig
+    slots: list
+
+
+@dataclasses.dataclass(frozen=True)
+class DemuxWorkerStart:
+    """A demux worker's arguments (separation mode): it needs the index and the error policy."""
+
+    worker_id: int
+    config: Any  # LoaderConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """A worker has started and waits for tasks."""
+
+    worker_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FillTask:
+    """A unit of work: ``plans[i]`` fills rows ``row_starts[i]:`` of slot ``slot_ids[i]``."""
+
+    slot_ids: list[int]
+    plans: list  # BatchPlan
+    row_starts: list[int]
+
+    @classmethod
+    def whole(cls, slot_ids: list[int], plans: list) -> FillTask:
+        """Whole batches: every plan from row 0."""
+        return cls(list(slot_ids), list(plans), [0] * len(plans))
+
+    @property
+    def first_batch(self) -> int:
+        return self.plans[0].batch_index
+
+
+@dataclasses.dataclass(frozen=True)
+class DemuxTask:
+    """Separation mode: demux tasks ``start:stop`` of the unit ``key``'s ``plan_tasks(plans)``
+    into Annex-B packet bundles (part ``part`` of the unit)."""
+
+    key: int
+    plans: list
+    part: int
+    start: int
+    stop: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsFilled:
+    """Rows ``row_start:row_start + len(valid)`` of batch ``batch_index`` are in slot
+    ``slot_id``. ``valid[r]`` is False for a row whose file failed (``on_error="skip"``);
+    ``errors`` lists ``(path, message)`` of those files; ``stats`` are decode counters (a
+    unit's counters ride on its first message, the others carry zeros)."""
+
+    batch_index: int
+    slot_id: int
+    valid: np.ndarray
+    errors: list
+    stats: dict
+    row_start: int = 0
+    executor: str = ""  # which executor filled them ("cpu", "nvdec"), for the loader's shares
+
+
+@dataclasses.dataclass(frozen=True)
+class PacketsDemuxed:
+    """A demux part's bundles: payloads in the shared tensor ``shared``, the bundles without
+    them in ``light`` (see ``pack_payloads``), and ``(video, path, message)`` per failed task."""
+
+    key: int
+    light: list
+    failed: list
+    part: int
+    shared: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A unit failed: the first batch it fills (``-1`` when a worker failed to start), its
+    slots, the error, the remote traceback and the file, when one is to blame."""
+
+    batch_index: int
+    slot_ids: Any
+    message: str
+    traceback: str
+    path: str | None = None
+    unit_key: int | None = None  # separation mode: the unit whose demux failed

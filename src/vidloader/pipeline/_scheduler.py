@@ -1,0 +1,147 @@
+"""The scheduler: hands an epoch's units of work to a pool and yields batches in order.
+
+It knows no backend: it sees a :class:`~._contract.BatchPool` (slots, ``submit``, ``get``)
+and an epoch plan. Its state is the staging slots' free-list, the batches dispatched but not
+yet yielded (:class:`OpenBatch`), and the messages still owed by the pool.
+
+Flow control: a unit is handed out only when every batch it touches has a slot, so the slots
+bound the work in flight; batches are yielded strictly in order, so the stream is the same
+whatever the number or speed of the executors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..errors import WorkerError
+from ._contract import BatchPool
+from ._messages import Failure, FillTask, RowsFilled
+from ._units import Part, block_units, split_by_video, whole_batch_units
+
+
+@dataclasses.dataclass
+class FinishedBatch:
+    """A batch whose rows are all in its slot: the plan (with labels), the slot, which rows
+    are valid, the failed files, the summed decode counters and the rows each executor
+    filled."""
+
+    plan: object  # BatchPlan
+    slot_id: int
+    valid: np.ndarray
+    errors: list
+    stats: dict | None
+    rows_by_executor: dict[str, int]
+
+
+class OpenBatch:
+    """A dispatched batch: its slot and plan, and the row ranges reported so far (a batch
+    can be filled by several units, each reporting its rows)."""
+
+    def __init__(self, slot: int, plan) -> None:
+        self.slot, self.plan = slot, plan
+        self.valid = np.zeros(plan.batch_size, dtype=bool)
+        self.errors: list = []
+        self.stats: dict | None = None
+        self.rows_by_executor: dict[str, int] = {}
+        self.rows_expected = self.rows_received = 0
+
+    def expect(self, start: int, stop: int) -> None:
+        self.rows_expected += stop - start
+
+    @property
+    def complete(self) -> bool:
+        return self.rows_expected == self.plan.batch_size and self.rows_received == self.rows_expected
+
+    def receive(self, msg: RowsFilled) -> None:
+        n = len(msg.valid)
+        self.valid[msg.row_start:msg.row_start + n] = msg.valid
+        self.rows_received += n
+        self.errors.extend(msg.errors)
+        if msg.executor:
+            self.rows_by_executor[msg.executor] = self.rows_by_executor.get(msg.executor, 0) + n
+        stats = msg.stats
+        self.stats = dict(stats) if self.stats is None else {k: v + stats[k] for k, v in self.stats.items()}
+
+    def finished(self) -> FinishedBatch:
+        return FinishedBatch(self.plan, self.slot, self.valid, self.errors, self.stats,
+                             self.rows_by_executor)
+
+
+class Scheduler:
+    """Runs epochs on one pool; lives as long as the pool (persistent workers included).
+
+    Args:
+        pool: where units are filled.
+        labels: one label per video (aligned with the index), or ``None``.
+    """
+
+    def __init__(self, pool: BatchPool, labels: np.ndarray | None = None) -> None:
+        self.pool, self.labels = pool, labels
+        self.outstanding = 0  # messages the pool still owes (one per part handed out)
+        self.next_batch = 0  # the batch the consumer will get next
+        self._next_worker = 0  # round-robin over the pool's executors, unit by unit
+
+    def run(self, plan, start: int, *, lookahead: int, blocks: bool) -> Iterator[FinishedBatch]:
+        """Batches ``start..len(plan)-1`` of ``plan`` in order. A finished batch's slot is
+        reused as soon as the consumer asks for the next one: copy out of it before that.
+
+        Args:
+            lookahead: consecutive whole batches per unit (ignored with ``blocks``).
+            blocks: hand out the plan's own GOP-local blocks (``plan.decode_units``).
+        """
+        pool, n = self.pool, len(plan)
+        free = list(range(len(pool.slots)))[::-1]
+        open_batches: dict[int, OpenBatch] = {}  # dispatched, not yet yielded
+        units = block_units(plan, start) if blocks else whole_batch_units(start, n, lookahead)
+        unit, self.outstanding = next(units, None), 0
+        for b in range(start, n):
+            # Hand out units while slots are free. A unit needs a slot for each batch it
+            # touches that has none yet (a batch straddling two blocks shares its slot).
+            while unit is not None and len(free) >= sum(p.batch not in open_batches for p in unit):
+                self._dispatch(plan, unit, open_batches, free, split=blocks and pool.splits_blocks)
+                unit = next(units, None)
+            while not open_batches[b].complete:
+                msg = pool.get()
+                if isinstance(msg, Failure):
+                    raise WorkerError(f"decoding batch {msg.batch_index} failed: {msg.message}",
+                                      path=msg.path, remote_traceback=msg.traceback)
+                self.outstanding -= 1
+                open_batches[msg.batch_index].receive(msg)
+            done = open_batches.pop(b)
+            self.next_batch = b + 1
+            yield done.finished()
+            free.append(done.slot)
+
+    def drain(self) -> None:
+        """Receive and drop the messages still owed (after a ``break``), so the pool starts
+        the next epoch clean."""
+        while self.outstanding > 0:
+            self.pool.get()
+            self.outstanding -= 1
+
+    def _dispatch(self, plan, unit: list[Part], open_batches: dict, free: list, *, split: bool) -> None:
+        """Send one unit: to one executor, or cut by video over all of them (they decode
+        disjoint GOPs of the block into the same slots at once)."""
+        for part in unit:
+            if part.batch not in open_batches:
+                open_batches[part.batch] = OpenBatch(free.pop(), self._with_labels(plan.batch(part.batch)))
+        plans = {b: ob.plan for b, ob in open_batches.items()}
+        pool = self.pool
+        for share in split_by_video(unit, plans, pool.ways) if split else [unit]:
+            slot_ids, sub_plans, row_starts = [], [], []
+            for part in share:
+                full = open_batches[part.batch]
+                a, z = part.rows(full.plan.batch_size)
+                full.expect(a, z)
+                slot_ids.append(full.slot)
+                sub_plans.append(full.plan if (a, z) == (0, full.plan.batch_size) else full.plan.rows(a, z))
+                row_starts.append(a)
+            pool.submit(self._next_worker, FillTask(slot_ids, sub_plans, row_starts))
+            self._next_worker = (self._next_worker + 1) % pool.ways
+            self.outstanding += len(share)
+
+    def _with_labels(self, bp):
+        return bp if self.labels is None else bp.with_labels(self.labels[bp.video_indices])
