@@ -1,4 +1,4 @@
-"""DESIGN.md's layer rule, enforced: a module may import its own layer or lower ones only."""
+"""docs/architecture.md's layer rule, enforced: a module imports its own layer or lower ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import vidloader
 
-#: Top to bottom, as in DESIGN.md ("base" holds errors, constants, _utils and synthetic media).
+#: Top to bottom, as in docs/architecture.md ("base": errors, constants, _utils, synthetic media).
 LAYERS = ["cli", "bench", "pipeline", "analysis", "planning", "sampling", "decoding", "processing", "index", "base"]
 PACKAGE = Path(vidloader.__file__).parent
 

@@ -81,7 +81,7 @@ class UnitFill:
             try:
                 pending.wait()
             except MediaError:
-                if not self.assembler.skips_bad_files:
+                if not self.assembler.redoes_failures:
                     raise
                 self.redo = True  # one bad file: redo task by task, to tell good from bad
         if self.redo:
@@ -105,18 +105,39 @@ class BatchAssembler:
         executor: the decoding backend.
         skips_bad_files: False propagates a bad file's error; True marks its samples
             invalid, logs and counts them (the loader's ``on_error="skip"``).
+        fallback: an executor for what ``executor`` cannot decode (a CPU executor beside
+            NVDEC): the videos ``routed`` to it, and any file whose decode fails on
+            ``executor`` at run time (retried once on ``fallback`` before it counts as bad).
+        routed: bool per video, True for videos that go to ``fallback`` directly.
     """
 
     def __init__(self, index: VideoIndex, outputs: dict[str, Process], executor: Executor, *,
-                 skips_bad_files: bool = False) -> None:
+                 skips_bad_files: bool = False, fallback: Executor | None = None,
+                 routed: np.ndarray | None = None) -> None:
         self.index, self.outputs, self.executor = index, outputs, executor
         self.skips_bad_files = bool(skips_bad_files)
+        self.fallback, self.routed = fallback, routed
+        #: Files decoded by the fallback since the last :meth:`take_fallbacks`: path -> why.
+        self.fallbacks: dict[str, str] = {}
+        self._fallen_back: set[str] = set()  # logged once per file
         self._geometry: dict[tuple[str, int], Geometry] = {}
 
     @classmethod
-    def for_config(cls, config, executor: Executor) -> BatchAssembler:
+    def for_config(cls, config, executor: Executor, *, fallback: Executor | None = None) -> BatchAssembler:
         """The assembler of a loader's :class:`~._config.LoaderConfig`."""
-        return cls(config.index, config.outputs, executor, skips_bad_files=config.skips_bad_files)
+        return cls(config.index, config.outputs, executor, skips_bad_files=config.skips_bad_files,
+                   fallback=fallback, routed=None if fallback is None else config.cpu_only)
+
+    def close(self) -> None:
+        """Close the executor and the fallback."""
+        self.executor.close()
+        if self.fallback is not None:
+            self.fallback.close()
+
+    def take_fallbacks(self) -> dict[str, str]:
+        """The files decoded by the fallback since the last call (path -> why), once each."""
+        taken, self.fallbacks = self.fallbacks, {}
+        return taken
 
     def geometry(self, name: str, video: int) -> Geometry:
         key = (name, video)
@@ -170,11 +191,14 @@ class BatchAssembler:
         for video, path, message in failed:
             self._mark_failed(plans, results, video, path, message)
         tasks = plan_tasks(plans, self.index) if tasks is None else tasks
+        tasks, bundles = self._decode_routed(tasks, bundles, plans, results, slots, transforms, stagings)
         if bundles is not None:  # demux failures were reported in `failed`
             kept = [i for i, b in enumerate(bundles) if b is not None]
             tasks, bundles = [tasks[i] for i in kept], [bundles[i] for i in kept]
         sinks = [self._sink(t.video_index, slots, transforms, stagings) for t in tasks]
         unit = UnitFill(self, plans, results, tasks, sinks, bundles)
+        if not tasks:
+            return unit
         try:
             api = self.executor.batch_api
             if api == "gops":
@@ -185,17 +209,53 @@ class BatchAssembler:
             else:
                 unit.redo = True
         except MediaError:
-            if not self.skips_bad_files:
+            if not self.redoes_failures:
                 raise
             unit.redo = True  # one bad file: redo task by task, to tell the good from the bad
         return unit
 
+    @property
+    def redoes_failures(self) -> bool:
+        """Whether a failed unit is redone task by task (to skip or fall back per file)."""
+        return self.skips_bad_files or self.fallback is not None
+
+    def _decode_routed(self, tasks, bundles, plans, results, slots, transforms, stagings):
+        """Decode the tasks of videos routed to the fallback (here, now); return the rest."""
+        if self.routed is None or not any(self.routed[t.video_index] for t in tasks):
+            return tasks, bundles
+        keep = []
+        for k, task in enumerate(tasks):
+            if not self.routed[task.video_index]:
+                keep.append(k)
+                continue
+            sink = self._sink(task.video_index, slots, transforms, stagings)
+            self._decode_on_fallback(task, sink, plans, results, why="routed")
+        return [tasks[k] for k in keep], None if bundles is None else [bundles[k] for k in keep]
+
+    def _decode_on_fallback(self, task, sink, plans, results, *, why: str) -> None:
+        path = task.record.path
+        if path not in self._fallen_back:
+            self._fallen_back.add(path)
+            self.fallbacks[path] = why
+            log.info("decoding %s on the %s executor: %s", path, self.fallback.name, why)
+        try:
+            self.fallback.decode(task, sink)
+        except MediaError as exc:
+            if not self.skips_bad_files:
+                raise
+            self._mark_failed(plans, results, task.video_index, exc.path, str(exc))
+
     def redo_task_by_task(self, unit: UnitFill) -> None:
-        """Decode a unit's tasks one by one, marking the samples of the files that fail."""
+        """Decode a unit's tasks one by one, marking the samples of the files that fail (or,
+        with a fallback executor, retrying each failed file once on it)."""
         for k, task in enumerate(unit.tasks):
             try:
                 self._decode_one(task, unit.sinks[k], None if unit.bundles is None else unit.bundles[k])
             except MediaError as exc:
+                if self.fallback is not None:
+                    why = f"failed on {self.executor.name}: {exc}"
+                    self._decode_on_fallback(task, unit.sinks[k], unit.plans, unit.results, why=why)
+                    continue
                 if not self.skips_bad_files:
                     raise
                 self._mark_failed(unit.plans, unit.results, task.video_index, exc.path, str(exc))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ..decoding import get_executor
+from ..errors import ConfigError
 from ._assemble import BatchAssembler
+from ._combo import ComboPool
 from ._config import LoaderConfig
 from ._contract import BatchPool
 from ._pool import InlinePool, ProcessPool, SeparationPool
@@ -15,8 +17,18 @@ def make_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
     - ``"cpu"``: spawned workers decoding into shared memory (:class:`ProcessPool`), or the
       calling process (``num_workers=0``);
     - ``"nvdec"``: workers demux, this process decodes on the GPU (:class:`SeparationPool`),
-      or the calling process does both (``num_workers=0``).
+      or the calling process does both (``num_workers=0``);
+    - ``"combo"``: workers decode on the CPU while this process decodes on NVDEC, both
+      taking units as they free up (:class:`ComboPool`).
+
+    With NVDEC, files it cannot decode (``config.cpu_only``), and files whose NVDEC decode
+    fails, are decoded by a CPU executor in this process (the assembler's fallback).
     """
+    if config.backend == "combo":
+        if config.num_workers < 1:
+            raise ConfigError("backend='combo' needs num_workers >= 1 (the CPU side decodes in "
+                              "worker processes); use backend='nvdec' for one process")
+        return ComboPool(config, num_slots, LazyExecutor(config.executor_options("nvdec")))
     if config.backend == "nvdec":
         return _nvdec_pool(config, num_slots)
     if config.num_workers == 0:
@@ -28,12 +40,19 @@ def make_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
 def _nvdec_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
     if config.num_workers == 0:
         executor = get_executor("nvdec", **config.executor_options("nvdec"))
-        return InlinePool(BatchAssembler.for_config(config, executor), config.shapes, num_slots,
+        return InlinePool(_nvdec_assembler(config, executor), config.shapes, num_slots,
                           device=config.gpu)
     # Demux workers start first (spawn): CUDA is initialised here only afterwards, and never
     # in a worker.
-    assembler = BatchAssembler.for_config(config, LazyExecutor(config.executor_options("nvdec")))
+    assembler = _nvdec_assembler(config, LazyExecutor(config.executor_options("nvdec")))
     return SeparationPool(config, assembler, num_slots)
+
+
+def _nvdec_assembler(config: LoaderConfig, executor) -> BatchAssembler:
+    fallback = None
+    if config.cpu_only is not None:  # fallback="cpu"
+        fallback = get_executor("cpu", **config.executor_options("cpu"))
+    return BatchAssembler.for_config(config, executor, fallback=fallback)
 
 
 class LazyExecutor:

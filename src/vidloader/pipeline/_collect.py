@@ -8,17 +8,19 @@ import torch
 from ..decoding import DecodeStats
 from ..processing import finalize
 from ._config import LoaderConfig
+from ._contract import BatchPool
 from ._scheduler import FinishedBatch
 from ._transfer import Transfer
 
 
 class LoaderStats(dict):
-    """``loader.stats``: batches, samples, skipped samples and files, and the rows each
-    executor filled (``rows_by_executor``). A dict, so it prints and serialises as one."""
+    """``loader.stats``: batches, samples, skipped samples and files, the rows each executor
+    filled (``rows_by_executor``) and the files decoded on the CPU instead of NVDEC
+    (``cpu_fallback_files``: path -> why). A dict, so it prints and serialises as one."""
 
     def __init__(self) -> None:
         super().__init__(batches=0, samples=0, skipped_samples=0, skipped_files=[],
-                         rows_by_executor={})
+                         rows_by_executor={}, cpu_fallback_files={})
 
 
 class Collector:
@@ -31,7 +33,7 @@ class Collector:
         self.stats = LoaderStats()
         self.decode_stats = DecodeStats()
 
-    def __call__(self, done: FinishedBatch, slot: dict) -> dict | None:
+    def __call__(self, done: FinishedBatch, pool: BatchPool) -> dict | None:
         """The batch's dict, or ``None`` when every row of it was skipped."""
         bp, valid, per = done.plan, done.valid, self.config.rows_per_sample
         if per > 1:  # a sample with one bad camera file is dropped whole
@@ -42,8 +44,7 @@ class Collector:
         rows = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
         batch = {}
         for name, proc in self.config.outputs.items():
-            staged = self.transfer(slot[name][: bp.batch_size], rows)
-            batch[name] = finalize(staged, proc, is_clip=bp.is_clip)
+            batch[name] = finalize(self._staged(done, pool, name, rows), proc, is_clip=bp.is_clip)
         keep = slice(None) if rows is None else rows.numpy()
         frames = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
         batch["video_index"] = torch.from_numpy(bp.video_indices[keep].copy())
@@ -54,12 +55,24 @@ class Collector:
             batch = {k: t.unflatten(0, (-1, per)) for k, t in batch.items()}
         return batch
 
+    def _staged(self, done: FinishedBatch, pool: BatchPool, name: str, rows) -> torch.Tensor:
+        """Output ``name`` of the batch, copied out of its slot: one copy, or, when several
+        executors filled it into different memories, one per segment, joined in row order."""
+        executors = done.executors
+        if len(executors) <= 1:
+            buf = pool.staged(done.slot_id, next(iter(executors), ""))[name]
+            return self.transfer(buf[: done.plan.batch_size], rows)
+        parts = [self.transfer(pool.staged(done.slot_id, ex)[name][a:z]) for a, z, ex in done.segments]
+        joined = torch.cat(parts)
+        return joined if rows is None else joined[rows.to(joined.device)]
+
     def _account(self, done: FinishedBatch, valid: np.ndarray) -> None:
         stats, per = self.stats, self.config.rows_per_sample
         stats["batches"] += 1
         stats["samples"] += int(valid.sum()) // per  # rows are cameras × samples
         stats["skipped_samples"] += int((~valid).sum()) // per
         stats["skipped_files"].extend(path for path, _ in done.errors)
+        stats["cpu_fallback_files"].update(done.fallbacks)
         for name, rows in done.rows_by_executor.items():
             stats["rows_by_executor"][name] = stats["rows_by_executor"].get(name, 0) + rows
         if done.stats is not None:

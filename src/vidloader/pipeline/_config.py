@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
+import numpy as np
 import torch
 
 from ..constants import MAX_DECODERS_PER_GPU
@@ -20,10 +21,12 @@ from ..errors import ConfigError
 from ..index import VideoIndex
 from ..processing import Process, geometry
 
-Backend = Literal["cpu", "nvdec"]
+Backend = Literal["cpu", "nvdec", "combo"]
 OnError = Literal["raise", "skip"]
-BACKENDS: tuple[str, ...] = ("cpu", "nvdec")
+Fallback = Literal["cpu", "error"]
+BACKENDS: tuple[str, ...] = ("cpu", "nvdec", "combo")
 ON_ERROR: tuple[str, ...] = ("raise", "skip")
+FALLBACKS: tuple[str, ...] = ("cpu", "error")
 
 #: Units queued on the NVDEC decoders at once, by default: the next ones decode while the
 #: oldest is waited for, so the decoders never drain between units.
@@ -54,6 +57,10 @@ class LoaderConfig:
             index under ``"device"``).
         units_decoding: units queued on the NVDEC decoders at once.
         device, pin_memory: where batches are delivered.
+        cpu_only: with ``"nvdec"``/``"combo"``, True for each video NVDEC cannot decode
+            (decoded on the CPU instead); ``None`` with ``"cpu"``.
+        combo_share: with ``"combo"``, a fixed share of units for NVDEC (the seed's static
+            split, for comparison); ``None``: each executor takes units as it frees up.
     """
 
     index: VideoIndex
@@ -72,6 +79,12 @@ class LoaderConfig:
     units_decoding: int
     device: torch.device | None
     pin_memory: bool
+    cpu_only: np.ndarray | None = None
+    combo_share: float | None = None
+
+    @property
+    def uses_nvdec(self) -> bool:
+        return self.backend in ("nvdec", "combo")
 
     @property
     def skips_bad_files(self) -> bool:
@@ -89,7 +102,8 @@ class LoaderConfig:
 
 
 def check_options(*, batch_size: int, prefetch: int, on_error: str, backend: str,
-                  lookahead: int | None) -> None:
+                  lookahead: int | None, fallback: str = "cpu",
+                  combo_share: float | None = None) -> None:
     """The checks that need nothing but the arguments."""
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -100,7 +114,13 @@ def check_options(*, batch_size: int, prefetch: int, on_error: str, backend: str
     if lookahead is not None and lookahead < 1:
         raise ConfigError(f"lookahead must be >= 1, got {lookahead}")
     if backend not in BACKENDS:
-        raise ConfigError(f"backend must be 'cpu' or 'nvdec', got {backend!r}")
+        raise ConfigError(f"backend must be 'cpu', 'nvdec' or 'combo', got {backend!r}")
+    if fallback not in FALLBACKS:
+        raise ConfigError(f"fallback must be 'cpu' (files NVDEC cannot decode go to the CPU) "
+                          f"or 'error', got {fallback!r}")
+    if combo_share is not None and (backend != "combo" or not 0.0 <= float(combo_share) <= 1.0):
+        raise ConfigError(f"combo_share must be a number in [0, 1] with backend='combo' (the "
+                          f"share of units NVDEC takes), got {combo_share!r} with backend={backend!r}")
 
 
 def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_size: int,

@@ -38,6 +38,11 @@ class BatchPool(abc.ABC):
         block's GOPs itself, as NVDEC's decoder threads do)."""
         return False
 
+    def staged(self, slot_id: int, executor: str) -> dict:
+        """The buffers of slot ``slot_id`` that ``executor`` filled (a pool whose executors
+        write to different memories, CPU and GPU, keeps a buffer set for each)."""
+        return self.slots[slot_id]
+
     @abc.abstractmethod
     def submit(self, worker: int, task: FillTask) -> None:
         """Start filling ``task``'s rows; ``worker`` in ``range(ways)`` picks the executor."""

@@ -21,7 +21,7 @@ from ..constants import (
     DEFAULT_PREFETCH_PER_WORKER,
 )
 from ..decoding import DecodeStats
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedCodecError
 from ..index import VideoIndex
 from ..processing import Process, as_outputs
 from ..sampling import RandomFrames, Sampler, detect_rank_world, resolve_labels
@@ -35,6 +35,7 @@ from ._config import (
 )
 from ._config import nvdec_options as nvdec_options_for
 from ._contract import BatchPool
+from ._routing import cpu_only_mask, nvdec_refusals
 from ._scheduler import Scheduler
 from ._units import has_block_units, max_unit_batches
 
@@ -105,7 +106,7 @@ class VideoLoader:
         size: tuple[int, int] | int | None = None,
         processing: Process | Mapping[str, Process] | None = None,
         labels: Sequence[int] | Mapping[str, int] | Callable[[str], int] | None = None,
-        backend: Literal["cpu", "nvdec"] = "cpu",
+        backend: Literal["cpu", "nvdec", "combo"] = "cpu",
         num_workers: int | None = None,
         prefetch: int = DEFAULT_PREFETCH_PER_WORKER,
         lookahead: int | None = None,
@@ -119,11 +120,14 @@ class VideoLoader:
         decoder_threads: int = DEFAULT_DECODER_THREADS,
         nvdec_decoders: int = DEFAULT_NVDEC_DECODERS,
         nvdec_options: Mapping[str, object] | None = None,
+        fallback: Literal["cpu", "error"] = "cpu",
+        combo_share: float | None = None,
     ) -> None:
         if len(index) == 0:
             raise ConfigError("the index holds no readable videos" + _rejected_hint(index))
         check_options(batch_size=batch_size, prefetch=prefetch, on_error=on_error,
-                      backend=backend, lookahead=lookahead)
+                      backend=backend, lookahead=lookahead, fallback=fallback,
+                      combo_share=combo_share)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
         self.batch_size, self.drop_last = batch_size, drop_last
@@ -135,10 +139,17 @@ class VideoLoader:
         self._epoch = self._next_batch = 0
         outputs = as_outputs(processing, size=size)
         rows_per_sample = self.sampler.rows_per_sample  # cameras of a rig fill a row each
+        uses_nvdec = backend in ("nvdec", "combo")
         nv_options, units_decoding = (
-            nvdec_options_for(index, device, nvdec_decoders, nvdec_options) if backend == "nvdec"
+            nvdec_options_for(index, device, nvdec_decoders, nvdec_options) if uses_nvdec
             else ({}, DEFAULT_UNITS_DECODING)
         )
+        #: Videos NVDEC cannot decode, and why (empty with backend="cpu").
+        self.nvdec_refusals = nvdec_refusals(index) if uses_nvdec else {}
+        if uses_nvdec and fallback == "error" and self.nvdec_refusals:
+            _refuse(index, self.nvdec_refusals)
+        if backend == "combo" and device is None:  # batches meet on the GPU
+            device = torch.device("cuda", nv_options["device"])
         self.config = LoaderConfig(
             index=index, outputs=outputs, backend=backend, on_error=on_error,
             batch_size=batch_size, rows_per_sample=rows_per_sample,
@@ -150,6 +161,8 @@ class VideoLoader:
             cpu_options={"thread_count": decoder_threads}, nvdec_options=nv_options,
             units_decoding=units_decoding,
             device=torch.device(device) if device is not None else None, pin_memory=pin_memory,
+            cpu_only=cpu_only_mask(index, self.nvdec_refusals) if uses_nvdec and fallback == "cpu" else None,
+            combo_share=None if combo_share is None else float(combo_share),
         )
         self._pool: BatchPool | None = None
         self._scheduler: Scheduler | None = None
@@ -231,7 +244,9 @@ class VideoLoader:
         1``; on the GPU up to ``units_decoding`` decode at once, plus the prefetch."""
         config = self.config
         if self.uses_block_units:
-            return config.prefetch + (config.units_decoding if config.backend == "nvdec" else 1)
+            return config.prefetch + (config.units_decoding if config.uses_nvdec else 1)
+        if config.backend == "combo":  # a unit per CPU worker and NVDEC's queue, plus prefetch
+            return config.num_workers + config.units_decoding + config.prefetch - 1
         return max(1, config.num_workers) + config.prefetch - 1
 
     def _epoch_plan(self, epoch: int):
@@ -274,7 +289,7 @@ class VideoLoader:
     def _run(self, plan, start: int) -> Iterator[dict]:
         scheduler = self._scheduler
         for done in scheduler.run(plan, start, lookahead=self.lookahead, blocks=self.uses_block_units):
-            batch = self._collector(done, self._pool.slots[done.slot_id])
+            batch = self._collector(done, self._pool)
             self._next_batch = scheduler.next_batch
             if batch is not None:
                 yield batch
@@ -348,3 +363,12 @@ def _rejected_hint(index: VideoIndex) -> str:
         return ""
     first = index.rejected[0]
     return f" ({len(index.rejected)} rejected, e.g. {first.path}: {first.reason})"
+
+
+def _refuse(index: VideoIndex, refusals: dict[int, str]) -> None:
+    """``fallback="error"``: name the first file NVDEC cannot decode, and how many there are."""
+    video, why = next(iter(refusals.items()))
+    more = f" ({len(refusals) - 1} more files too)" if len(refusals) > 1 else ""
+    raise UnsupportedCodecError(
+        index[video].path, f"{why}{more}; with fallback='cpu' (the default) such files are "
+        "decoded on the CPU instead")

@@ -52,6 +52,7 @@ class FillTask:
     slot_ids: list[int]
     plans: list  # BatchPlan
     row_starts: list[int]
+    unit: int = -1  # the pool's number for the unit, echoed in its RowsFilled
 
     @classmethod
     def whole(cls, slot_ids: list[int], plans: list) -> FillTask:
@@ -89,6 +90,8 @@ class RowsFilled:
     stats: dict
     row_start: int = 0
     executor: str = ""  # which executor filled them ("cpu", "nvdec"), for the loader's shares
+    fallbacks: dict = dataclasses.field(default_factory=dict)  # path -> why, files decoded on the CPU instead
+    unit: int = -1  # the FillTask's unit number
 
 
 @dataclasses.dataclass(frozen=True)

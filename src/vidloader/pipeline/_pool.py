@@ -79,7 +79,7 @@ class InlinePool(BatchPool):
         return self._done.popleft()
 
     def shutdown(self) -> None:
-        self.assembler.executor.close()
+        self.assembler.close()
 
 
 def _bootstrap(target, task_q, result_q) -> None:
@@ -152,6 +152,15 @@ class WorkerProcesses:
                     raise WorkerError(f"workers did not start within {WORKER_START_SECONDS:.0f} s") from None
                 continue
             return self._unpack(msg)
+
+    def poll(self):
+        """The next message if one is here, else ``None`` (never blocks)."""
+        if self._backlog:
+            return self._backlog.popleft()
+        try:
+            return self._unpack(self.result_q.get_nowait())
+        except queue.Empty:
+            return None
 
     def _unpack(self, msg):
         """The first of a unit's messages (they arrive together as a list); the rest wait."""
@@ -322,12 +331,7 @@ class SeparationPool(WorkerProcesses, BatchPool):
         return dataclasses.replace(msg, batch_index=unit[0].first_batch, slot_ids=unit[0].slot_ids)
 
     def _next_message(self, deadline, *, block: bool):
-        if block or self._backlog:
-            return super().get(deadline)
-        try:
-            return self._unpack(self.result_q.get_nowait())
-        except queue.Empty:
-            return None
+        return super().get(deadline) if block else self.poll()
 
     def _receive(self, msg: PacketsDemuxed) -> None:
         """Keep a part of a unit's packets; the unit is ready once all its parts are here."""
@@ -350,5 +354,5 @@ class SeparationPool(WorkerProcesses, BatchPool):
         while self._decoding:
             self._decoding.popleft().cancel()
         super().shutdown()
-        self.assembler.executor.close()
+        self.assembler.close()
         self.slots = []

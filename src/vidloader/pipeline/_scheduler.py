@@ -34,6 +34,12 @@ class FinishedBatch:
     errors: list
     stats: dict | None
     rows_by_executor: dict[str, int]
+    segments: list[tuple[int, int, str]]  # (row_start, row_stop, executor), in row order
+    fallbacks: dict[str, str]  # files decoded on the CPU instead of NVDEC: path -> why
+
+    @property
+    def executors(self) -> set[str]:
+        return {name for _, _, name in self.segments}
 
 
 class OpenBatch:
@@ -46,6 +52,8 @@ class OpenBatch:
         self.errors: list = []
         self.stats: dict | None = None
         self.rows_by_executor: dict[str, int] = {}
+        self.segments: list[tuple[int, int, str]] = []
+        self.fallbacks: dict[str, str] = {}
         self.rows_expected = self.rows_received = 0
 
     def expect(self, start: int, stop: int) -> None:
@@ -60,14 +68,15 @@ class OpenBatch:
         self.valid[msg.row_start:msg.row_start + n] = msg.valid
         self.rows_received += n
         self.errors.extend(msg.errors)
-        if msg.executor:
-            self.rows_by_executor[msg.executor] = self.rows_by_executor.get(msg.executor, 0) + n
+        self.rows_by_executor[msg.executor] = self.rows_by_executor.get(msg.executor, 0) + n
+        self.segments.append((msg.row_start, msg.row_start + n, msg.executor))
+        self.fallbacks.update(msg.fallbacks)
         stats = msg.stats
         self.stats = dict(stats) if self.stats is None else {k: v + stats[k] for k, v in self.stats.items()}
 
     def finished(self) -> FinishedBatch:
         return FinishedBatch(self.plan, self.slot, self.valid, self.errors, self.stats,
-                             self.rows_by_executor)
+                             self.rows_by_executor, sorted(self.segments), self.fallbacks)
 
 
 class Scheduler:

@@ -73,8 +73,8 @@ def fill_unit_messages(assembler, slots, task: FillTask, bundles=None, failed=()
 class UnitMessages:
     """A unit started with :func:`start_unit_messages`; :meth:`finish` waits and reports."""
 
-    def __init__(self, executor, task: FillTask) -> None:
-        self.executor, self.task = executor, task
+    def __init__(self, assembler, task: FillTask) -> None:
+        self.assembler, self.executor, self.task = assembler, assembler.executor, task
         self.fill = None
         self.error: list | None = None
 
@@ -97,8 +97,10 @@ class UnitMessages:
         delta = {k: after[k] - before[k] for k in after}
         zero = dict.fromkeys(delta, 0)
         task, name = self.task, self.executor.name
+        fallbacks = self.assembler.take_fallbacks()
         return [
-            RowsFilled(p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero, a, name)
+            RowsFilled(p.batch_index, s, r.valid, r.errors, delta if i == 0 else zero, a, name,
+                       fallbacks if i == 0 else {}, task.unit)
             for i, (s, p, r, a) in enumerate(zip(task.slot_ids, task.plans, results, task.row_starts))
         ]
 
@@ -111,7 +113,7 @@ def start_unit_messages(assembler, slots, task: FillTask, bundles=None, failed=(
                         decode_tasks=None) -> UnitMessages:
     """Start filling a unit of batches (see :meth:`BatchAssembler.start_unit` and
     :func:`fill_unit_messages`); ``decode_tasks``: the unit's ``plan_tasks`` if known."""
-    unit = UnitMessages(assembler.executor, task)
+    unit = UnitMessages(assembler, task)
     try:
         stagings = [_staging_views(slots[s], a, p.batch_size)
                     for s, p, a in zip(task.slot_ids, task.plans, task.row_starts)]
@@ -143,7 +145,8 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
             try:
                 # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
                 tasks = plan_tasks(task.plans, config.index)[task.start:task.stop]
-                bundles, failed = _demux_tasks(tasks, containers, config.skips_bad_files)
+                bundles, failed = _demux_tasks(tasks, containers, config.skips_bad_files,
+                                               config.cpu_only)
             except BaseException as exc:
                 result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
                                      getattr(exc, "path", None), unit_key=task.key))
@@ -189,12 +192,17 @@ def unpack_payloads(light: list, shared) -> list:
             for item in light]
 
 
-def _demux_tasks(tasks, containers, skips_bad_files: bool):
+def _demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None):
+    """Bundles of the tasks, ``None`` for a task routed to the CPU (NVDEC cannot decode its
+    file: the loader's process decodes it there) or whose demux failed (listed in ``failed``)."""
     from ..decoding.nvdec import demux_gops
     from ..errors import MediaError
 
     bundles, failed = [], []
     for task in tasks:
+        if cpu_only is not None and cpu_only[task.video_index]:
+            bundles.append(None)
+            continue
         try:
             bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
         except MediaError as exc:

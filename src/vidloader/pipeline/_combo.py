@@ -1,0 +1,176 @@
+"""The combo: CPU worker processes and NVDEC in this process fill batches at once.
+
+Both take units from one queue, oldest first, whenever they have room: a CPU worker holds up
+to :data:`CPU_UNITS_PER_WORKER` units, NVDEC up to ``config.units_decoding``. The faster
+executor frees up sooner and so takes more units, with nothing to tune. Units mostly of
+videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a fixed
+share of units to NVDEC (seed 000's static split, kept for comparison).
+
+CPU workers write into shared-memory slots, NVDEC into GPU slots: each staging slot has a
+buffer set in each memory, and the collector reads each batch's rows from the buffers of
+the executor that filled them (:meth:`ComboPool.staged`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import math
+
+from ..decoding import get_executor
+from ._assemble import BatchAssembler
+from ._config import LoaderConfig
+from ._contract import BatchPool
+from ._messages import Failure, FillTask, RowsFilled
+from ._pool import ProcessPool, _allocate
+from ._worker import UnitMessages, start_unit_messages
+
+#: Units a CPU worker holds at once: one decoding, one waiting, so it never idles between.
+CPU_UNITS_PER_WORKER = 2
+
+
+class ComboPool(BatchPool):
+    """CPU decoding in spawned workers and NVDEC decoding here, pulling from one queue.
+
+    Args:
+        config: the loader's config (``backend="combo"``).
+        num_slots: staging slots (each with a CPU and a GPU buffer set).
+        nvdec_executor: the NVDEC executor, or a lazy stand-in that creates it on first use
+            (after the workers were spawned).
+        gpu_device: where the GPU buffers live (default the config's GPU).
+    """
+
+    def __init__(self, config: LoaderConfig, num_slots: int, nvdec_executor, *,
+                 gpu_device=None) -> None:
+        self.config = config
+        self.cpu = ProcessPool(config, num_slots)  # first: no CUDA before a process start
+        try:
+            fallback = get_executor("cpu", **config.executor_options("cpu"))
+            self.assembler = BatchAssembler.for_config(config, nvdec_executor, fallback=fallback)
+            self.gpu_slots = _allocate(config.shapes, num_slots,
+                                       device=config.gpu if gpu_device is None else gpu_device)
+        except BaseException:
+            self.cpu.shutdown()
+            raise
+        self._unit_ids = itertools.count()
+        self._queue: collections.deque[FillTask] = collections.deque()  # either executor
+        self._cpu_queue: collections.deque[FillTask] = collections.deque()  # CPU workers only
+        self._gpu_queue: collections.deque[FillTask] = collections.deque()  # NVDEC only (share)
+        self._cpu_load = [0] * self.cpu.num_workers  # units each worker holds
+        self._cpu_units: dict[int, list] = {}  # unit -> [worker, messages still owed]
+        self._gpu: collections.deque[UnitMessages] = collections.deque()  # decoding, in order
+        self._done: collections.deque = collections.deque()
+        self.units_taken = {"cpu": 0, "nvdec": 0}
+
+    @property
+    def slots(self) -> list[dict]:
+        return self.cpu.slots
+
+    @property
+    def ways(self) -> int:
+        return self.cpu.num_workers + 1
+
+    @property
+    def splits_blocks(self) -> bool:
+        return True
+
+    def staged(self, slot_id: int, executor: str) -> dict:
+        return self.gpu_slots[slot_id] if executor == "nvdec" else self.cpu.slots[slot_id]
+
+    def submit(self, worker: int, task: FillTask) -> None:
+        """Queue ``task`` (``worker`` is ignored: whichever executor frees up takes it)."""
+        unit = next(self._unit_ids)
+        task = dataclasses.replace(task, unit=unit)
+        if self._needs_cpu(task):
+            self._cpu_queue.append(task)
+        elif self.config.combo_share is not None:
+            share = float(self.config.combo_share)
+            to_gpu = math.floor((unit + 1) * share) > math.floor(unit * share)
+            (self._gpu_queue if to_gpu else self._cpu_queue).append(task)
+        else:
+            self._queue.append(task)
+        self._feed()
+
+    def get(self) -> RowsFilled | Failure:
+        while True:
+            self._feed()
+            if self._done:
+                return self._done.popleft()
+            msg = self.cpu.poll()
+            if msg is not None:
+                return self._from_cpu(msg)
+            if self._gpu:  # wait for NVDEC's oldest unit; CPU workers keep their queue
+                self._done.extend(self._gpu.popleft().finish())
+                continue
+            return self._from_cpu(self.cpu.get())
+
+    def shutdown(self) -> None:
+        while self._gpu:
+            self._gpu.popleft().cancel()
+        self.cpu.shutdown()
+        self.assembler.close()
+        self.gpu_slots = []
+
+    # -- dealing units --------------------------------------------------------------------
+
+    def _needs_cpu(self, task: FillTask) -> bool:
+        """Whether most of the unit's rows are of videos NVDEC cannot decode. (A unit with a
+        few such rows can still go to NVDEC: its CPU fallback decodes them in this process;
+        with uniform random sampling over a mixed dataset nearly every unit has some.)"""
+        cpu_only = self.config.cpu_only
+        if cpu_only is None:
+            return False
+        routed = sum(int(cpu_only[p.video_indices].sum()) for p in task.plans)
+        return 2 * routed > sum(p.batch_size for p in task.plans)
+
+    def _feed(self) -> None:
+        """Give the oldest waiting units to executors with room, until none has room."""
+        while True:
+            worker = min(range(len(self._cpu_load)), key=self._cpu_load.__getitem__)
+            cpu_room = self._cpu_load[worker] < CPU_UNITS_PER_WORKER
+            gpu_room = len(self._gpu) < self.config.units_decoding
+            cpu_task = self._oldest(self._cpu_queue, self._queue) if cpu_room else None
+            gpu_task = self._oldest(self._gpu_queue, self._queue) if gpu_room else None
+            if cpu_task is None and gpu_task is None:
+                return
+            if gpu_task is None or (cpu_task is not None and self._cpu_first(cpu_task[1], gpu_task[1])):
+                queue, task = cpu_task
+                queue.popleft()
+                self._to_cpu(worker, task)
+            else:
+                queue, task = gpu_task
+                queue.popleft()
+                self._to_gpu(task)
+
+    def _cpu_first(self, cpu_task: FillTask, gpu_task: FillTask) -> bool:
+        """Both sides have room: the older unit goes first (batches are taken in order); for
+        the same unit, the side with the smaller share of its room in use."""
+        if cpu_task.unit != gpu_task.unit:
+            return cpu_task.unit < gpu_task.unit
+        cpu_busy = sum(self._cpu_load) / (CPU_UNITS_PER_WORKER * len(self._cpu_load))
+        return cpu_busy <= len(self._gpu) / self.config.units_decoding
+
+    @staticmethod
+    def _oldest(*queues):
+        heads = [(q, q[0]) for q in queues if q]
+        return min(heads, key=lambda h: h[1].unit) if heads else None
+
+    def _to_cpu(self, worker: int, task: FillTask) -> None:
+        self._cpu_load[worker] += 1
+        self._cpu_units[task.unit] = [worker, len(task.plans)]
+        self.units_taken["cpu"] += 1
+        self.cpu.submit(worker, task)
+
+    def _to_gpu(self, task: FillTask) -> None:
+        self.units_taken["nvdec"] += 1
+        self._gpu.append(start_unit_messages(self.assembler, self.gpu_slots, task))
+
+    def _from_cpu(self, msg):
+        if isinstance(msg, RowsFilled):
+            owed = self._cpu_units[msg.unit]
+            owed[1] -= 1
+            if owed[1] == 0:
+                del self._cpu_units[msg.unit]
+                self._cpu_load[owed[0]] -= 1
+        return msg

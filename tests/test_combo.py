@@ -1,0 +1,166 @@
+"""``backend="combo"`` (CPU workers and NVDEC at once) and NVDEC's CPU fallback, on the CPU.
+
+NVDEC is the fake of ``_fake_nvc`` here (PyNvVideoCodec and ``torch.cuda`` stand-ins in this
+process, decoding with FFmpeg into NV12 surfaces converted by the real GPU kernels on CPU
+tensors); the CPU workers are real spawned processes. The ``cuda`` tests of the same loader
+run on the device machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import vidloader
+from vidloader import Clips, GopShuffle, RandomFrames, VideoLoader
+from vidloader.pipeline._config import LoaderConfig
+from vidloader.synthetic import VideoSpec, make_dataset
+
+from . import _fake_nvc
+from .media import collect_batches, reference_frames
+
+SPECS = [
+    VideoSpec(codec="h264", width=96, height=64, num_frames=30, gop=10, bframes=2, seed=11),
+    VideoSpec(codec="hevc", width=96, height=64, num_frames=24, gop=8, bframes=2, seed=12),
+    VideoSpec(codec="h264", width=96, height=64, num_frames=20, gop=10, bframes=0, seed=13),
+    # 4:4:4 H.264: NVDEC decodes no H.264 4:4:4; routed to the CPU
+    VideoSpec(codec="h264", width=96, height=64, num_frames=16, gop=8, bframes=0, pix_fmt="yuv444p", seed=14),
+]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("combo")
+    paths = make_dataset(root, SPECS, names=[f"v{i}.mp4" for i in range(len(SPECS))], num_workers=2)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    refs = {v: reference_frames(r.path) for v, r in enumerate(index)}
+    return index, refs
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    nvc = _fake_nvc.FakeNvc()
+    _fake_nvc.install(monkeypatch, nvc)
+    # "GPU" staging buffers on the CPU: the fake has no device memory.
+    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    return nvc
+
+
+def _loader(index, backend, **kw):
+    kw.setdefault("sampler", RandomFrames(seed=3))
+    kw.setdefault("batch_size", 6)
+    kw.setdefault("num_workers", 2 if backend != "nvdec" else 0)
+    if backend != "cpu":
+        kw.setdefault("device", "cpu")
+    return VideoLoader(index, backend=backend, **kw)
+
+
+def _seen(batches):
+    return [(int(v), int(f)) for b in batches for v, f in zip(b["video_index"], b["frame_index"])]
+
+
+def _assert_close(batches, refs):
+    for b in batches:
+        for img, v, f in zip(b["frames"].numpy(), b["video_index"], b["frame_index"]):
+            diff = np.abs(img.astype(int) - refs[int(v)][int(f)].astype(int))
+            assert diff.mean() < 2.0 and diff.max() <= 6, (int(v), int(f))  # NV12 kernels vs swscale
+
+
+def test_combo_delivers_the_cpu_stream_exactly_once_with_both_executors(dataset, fake):
+    index, refs = dataset
+    loader = _loader(index, "combo", lookahead=1)
+    batches = collect_batches(loader)
+    cpu = collect_batches(_loader(index, "cpu"))
+    assert _seen(batches) == _seen(cpu)  # same samples, same order, whatever the share
+    assert sorted(_seen(batches)) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+    _assert_close(batches, refs)
+    shares = loader.stats["rows_by_executor"]
+    assert shares.get("cpu", 0) > 0 and shares.get("nvdec", 0) > 0, shares
+    assert sum(shares.values()) == index.total_frames
+    # the 4:4:4 file never reached NVDEC: its rows all came from the CPU side
+    assert list(loader.nvdec_refusals) == [3]
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_combo_share_deals_a_fixed_split(dataset, fake, share):
+    index, refs = dataset
+    loader = _loader(index, "combo", combo_share=share, lookahead=1)
+    batches = collect_batches(loader)
+    assert sorted(_seen(batches)) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+    pool_rows = loader.stats["rows_by_executor"]
+    if share == 0.0:
+        assert set(pool_rows) == {"cpu"}
+    else:  # every unit went to NVDEC (the 4:4:4 file's rows through its CPU fallback)
+        assert set(pool_rows) == {"nvdec"}
+        fallbacks = loader.stats["cpu_fallback_files"]
+        assert fallbacks[index[3].path] == "routed"
+        # 96×64 HEVC is under NVDEC's minimum (144×144): it fails there and is retried
+        assert all(why == "routed" or why.startswith("failed on nvdec") for why in fallbacks.values())
+    _assert_close(batches, refs)
+
+
+def test_combo_clips_and_gop_blocks(dataset, fake):
+    index, refs = dataset
+    for sampler in (Clips(sequence_length=4, stride=2, seed=1), GopShuffle(seed=2)):
+        got = collect_batches(_loader(index, "combo", sampler=sampler))
+        want = collect_batches(_loader(index, "cpu", sampler=sampler))
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g["video_index"], w["video_index"])
+            assert torch.equal(g["frame_index"], w["frame_index"])
+            diff = (g["frames"].int() - w["frames"].int()).abs()
+            assert diff.float().mean() < 2.0
+
+
+def test_combo_resumes_mid_epoch(dataset, fake):
+    index, _ = dataset
+    full = _seen(collect_batches(_loader(index, "combo")))
+    first = _loader(index, "combo")
+    it = iter(first)
+    head = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    it.close()
+    first.shutdown()
+    resumed = _loader(index, "combo")
+    resumed.load_state_dict(state)
+    assert _seen(head) + _seen(collect_batches(resumed)) == full
+
+
+def test_nvdec_routes_what_it_cannot_decode_to_the_cpu(dataset, fake):
+    index, refs = dataset
+    for workers in (0, 2):
+        loader = _loader(index, "nvdec", num_workers=workers)
+        batches = collect_batches(loader)
+        assert sorted(_seen(batches)) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+        _assert_close(batches, refs)
+        assert loader.stats["cpu_fallback_files"][index[3].path] == "routed"
+
+
+def test_fallback_error_refuses_at_construction(dataset, fake):
+    index, _ = dataset
+    with pytest.raises(vidloader.UnsupportedCodecError, match="v3.mp4.*fallback='cpu'"):
+        _loader(index, "nvdec", fallback="error")
+
+
+def test_a_file_failing_on_nvdec_is_retried_once_on_the_cpu(dataset, fake):
+    index, refs = dataset
+    fake.fail_decodes = 10**6  # every NVDEC decode call raises: every file is retried on the CPU
+    loader = _loader(index, "nvdec", num_workers=0, lookahead=1)
+    batches = collect_batches(loader)
+    assert sorted(_seen(batches)) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+    _assert_close(batches, refs)
+    reasons = loader.stats["cpu_fallback_files"]
+    assert sorted(reasons) == sorted(r.path for r in index)
+    assert all(why == "routed" or why.startswith("failed on nvdec") for why in reasons.values())
+    assert any("fake NVDEC failure" in why for why in reasons.values()), reasons
+    assert loader.stats["skipped_samples"] == 0
+
+
+def test_combo_config_mistakes_are_caught_at_construction(dataset):
+    index, _ = dataset
+    with pytest.raises(vidloader.ConfigError, match="combo_share"):
+        VideoLoader(index, backend="nvdec", combo_share=0.5)
+    with pytest.raises(vidloader.ConfigError, match="combo_share"):
+        VideoLoader(index, backend="combo", combo_share=1.5)
+    with pytest.raises(vidloader.ConfigError, match="fallback"):
+        VideoLoader(index, backend="nvdec", fallback="gpu")
