@@ -164,3 +164,21 @@ def test_combo_config_mistakes_are_caught_at_construction(dataset):
         VideoLoader(index, backend="combo", combo_share=1.5)
     with pytest.raises(vidloader.ConfigError, match="fallback"):
         VideoLoader(index, backend="nvdec", fallback="gpu")
+
+
+@pytest.mark.cuda
+def test_combo_on_the_gpu_matches_the_cpu_stream(dataset):
+    """Real NVDEC and real CPU workers: the CPU stream's samples, each once, on the GPU; the
+    4:4:4 file (and the 96×64 HEVC, under NVDEC's minimum size) decoded on the CPU."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with PyNvVideoCodec (cuda marker)")
+    index, refs = dataset
+    loader = VideoLoader(index, sampler=RandomFrames(seed=3), batch_size=6, backend="combo",
+                         num_workers=2, lookahead=1)
+    batches = collect_batches(loader)
+    assert all(b["frames"].is_cuda for b in batches)
+    cpu = collect_batches(_loader(index, "cpu"))
+    assert _seen(batches) == _seen(cpu)
+    _assert_close([{**b, "frames": b["frames"].cpu()} for b in batches], refs)
+    assert sum(loader.stats["rows_by_executor"].values()) == index.total_frames
+    assert loader.stats["cpu_fallback_files"][index[3].path] == "routed"

@@ -10,6 +10,7 @@ import logging
 from collections import defaultdict
 
 import numpy as np
+import torch
 
 from ..decoding import Executor
 from ..errors import MediaError
@@ -63,6 +64,14 @@ def copy_runs(dst, rows: list[int], cols: list[int], src, ks: list[int]) -> None
         else:
             dst[rows[j], cols[j]] = src[ks[j]]
         j = e
+
+
+def _write(dst, row: int, col: int, frame) -> None:
+    """``dst[row, col] = frame``, also for a CPU decoder's numpy frame into a GPU staging
+    tensor (the NVDEC side's CPU fallback), which torch refuses to assign directly."""
+    if isinstance(frame, np.ndarray) and not isinstance(dst, np.ndarray):
+        frame = torch.from_numpy(np.ascontiguousarray(frame))
+    dst[row, col] = frame
 
 
 class UnitFill:
@@ -298,7 +307,7 @@ class BatchAssembler:
                     rgb = rgb_by_size.get((geom.coded_hw, geom.turns))
                     if rgb is None:
                         rgb = rgb_by_size[(geom.coded_hw, geom.turns)] = upright(frame.to_rgb(geom.coded_hw), geom)
-                    stagings[p][name][b, slot] = apply_window(rgb, geom, transforms[p][name][b])
+                    _write(stagings[p][name], b, slot, apply_window(rgb, geom, transforms[p][name][b]))
 
         return sink
 
