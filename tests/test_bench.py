@@ -28,7 +28,7 @@ from vidloader.bench import (
 )
 from vidloader.bench._harness import steady_window
 from vidloader.bench._markdown import load_reports
-from vidloader.bench._multicam import MultiCameraFrames
+from vidloader.bench._multicam import multicam_sampler
 from vidloader.bench._peers import Job, make_peer, resolve_backends, root_cause
 from vidloader.bench._workloads import Geometry, make_plan, resolve_workloads
 
@@ -104,11 +104,11 @@ def test_multicam_sampler_orders(w3):
     ds, index = w3
     pos = {p: i for i, p in enumerate(index.paths)}
     clips = [[pos[str(p)] for p in clip] for clip in ds.clips]
-    stream = MultiCameraFrames(clips, order="stream").plan_epoch(index, epoch=0, batch_size=12)
+    stream = multicam_sampler(clips, order="stream").plan_epoch(index, epoch=0, batch_size=2)
     b0, b1 = stream.batch(0), stream.batch(1)
     assert np.array_equal(b1.frame_indices, b0.frame_indices + 1)  # walks frame by frame
-    for bp in (b0, MultiCameraFrames(clips, order="random", seed=1).plan_epoch(
-            index, epoch=0, batch_size=12).batch(3)):
+    for bp in (b0, multicam_sampler(clips, order="random", seed=1).plan_epoch(
+            index, epoch=0, batch_size=2).batch(3)):
         rows = bp.video_indices.reshape(2, 6)
         assert all(list(r) in clips for r in rows)  # 6 cameras of one clip per sample
         assert (bp.frame_indices.reshape(2, 6) == bp.frame_indices.reshape(2, 6)[:, :1]).all()

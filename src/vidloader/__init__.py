@@ -13,23 +13,25 @@ Typical use::
         frames = batch["frames"]          # uint8 [128, 224, 224, 3]
 """
 
-from .decoding import decode_frames
-from .errors import (
-    BackendUnavailableError,
-    ConfigError,
-    CorruptVideoError,
-    FrameIndexError,
-    IndexFormatError,
-    MediaError,
-    UnsupportedCodecError,
-    VideoNotFoundError,
-    VidloaderError,
-    WorkerError,
-)
-from .index import VideoIndex, VideoRecord, build_index, probe_video
-from .pipeline import VideoLoader
-from .processing import Process
-from .sampling import Clips, GopShuffle, MultiCameraClips, RandomFrames, Sampler, SequentialFrames
+import importlib
+
+#: Public name -> the subpackage that defines it. ``import vidloader`` imports none of them:
+#: each is imported on first use (``vidloader.VideoLoader``, ``from vidloader import X``), so a
+#: command such as ``vidloader info`` that needs only the index never pays for torch.
+_HOMES = {
+    **dict.fromkeys(["decode_frames"], "decoding"),
+    **dict.fromkeys([
+        "BackendUnavailableError", "ConfigError", "CorruptVideoError", "FrameIndexError",
+        "IndexFormatError", "MediaError", "UnsupportedCodecError", "VideoNotFoundError",
+        "VidloaderError", "WorkerError",
+    ], "errors"),
+    **dict.fromkeys(["VideoIndex", "VideoRecord", "build_index", "probe_video"], "index"),
+    **dict.fromkeys(["VideoLoader"], "pipeline"),
+    **dict.fromkeys(["Process"], "processing"),
+    **dict.fromkeys([
+        "Clips", "GopShuffle", "MultiCameraClips", "RandomFrames", "Sampler", "SequentialFrames",
+    ], "sampling"),
+}
 
 __version__ = "0.1.0"
 
@@ -59,3 +61,18 @@ __all__ = [
     "probe_video",
 ]
 assert sorted(__all__) == __all__
+assert sorted(_HOMES) == __all__
+
+
+def __getattr__(name: str):
+    """Import a public name's subpackage on first use (PEP 562) and cache the name here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -136,7 +136,7 @@ class VidloaderPeer(Peer):
 
         try:
             return VideoLoader(
-                job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+                job.index, sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
                 processing=job.workload.geometry.process(), backend=self.backend,
                 num_workers=job.workers, drop_last=True, persistent_workers=True,
                 device=job.device,
@@ -153,7 +153,10 @@ class VidloaderPeer(Peer):
             for batch in self._guard(iter(loader), first=done == 0):
                 _check_same_batch(batch, plan.batches[done])
                 done += 1
-                yield batch["frames"]
+                frames = batch["frames"]
+                # One row per camera, as every peer delivers (a multi-camera sampler's batches
+                # have a camera axis).
+                yield frames.flatten(0, 1) if plan.sampler.rows_per_sample > 1 else frames
                 if done >= n:
                     break
             if done == before:
@@ -189,7 +192,8 @@ class VidloaderPeer(Peer):
         # same settings says what it would choose (the constructor starts nothing).
         from ..pipeline import VideoLoader
 
-        loader = VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+        loader = VideoLoader(job.index, sampler=job.plan.sampler,
+                             batch_size=job.plan.samples_per_batch,
                              processing=job.workload.geometry.process(), num_workers=job.workers,
                              drop_last=True)
         lookahead, workers = loader.lookahead, max(1, job.workers)
@@ -201,7 +205,9 @@ def _check_same_batch(batch: dict, bp) -> None:
     want = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
     got_v = batch["video_index"].cpu().numpy()
     got_f = batch["frame_index"].cpu().numpy()
-    if not (np.array_equal(got_v, bp.video_indices) and np.array_equal(got_f, want)):
+    # Row-major order: a multi-camera batch's [samples, cameras(, T)] is the plan's rows.
+    if not (np.array_equal(got_v.ravel(), bp.video_indices)
+            and np.array_equal(got_f.ravel(), want.ravel())):
         raise RuntimeError(f"vidloader delivered other frames than planned in batch "
                            f"{bp.batch_index} of epoch {bp.epoch}")
 
@@ -224,7 +230,8 @@ class VidloaderNvdecPeer(VidloaderPeer):
         # model, workers x lookahead per cycle, made the first H200 runs time out.)
         from ..pipeline import VideoLoader
 
-        unit = VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+        unit = VideoLoader(job.index, sampler=job.plan.sampler,
+                           batch_size=job.plan.samples_per_batch,
                            processing=job.workload.geometry.process(), num_workers=job.workers,
                            drop_last=True).lookahead
         return 5 * unit, 4 * unit

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from ..index import VideoIndex
 from ..processing import Process
 from ..sampling import BatchPlan, Clips, RandomFrames, Sampler, SequentialFrames
-from ._multicam import MultiCameraFrames
+from ._multicam import multicam_sampler
 
 
 class Skip(Exception):
@@ -135,7 +135,7 @@ def _multicam(order: str) -> Callable[..., Sampler]:
         except KeyError as exc:
             raise Skip(f"camera file {exc} is not in the index") from None
         cams = len(clips[0])
-        return MultiCameraFrames(clips, order=order, num_samples=needed // cams, seed=seed)
+        return multicam_sampler(clips, order=order, num_samples=needed // cams, seed=seed)
     return make
 
 
@@ -195,6 +195,11 @@ class Plan:
     batch_size: int
     repeats: int = 1
 
+    @property
+    def samples_per_batch(self) -> int:
+        """The loader's ``batch_size``: samples, each filling ``rows_per_sample`` rows."""
+        return self.batch_size // self.sampler.rows_per_sample
+
 
 def make_plan(workload: Workload, index, dataset, *, batches: int, seed: int = 0,
               batch_size: int | None = None) -> Plan:
@@ -211,9 +216,10 @@ def make_plan(workload: Workload, index, dataset, *, batches: int, seed: int = 0
     if size % workload.cameras:
         raise Skip(f"batch size {size} is not a multiple of {workload.cameras} cameras")
     sampler = workload.make_sampler(index, dataset, batches * size, seed)
+    samples = size // sampler.rows_per_sample  # a multi-camera batch_size counts samples
     repeats = 1
     if workload.repeat_index:
-        per_epoch = len(sampler.plan_epoch(index, epoch=0, batch_size=size, drop_last=True))
+        per_epoch = len(sampler.plan_epoch(index, epoch=0, batch_size=samples, drop_last=True))
         repeats = max(1, -(-batches // max(1, per_epoch)))
         if repeats > 1:
             index = VideoIndex(list(index) * repeats)
@@ -221,7 +227,7 @@ def make_plan(workload: Workload, index, dataset, *, batches: int, seed: int = 0
     plans: list[BatchPlan] = []
     epoch = 0
     while len(plans) < batches:
-        epoch_plan = sampler.plan_epoch(index, epoch=epoch, batch_size=size, drop_last=True)
+        epoch_plan = sampler.plan_epoch(index, epoch=epoch, batch_size=samples, drop_last=True)
         if len(epoch_plan) == 0:
             raise Skip(f"the dataset holds no full batch of {size} for {workload.name}")
         plans.extend(epoch_plan.batch(b) for b in range(min(len(epoch_plan), batches - len(plans))))
