@@ -1,14 +1,16 @@
-"""``vidloader bench``: vidloader against its peers on the same files, frames and batch shapes.
+"""``vidloader bench``: vidloader against its peers on the same files, frames and batch shapes,
+and the other benchmarks of the project (NVDEC sweeps and probes, sampling trade-offs).
 
 Datasets (:mod:`._datasets`) are synthetic and cached by a hash of their specs; workloads
 (:mod:`._workloads`) plan the batches once with vidloader's samplers, and every backend
 (:mod:`._peers`, :mod:`._peers_gpu`) decodes exactly those frames; the harness
 (:mod:`._harness`) warms up, times and samples CPU, memory, GPU and NVDEC use; reports
-(:mod:`._report`) are a table, a JSON file and a PNG plot.
+(:mod:`._report`) are a table, a JSON file and a PNG plot. :mod:`._cli` lists the subcommands
+(``run``, ``sweep``, ``probe``, ``agreement``, ``tradeoff``, ``table``) and the module of each.
 
 Typical use::
 
-    vidloader bench --workload random --backends vidloader,naive,decord --scale tiny
+    vidloader bench run --workload random --backends vidloader,naive,decord --scale tiny
 """
 
 from ._cli import main, register_bench

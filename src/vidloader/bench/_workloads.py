@@ -21,11 +21,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..index import VideoIndex
-from ..processing import Process
 from ..sampling import BatchPlan, Clips, RandomFrames, Sampler, SequentialFrames
 from ._multicam import multicam_sampler
+
+if TYPE_CHECKING:
+    from ..processing import Process
 
 
 class Skip(Exception):
@@ -61,6 +64,8 @@ class Geometry:
 
     def process(self) -> Process:
         """The same geometry as a vidloader :class:`Process`."""
+        from ..processing import Process  # imports torch: not while building the command line
+
         if self.short_side is not None:
             return Process(short_side=self.short_side, size=self.crop, crop="center")
         return Process(size=self.size)
