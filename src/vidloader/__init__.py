@@ -1,7 +1,8 @@
 """vidloader: fast, exact video frame and clip loading for PyTorch training.
 
 Decode on CPU (FFmpeg through PyAV, resizing inside the decoder) or on NVIDIA GPUs (NVDEC
-through PyNvVideoCodec). ``import vidloader`` never imports a GPU library.
+through PyNvVideoCodec). ``import vidloader`` never imports a GPU library, and imports each
+public name's layer only on first use.
 
 Typical use::
 
@@ -13,24 +14,24 @@ Typical use::
         frames = batch["frames"]          # uint8 [128, 224, 224, 3]
 """
 
-import importlib
+from ._utils._lazy import lazy_exports
 
 #: Public name -> the subpackage that defines it. ``import vidloader`` imports none of them:
 #: each is imported on first use (``vidloader.VideoLoader``, ``from vidloader import X``), so a
-#: command such as ``vidloader info`` that needs only the index never pays for torch.
+#: command that needs only the index (``vidloader info``) never imports torch.
 _HOMES = {
-    **dict.fromkeys(["decode_frames"], "decoding"),
+    "decode_frames": ".decoding",
     **dict.fromkeys([
         "BackendUnavailableError", "ConfigError", "CorruptVideoError", "FrameIndexError",
         "IndexFormatError", "MediaError", "UnsupportedCodecError", "VideoNotFoundError",
         "VidloaderError", "WorkerError",
-    ], "errors"),
-    **dict.fromkeys(["VideoIndex", "VideoRecord", "build_index", "probe_video"], "index"),
-    **dict.fromkeys(["VideoLoader"], "pipeline"),
-    **dict.fromkeys(["Process"], "processing"),
+    ], ".errors"),
+    **dict.fromkeys(["VideoIndex", "VideoRecord", "build_index", "probe_video"], ".index"),
+    "VideoLoader": ".pipeline",
+    "Process": ".processing",
     **dict.fromkeys([
         "Clips", "GopShuffle", "MultiCameraClips", "RandomFrames", "Sampler", "SequentialFrames",
-    ], "sampling"),
+    ], ".sampling"),
 }
 
 __version__ = "0.1.0"
@@ -63,16 +64,4 @@ __all__ = [
 assert sorted(__all__) == __all__
 assert sorted(_HOMES) == __all__
 
-
-def __getattr__(name: str):
-    """Import a public name's subpackage on first use (PEP 562) and cache the name here."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # later look-ups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
