@@ -113,7 +113,7 @@ class _Raw:
         return int(frame.getPTS()), t.clone().cpu().numpy(), (tuple(t.shape), tuple(t.stride()), str(t.device), t.data_ptr())
 
 
-def _exact(frames, ref, record, key, pts_list=None) -> bool:
+def _exact(frames, ref, record, key) -> bool:
     ok = []
     for j, (_, nv12, _) in enumerate(frames):
         i = key + j

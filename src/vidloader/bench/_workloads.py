@@ -83,7 +83,6 @@ class Workload:
         geometry (Geometry): resize and crop of every frame.
         make_sampler (Callable): ``(index, dataset, samples_needed, seed) -> Sampler``.
         cameras (int): rows per sample (``> 1``: batches reshape to ``groups × cameras``).
-        stream_order (bool): the frames come in stream order (a decode-only ceiling applies).
         repeat_index (bool): when one epoch is shorter than the run, list the videos several
             times (as the exercise duplicates its video 200 times), so the run is one epoch.
     """
@@ -95,7 +94,6 @@ class Workload:
     geometry: Geometry
     make_sampler: Callable[..., Sampler]
     cameras: int = 1
-    stream_order: bool = False
     repeat_index: bool = False
 
 
@@ -150,10 +148,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("clips", "random clips of 16 frames, stride 2, batch 8; short side 128, crop 112",
              "W4", 8, Geometry(short_side=128, crop=(112, 112)), _clips),
     Workload("sequential", "all frames in stream order, batch 128, 224x224 (the ceiling)", "W1",
-             128, _FRAME, _sequential, stream_order=True, repeat_index=True),
+             128, _FRAME, _sequential, repeat_index=True),
     Workload("multicam-stream", "6 cameras at the same frame, stream order, 8 clips x 6 cams, "
-             "native size", "W3", 48, Geometry(), _multicam("stream"), cameras=6,
-             stream_order=True),
+             "native size", "W3", 48, Geometry(), _multicam("stream"), cameras=6),
     Workload("multicam-random", "6 cameras at the same frame, random access, 8 clips x 6 cams, "
              "native size", "W3", 48, Geometry(), _multicam("random"), cameras=6),
     Workload("relaxed", "vidloader.GopShuffle: GOP-local random frames, batch 128, 224x224",
