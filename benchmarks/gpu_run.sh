@@ -1,5 +1,6 @@
 #!/bin/bash
-# One call on the GPU machine: the benchmarks (and, with GPU_TESTS=1, the GPU tests first).
+# One call on the GPU machine: the benchmarks (and, with GPU_TESTS=1, the GPU tests first),
+# through `python3 -m vidloader.bench` (the code is in src/vidloader/bench/).
 # Every (workload, backend) pair is its own command under its own time limit, writing its own
 # JSON under $OUT/bench/<backend>/, so one slow backend cannot cost the others their results.
 # Device tool: install .whl into .site, export PYTHONPATH=$PWD/src:$PWD/.site, then
@@ -17,17 +18,18 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
 fi
 SCALE=${BENCH_SCALE:-gpu-quick}
 # gpu scale (200 x 3 s 1080p) took 140-170 s to generate on 16 cores; gpu-quick ~45 s.
-timeout 240 python3 -c "from vidloader.bench._datasets import prepare_dataset as p; p('W1', '$SCALE', data_dir='/tmp/bench-data')" \
+timeout 240 python3 -c "from vidloader.bench import prepare_dataset as p; p('W1', '$SCALE', data_dir='/tmp/bench-data')" \
   2>&1 | grep -v "generating videos" | tee -a "$OUT/bench.log"
 bench() {  # workload backend seconds [max-seconds] [timed batches]
-  timeout "$3" python3 -m vidloader.bench --scale "$SCALE" --dataset W1 --data-dir /tmp/bench-data \
+  timeout "$3" python3 -m vidloader.bench run --scale "$SCALE" --dataset W1 --data-dir /tmp/bench-data \
     --out "$OUT/bench/$2" --workers 16 --no-plot --batches "${5:-${BENCH_BATCHES:-30}}" \
     --max-seconds "${4:-${BENCH_MAX_SECONDS:-10}}" --timeout "$3" --workload "$1" --backends "$2" \
     2>&1 | tee -a "$OUT/bench.log"
 }
 # A VideoLoader run starts 16 spawned workers and CUDA (~30-40 s) before its warm-up of 5
 # units: 55 s was too short on the H200 for the NVDEC loader (killed before its JSON).
-# BENCH_STEPS picks the groups to run (one device call is at most 10 minutes).
+# BENCH_STEPS picks the groups to run (one device call is at most 10 minutes); sweep and probe
+# (loader settings, PyNvVideoCodec facts) run only when named.
 # An empty BENCH_STEPS runs no benchmark (GPU_TESTS=1 BENCH_STEPS="" runs the tests alone).
 STEPS=${BENCH_STEPS-"sequential random relaxed"}
 for step in $STEPS; do
@@ -38,7 +40,11 @@ for step in $STEPS; do
     random) bench random vidloader-nvdec 180 40 64; bench random pynvc-simple 45 ;;
     relaxed) bench relaxed vidloader-nvdec 180 30 160 ;;
     cpu) bench random vidloader 60; bench sequential vidloader 50 ;;  # the CPU backend here
-    *) echo "gpu_run.sh: unknown step '$step' (sequential, random, relaxed, cpu)" >&2 ;;
+    sweep) timeout 540 python3 -m vidloader.bench sweep --scale "$SCALE" --data-dir /tmp/bench-data \
+             --out "$OUT/bench/sweep.json" 2>&1 | tee -a "$OUT/bench.log" ;;
+    probe) timeout 540 python3 -m vidloader.bench probe --out "$OUT/bench/probe.json" \
+             2>&1 | tee -a "$OUT/bench.log" ;;
+    *) echo "gpu_run.sh: unknown step '$step' (sequential, random, relaxed, cpu, sweep, probe)" >&2 ;;
   esac
 done
 # The device tool brings back only a few files per call (run 7 lost three JSONs that way):

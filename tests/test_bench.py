@@ -26,10 +26,11 @@ from vidloader.bench import (
     register_bench,
     run_isolated,
 )
+from vidloader.bench._backends import make_peer, resolve_backends
 from vidloader.bench._harness import steady_window
 from vidloader.bench._markdown import load_reports
-from vidloader.bench._multicam import MultiCameraFrames
-from vidloader.bench._peers import Job, make_peer, resolve_backends, root_cause
+from vidloader.bench._multicam import multicam_sampler
+from vidloader.bench._peers import Job, root_cause
 from vidloader.bench._workloads import Geometry, make_plan, resolve_workloads
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -104,11 +105,11 @@ def test_multicam_sampler_orders(w3):
     ds, index = w3
     pos = {p: i for i, p in enumerate(index.paths)}
     clips = [[pos[str(p)] for p in clip] for clip in ds.clips]
-    stream = MultiCameraFrames(clips, order="stream").plan_epoch(index, epoch=0, batch_size=12)
+    stream = multicam_sampler(clips, order="stream").plan_epoch(index, epoch=0, batch_size=2)
     b0, b1 = stream.batch(0), stream.batch(1)
     assert np.array_equal(b1.frame_indices, b0.frame_indices + 1)  # walks frame by frame
-    for bp in (b0, MultiCameraFrames(clips, order="random", seed=1).plan_epoch(
-            index, epoch=0, batch_size=12).batch(3)):
+    for bp in (b0, multicam_sampler(clips, order="random", seed=1).plan_epoch(
+            index, epoch=0, batch_size=2).batch(3)):
         rows = bp.video_indices.reshape(2, 6)
         assert all(list(r) in clips for r in rows)  # 6 cameras of one clip per sample
         assert (bp.frame_indices.reshape(2, 6) == bp.frame_indices.reshape(2, 6)[:, :1]).all()
@@ -253,3 +254,49 @@ def test_merge_run_joins_per_backend_reports_with_ratios(tmp_path):
     (tmp_path / "e/other.json").write_text(json.dumps(files["e/other.json"]))
     with pytest.raises(ValueError, match="different datasets"):
         merge_run(load_reports(tmp_path))
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "probe", "agreement", "tradeoff", "table"])
+def test_every_subcommand_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m vidloader.bench {command}")
+
+
+def test_run_is_the_default_subcommand():
+    parser = argparse.ArgumentParser()
+    register_bench(parser.add_subparsers(dest="command"))
+    argv = ["--workload", "clips", "--backends", "naive", "--scale", "small", "--no-plot"]
+    before = vars(parser.parse_args(["bench", *argv]))
+    after = vars(parser.parse_args(["bench", "run", *argv]))
+    assert before.pop("bench_command") is None and after.pop("bench_command") == "run"
+    assert before.pop("func").module == after.pop("func").module == "_run"
+    assert before == after
+
+
+def test_table_prints_the_section_of_recorded_runs(capsys):
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "cpu"
+    assert main(["table", "--results", str(results), "--top-level"]) == 0
+    assert "## Performance" in capsys.readouterr().out
+
+
+def test_sweep_configs_pass_nvdec_options_through():
+    from vidloader.bench._sweep import parse_configs
+    from vidloader.errors import ConfigError
+
+    assert parse_configs("sequential:24,random:16:skip_nonref=0:units_decoding=2") == [
+        ("sequential", 24, {}), ("random", 16, {"skip_nonref": 0, "units_decoding": 2})]
+    with pytest.raises(ConfigError, match="unknown sampler 'nope'"):
+        parse_configs("nope:16")
+
+
+def test_backend_names_match_their_adapters():
+    from vidloader.bench._backends import backend_names
+
+    assert all(make_peer(name).name == name for name in backend_names())

@@ -38,3 +38,22 @@ def test_demo_on_synthetic_data_prints_throughput_and_machine(tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "throughput:" in out and "frames/s" in out and "CPU:" in out and "GPU:" in out
+
+
+def test_help_and_info_import_no_torch(tmp_path):
+    """``vidloader --help`` and ``vidloader info`` start fast: nothing they run imports torch."""
+    import subprocess
+    import sys
+
+    path = make_video(tmp_path / "a.mp4", VideoSpec(width=64, height=48, num_frames=10))
+    code = ("import runpy, sys\n"
+            "sys.argv = ['vidloader', *sys.argv[1:]]\n"
+            "try:\n"
+            "    runpy.run_module('vidloader.cli', run_name='__main__')\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print('torch imported:', 'torch' in sys.modules)\n")
+    for argv in (["--help"], ["bench", "--help"], ["bench", "sweep", "--help"], ["info", str(path)]):
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                             check=True)
+        assert out.stdout.splitlines()[-1] == "torch imported: False", argv

@@ -1,7 +1,8 @@
 """vidloader: fast, exact video frame and clip loading for PyTorch training.
 
 Decode on CPU (FFmpeg through PyAV, resizing inside the decoder) or on NVIDIA GPUs (NVDEC
-through PyNvVideoCodec). ``import vidloader`` never imports a GPU library.
+through PyNvVideoCodec). ``import vidloader`` never imports a GPU library, and imports each
+public name's layer only on first use.
 
 Typical use::
 
@@ -13,23 +14,25 @@ Typical use::
         frames = batch["frames"]          # uint8 [128, 224, 224, 3]
 """
 
-from .decoding import decode_frames
-from .errors import (
-    BackendUnavailableError,
-    ConfigError,
-    CorruptVideoError,
-    FrameIndexError,
-    IndexFormatError,
-    MediaError,
-    UnsupportedCodecError,
-    VideoNotFoundError,
-    VidloaderError,
-    WorkerError,
-)
-from .index import VideoIndex, VideoRecord, build_index, probe_video
-from .pipeline import VideoLoader
-from .processing import Process
-from .sampling import Clips, GopShuffle, MultiCameraClips, RandomFrames, Sampler, SequentialFrames
+from ._utils._lazy import lazy_exports
+
+#: Public name -> the subpackage that defines it. ``import vidloader`` imports none of them:
+#: each is imported on first use (``vidloader.VideoLoader``, ``from vidloader import X``), so a
+#: command that needs only the index (``vidloader info``) never imports torch.
+_HOMES = {
+    "decode_frames": ".decoding",
+    **dict.fromkeys([
+        "BackendUnavailableError", "ConfigError", "CorruptVideoError", "FrameIndexError",
+        "IndexFormatError", "MediaError", "UnsupportedCodecError", "VideoNotFoundError",
+        "VidloaderError", "WorkerError",
+    ], ".errors"),
+    **dict.fromkeys(["VideoIndex", "VideoRecord", "build_index", "probe_video"], ".index"),
+    "VideoLoader": ".pipeline",
+    "Process": ".processing",
+    **dict.fromkeys([
+        "Clips", "GopShuffle", "MultiCameraClips", "RandomFrames", "Sampler", "SequentialFrames",
+    ], ".sampling"),
+}
 
 __version__ = "0.1.0"
 
@@ -59,3 +62,6 @@ __all__ = [
     "probe_video",
 ]
 assert sorted(__all__) == __all__
+assert sorted(_HOMES) == __all__
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

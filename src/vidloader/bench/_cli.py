@@ -1,40 +1,82 @@
-"""``vidloader bench``: run workloads × backends, print a table, write JSON and a PNG per workload.
+"""``vidloader bench``: every benchmark of vidloader, one subcommand each (listed under
+"commands" below; ``vidloader bench COMMAND --help`` describes one).
 
-Example::
+Without a subcommand the options are ``run``'s (``vidloader bench --workload random`` is
+``vidloader bench run --workload random``, the form used before the subcommands). Examples::
 
-    vidloader bench --workload random --backends vidloader,naive,decord,opencv,torchcodec \\
+    vidloader bench run --workload random --backends vidloader,naive,decord,opencv,torchcodec \\
         --dataset W1 --scale tiny --batches 20 --workers 2 --out benchmarks/results/cpu/
+    vidloader bench table --results benchmarks/results/cpu --top-level > section.md
+    python -m vidloader.bench ...     # the same, where the vidloader command is not on the PATH
 
-Also runs as ``python -m vidloader.bench ...`` (same options), e.g. where the ``vidloader``
-command is not on the PATH.
+Each subcommand imports what it measures (torch, a peer's library) only when it runs, so that
+``vidloader --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
-import shlex
+import importlib
+import inspect
 import sys
-from pathlib import Path
+from collections.abc import Callable
 
-from ._datasets import DATASETS, SCALES, load_index, prepare_dataset
-from ._harness import RunConfig, run_backend, run_isolated, sized_job
-from ._peers import BACKEND_ALIASES, backend_names, make_peer, resolve_backends
-from ._report import environment, format_table, make_report, stem, write_json, write_plot
-from ._workloads import ALIASES, WORKLOADS, Skip, resolve_workloads
+from ..errors import VidloaderError
+from ._backends import BACKEND_ALIASES, backend_names
+from ._datasets import DATASETS, SCALES
+from ._workloads import ALIASES, WORKLOADS
+
+_RAW = argparse.RawDescriptionHelpFormatter
+_USAGE = "%(prog)s [-h] [COMMAND] [options]"
 
 
 def register_bench(sub) -> None:
     """Add the ``bench`` subcommand to an ``argparse`` sub-parser collection."""
-    p = sub.add_parser("bench", help="compare vidloader with other video loaders",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    p.set_defaults(func=run_bench)
+    p = sub.add_parser("bench", help="benchmarks: vidloader against its peers, NVDEC sweeps "
+                       "and probes, sampling trade-offs", description=__doc__, formatter_class=_RAW,
+                       usage=_USAGE)
+    _add_commands(p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m vidloader.bench``: the ``bench`` subcommand on its own."""
+    parser = argparse.ArgumentParser(prog="python -m vidloader.bench", description=__doc__,
+                                     formatter_class=_RAW, usage=_USAGE)
+    _add_commands(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except VidloaderError as exc:
+        print(f"vidloader bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _handler(module: str) -> Callable[[argparse.Namespace], int]:
+    """``run(args)`` of ``vidloader.bench.<module>``, imported when the command runs."""
+    def handler(args: argparse.Namespace) -> int:
+        return importlib.import_module(f"{__package__}.{module}").run(args)
+
+    handler.module = module  # which command it runs, for tests and debugging
+    return handler
+
+
+def _add_commands(p: argparse.ArgumentParser) -> None:
+    add_arguments(p)  # the form before subcommands: ``vidloader bench --workload ...``
+    p.set_defaults(func=_handler("_run"))
+    # prog: the subcommands' usage starts "vidloader bench sweep", not with _USAGE.
+    sub = p.add_subparsers(dest="bench_command", metavar="COMMAND", prog=p.prog,
+                           title="commands (default: run)")
+    for name, module, add, summary in _COMMANDS:
+        cmd = sub.add_parser(name, help=summary, formatter_class=_RAW,
+                             description=f"{summary}.\n\n{inspect.cleandoc(add.__doc__)}")
+        add(cmd)
+        cmd.set_defaults(func=_handler(module))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``vidloader bench``."""
+    """Every (workload, backend) pair runs in its own process (``--no-isolate``: in this one)
+    after a warm-up as deep as the backend's prefetch; each workload's report (a table, a
+    JSON file and a PNG plot) goes under ``--out``. See benchmarks/README.md."""
     workloads = ", ".join([*WORKLOADS, *ALIASES])
     backends = ", ".join([*backend_names(), *BACKEND_ALIASES, "all"])
     p.add_argument("--workload", default="random", help=f"comma-separated: {workloads}")
@@ -58,92 +100,102 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
 
 
-def command_line(args) -> str:
-    """The canonical command that reproduces ``args``."""
-    parts = ["vidloader", "bench", "--workload", args.workload, "--backends", args.backends]
-    if args.dataset:
-        parts += ["--dataset", args.dataset]
-    parts += ["--scale", args.scale, "--batches", str(args.batches), "--warmup", str(args.warmup),
-              "--workers", str(args.workers), "--seed", str(args.seed),
-              "--max-seconds", f"{args.max_seconds:g}"]
-    for flag, value in (("--batch-size", args.batch_size), ("--device", args.device)):
-        if value is not None:
-            parts += [flag, str(value)]
-    parts += ["--out", str(args.out)]
-    return shlex.join(parts)
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """On the GPU machine, over the W1 dataset at --scale: one JSON line per configuration
+    (frames/s, decoded frames per delivered frame, NVDEC and GPU utilisation from nvidia-smi),
+    all of them also in --out. It chooses defaults (decoder threads, frame cache,
+    non-reference skipping, units queued on the decoders); the published figures come from
+    ``run``."""
+    p.add_argument("--out", required=True, help="JSON file of every configuration's result")
+    p.add_argument("--scale", default="gpu-quick", choices=SCALES)
+    p.add_argument("--data-dir", default="/tmp/bench-data")
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--batches", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=48,
+                   help="untimed batches: at least 3x the work queued ahead (4 units of 4)")
+    p.add_argument("--ceiling-seconds", type=float, default=8.0)
+    p.add_argument("--only", default="", help="comma-separated sampler names to run")
+    p.add_argument("--configs", default="",
+                   help="run these instead of the built-in list: comma-separated sampler:decoders"
+                        "[:nvdec_option=int...], e.g. sequential:24,random:16:units_decoding=2")
+    p.add_argument("--no-ceiling", action="store_true")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="list the videos this many times (as run does), so that an epoch "
+                        "holds the whole run: an epoch's end drains the pipeline")
+    p.add_argument("--profile", action="store_true",
+                   help="sample every thread's stack during each configuration")
 
 
-def run_bench(args) -> int:
-    """Run every requested workload against every requested backend."""
-    try:
-        workloads = resolve_workloads(args.workload)
-        backends = resolve_backends(args.backends)
-    except ValueError as exc:
-        print(f"vidloader bench: error: {exc}", file=sys.stderr)
-        return 2
-    if args.workers is None:
-        args.workers = os.cpu_count() or 1
-    env = environment(args.note)
-    for workload in workloads:
-        report = _run_workload(workload, backends, args, env)
-        print(format_table(report) + "\n", flush=True)
-        base = Path(args.out) / stem(report)
-        paths = [write_json(report, base.with_suffix(".json"))]
-        if not args.no_plot:
-            paths.append(write_plot(report, base.with_suffix(".png")))
-        print("wrote " + ", ".join(str(p) for p in paths if p) + "\n", flush=True)
-    return 0
+def _probe_arguments(p: argparse.ArgumentParser) -> None:
+    """Part 1 (facts): what PyNvVideoCodec's low-level API does with hand-built packets (pts,
+    output latency, DLPack layout, reuse after a flush, reconfiguration, surface recycling).
+    Part 2 (throughput) over synthetic 1080p H.264 videos: raw demuxer + decoder on 1 and 8
+    threads, the NVDEC executor sequential and on random frames, with nvidia-smi's decoder
+    utilisation."""
+    p.add_argument("--out", default="nvdec_probe.json", help="JSON file of the results")
+    p.add_argument("--videos", type=int, default=16)
+    p.add_argument("--frames", type=int, default=75)
+    p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--skip-facts", action="store_true", help="part 2 only")
 
 
-def plan_length(cfg: RunConfig, backends: list[str]) -> int:
-    """Batches to plan, the same for every backend: the longest warm-up plus timed window of
-    the backends that can run here (see :func:`sized_job`)."""
-    peers = []
-    for name in backends:
-        peer = make_peer(name)
-        try:
-            peer.check()
-        except Skip:
-            continue
-        peers.append(peer)
-    try:
-        return sized_job(cfg, peers)[1] if peers else cfg.warmup + cfg.batches
-    except Exception:  # Skip or a failure: every run will say why, in its own row
-        return cfg.warmup + cfg.batches
+def _agreement_arguments(p: argparse.ArgumentParser) -> None:
+    """Batches of the multicam-random workload (native size: no resize blurs the comparison)
+    against vidloader's CPU backend, as a mean absolute difference per batch (0: identical; a
+    wrong frame gives tens). Exits 1 if a backend that ran differs by more than --tolerance."""
+    p.add_argument("--backends", default="naive,decord,opencv,torchcodec")
+    p.add_argument("--scale", default="tiny", choices=SCALES)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--tolerance", type=float, default=4.0)
 
 
-def _run_workload(workload, backends: list[str], args, env: dict) -> dict:
-    name = args.dataset or workload.dataset
-    dataset = prepare_dataset(name, args.scale, data_dir=args.data_dir, progress=True)
-    load_index(dataset)  # once, here: the runs load it
-    base = RunConfig(workload.name, "", name, args.scale, str(dataset.root.parent), args.batches,
-                     args.warmup, args.workers, args.seed, args.device, args.batch_size,
-                     args.max_seconds)
-    base.plan_batches = args.plan_batches = plan_length(base, backends)
-    runs = []
-    for backend in backends:
-        cfg = dataclasses.replace(base, backend=backend)
-        print(f"[{workload.name}] {backend} ...", end=" ", flush=True)
-        result = run_backend(cfg) if args.no_isolate else run_isolated(cfg, timeout_s=args.timeout)
-        print(_one_line(result), flush=True)
-        runs.append(result)
-    settings = {k: getattr(args, k) for k in ("batches", "warmup", "plan_batches", "workers",
-                                              "seed", "device", "batch_size", "scale",
-                                              "max_seconds")}
-    settings["isolated"] = not args.no_isolate
-    return make_report(workload=workload, dataset=dataset.summary(), settings=settings,
-                       command=command_line(args), runs=runs, env=env)
+def _tradeoff_arguments(p: argparse.ArgumentParser) -> None:
+    """GopShuffle at several windows, in its two in-block orders, against SequentialFrames
+    (the speed ceiling) and RandomFrames (exact uniform sampling): frames/s, decoded frames per
+    delivered frame, design effect, intra-GOP correlation and the throughput predicted from
+    the plans. Run from the repository root: it writes --json and --plot there."""
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="fewer windows and repeats")
+    p.add_argument("--media", default="/tmp/vidloader_sampling_media")
+    p.add_argument("--json", default="benchmarks/results/cpu/sampling_tradeoff.json")
+    p.add_argument("--plot", default="docs/sampling_tradeoff.png")
+    p.add_argument("--series", nargs="+",
+                   help="measure only these series (loader-L4, loader-Lpref, loader-uniform-L, "
+                        "loader-w2, units) and replace them in an existing --json")
+    p.add_argument("--orders", nargs="+", choices=("uniform", "balanced"),
+                   default=["uniform", "balanced"],
+                   help="GopShuffle orders to measure (rows of the others are kept)")
+    p.add_argument("--stats-only", action="store_true",
+                   help="recompute statistics and planned costs; keep --json's timings")
+    p.add_argument("--plot-only", action="store_true", help="redraw the plot from --json")
 
 
-def _one_line(result: dict) -> str:
-    if result.get("status") == "ok":
-        return f"{result['frames_per_s']:,.0f} frames/s"
-    return f"{result.get('status')}: {result.get('reason', '')}"
+def _table_arguments(p: argparse.ArgumentParser) -> None:
+    """Every figure links to the JSON it comes from. --merge-run treats every JSON under
+    --results as one run whose backends were benched one by one (benchmarks/gpu_run.sh): one
+    table per workload, with ratios across them. Prints the section on standard output."""
+    p.add_argument("--results", default="benchmarks/results")
+    p.add_argument("--base", default=".", help="directory of the README (links start here)")
+    p.add_argument("--heading", default="## Performance")
+    p.add_argument("--top-level", action="store_true", help="only the JSON directly in --results")
+    p.add_argument("--no-preamble", action="store_true", help="tables only, no column notes")
+    p.add_argument("--merge-run", action="store_true",
+                   help="merge per-backend reports of one run (gpu_run.sh) by workload")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m vidloader.bench``: the ``bench`` subcommand on its own."""
-    parser = argparse.ArgumentParser(prog="python -m vidloader.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run_bench(parser.parse_args(argv))
+#: (name, module holding ``run(args)``, options, one line): the subcommands of ``bench``.
+_COMMANDS = [
+    ("run", "_run", add_arguments,
+     "vidloader against its peers on the same files, frames and batch shapes"),
+    ("sweep", "_sweep", _sweep_arguments,
+     'VideoLoader(backend="nvdec") settings beside the raw NVDEC ceiling (GPU machine)'),
+    ("probe", "_probe", _probe_arguments,
+     "PyNvVideoCodec's behaviour and NVDEC throughput, in one run (GPU machine)"),
+    ("agreement", "_agreement", _agreement_arguments,
+     "check that every backend of run delivers the planned frames"),
+    ("tradeoff", "_tradeoff", _tradeoff_arguments,
+     "GopShuffle's throughput against its statistical cost, beside the anchors (CPU)"),
+    ("table", "_table", _table_arguments,
+     "the README's performance section from the JSON files of run"),
+]

@@ -21,8 +21,9 @@ import traceback
 
 import torch
 
+from ._backends import make_peer
 from ._monitor import Monitor
-from ._peers import Job, Peer, make_peer, root_cause
+from ._peers import Job, Peer, root_cause
 from ._workloads import WORKLOADS, Skip, make_plan
 
 #: Last characters of a failed child's output kept in the report.

@@ -1,113 +1,109 @@
-"""A multi-camera frame sampler for the ``multicam`` workloads (NVIDIA's separation example).
+"""The samplers of the ``multicam`` workloads (NVIDIA's separation example), on the library's
+:class:`vidloader.MultiCameraClips`.
 
-The library's multi-camera sampler is :class:`vidloader.MultiCameraClips` (each (rig, frame)
-once per epoch, outputs with a camera axis). The benchmark keeps this one because it
-reproduces the separation example's two orders exactly, written against the public
-:class:`vidloader.Sampler` contract: every sample is one (clip, frame) pair
-and fills ``cameras`` consecutive rows of the batch, one per camera file of the clip, all at
-the same frame index. The loader then decodes those rows like any others (GOP grouping per
-file, worker processes, shared-memory slots) and the harness reshapes a batch of
-``groups * cameras`` rows to ``groups × cameras``.
+A sample is one (clip, frame) pair and fills one row per camera file of the clip, all at the
+same frame index; the loader decodes those rows like any others and hands out batches with a
+camera axis. Two orders, as in the separation example's samplers:
 
-Two orders, as in the separation example's samplers:
-
-* ``"stream"`` (``VideoClipSamplerStream``): all (clip, frame) pairs are cut into ``groups``
-  contiguous runs; batch ``i`` takes element ``i`` of each run, so consecutive batches walk
-  frame by frame through the same clips (past the end of its run, a group walks on into the
-  next run, so an epoch may be longer than the dataset).
-* ``"random"`` (``VideoClipSamplerRandom``): every sample is an independent uniform draw over
-  all (clip, frame) pairs.
+* ``"random"`` (``VideoClipSamplerRandom``): every sample an independent uniform draw over
+  all (clip, frame) pairs: ``MultiCameraClips(replacement=True)`` as it is.
+* ``"stream"`` (``VideoClipSamplerStream``): the pairs, in order, are cut into ``groups``
+  contiguous runs (one per sample of a batch); batch ``i`` takes element ``i`` of each run, so
+  consecutive batches walk frame by frame through the same clips (past the end of its run, a
+  group walks on into the next run). ``MultiCameraClips`` has no such order, so
+  :class:`StreamOrder` regroups its in-order samples; which rows a sample fills stays the
+  library's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..sampling import BatchPlan, EpochPlan, Sampler
+from ..index import VideoIndex
+from ..sampling import BatchPlan, EpochPlan, MultiCameraClips, MultiCameraEpoch, Sampler
 
 
-class MultiCameraFrames(Sampler):
-    """Same frame index across the camera files of a clip.
+def multicam_sampler(
+    rigs: Sequence[Sequence[int]], *, order: Literal["stream", "random"] = "random",
+    num_samples: int | None = None, seed: int = 0,
+) -> Sampler:
+    """Same frame index across the camera files of a clip, in the separation example's order.
 
     Args:
-        clips (list[list[int]]): for each clip, the index positions of its camera videos
-            (all clips have the same number of cameras).
+        rigs (sequence of sequences of int): for each clip, the index positions of its camera
+            videos (all clips have the same number of cameras).
         order ("stream" | "random"): see the module docstring.
         num_samples (int | None): (clip, frame) samples per epoch; default all pairs.
         seed (int): seed of the random order.
+
+    Raises:
+        ConfigError: an unknown order, or rigs that :class:`MultiCameraClips` refuses.
+    """
+    if order == "random":
+        return MultiCameraClips(rigs, replacement=True, num_samples=num_samples, seed=seed)
+    if order == "stream":
+        return StreamOrder(MultiCameraClips(rigs, shuffle=False, seed=seed), num_samples=num_samples)
+    raise ConfigError(f"order must be 'stream' or 'random', got {order!r}")
+
+
+class StreamOrder(Sampler):
+    """The in-order samples of a :class:`MultiCameraClips` (``shuffle=False``), regrouped in
+    the separation example's stream order; ``batch_size`` counts samples, as for the sampler.
+
+    Args:
+        sampler (MultiCameraClips): the rigs; its sample ``p`` is pair ``p`` of the order.
+        num_samples (int | None): samples per epoch; default all pairs.
     """
 
     is_clip = False
 
-    def __init__(
-        self, clips: list[list[int]], *, order: Literal["stream", "random"] = "random",
-        num_samples: int | None = None, seed: int = 0,
-    ) -> None:
-        if not clips or len({len(c) for c in clips}) != 1:
-            raise ConfigError("MultiCameraFrames needs clips with the same number of cameras")
-        if order not in ("stream", "random"):
-            raise ConfigError(f"order must be 'stream' or 'random', got {order!r}")
-        self.clips = [list(map(int, c)) for c in clips]
-        self.cameras = len(clips[0])
-        self.order, self.seed = order, int(seed)
+    def __init__(self, sampler: MultiCameraClips, *, num_samples: int | None = None) -> None:
+        self.sampler = sampler
+        self.rows_per_sample = sampler.rows_per_sample
         self._num_samples = num_samples
 
-    def _pairs(self, index) -> np.ndarray:
-        """Frames per clip: the shortest camera's count (cameras may differ by a frame)."""
-        return np.array([min(index[v].num_frames for v in clip) for clip in self.clips], np.int64)
-
-    def num_samples(self, index) -> int:
-        """Rows per epoch (``cameras`` per (clip, frame) sample)."""
-        pairs = int(self._pairs(index).sum())
-        return self.cameras * (self._num_samples or pairs)
+    def num_samples(self, index: VideoIndex) -> int:
+        """Samples per epoch."""
+        return self._num_samples or self.sampler.num_samples(index)
 
     def plan_epoch(
-        self, index, *, epoch: int, batch_size: int, rank: int = 0, world_size: int = 1,
-        drop_last: bool = False,
+        self, index: VideoIndex, *, epoch: int, batch_size: int, rank: int = 0,
+        world_size: int = 1, drop_last: bool = False,
     ) -> EpochPlan:
-        if batch_size % self.cameras:
-            raise ConfigError(
-                f"batch_size={batch_size} must be a multiple of the {self.cameras} cameras"
-            )
-        return _MultiCamEpoch(self, self._pairs(index), epoch, batch_size // self.cameras,
-                              rank, world_size)
+        """Full batches only (``drop_last`` is implied: a short batch breaks the runs)."""
+        in_order = self.sampler.plan_epoch(index, epoch=epoch, batch_size=1)  # batch p = pair p
+        length = self.num_samples(index) // (batch_size * world_size)
+        return _StreamEpoch(in_order, groups=batch_size, length=length, rank=rank,
+                            world_size=world_size)
 
     def config(self) -> dict:
-        return {"type": type(self).__name__, "order": self.order, "seed": self.seed,
-                "cameras": self.cameras, "num_samples": self._num_samples}
+        return {"type": type(self).__name__, "sampler": self.sampler.config(),
+                "num_samples": self._num_samples}
 
 
-class _MultiCamEpoch(EpochPlan):
-    """Full batches only (a short one would break the ``groups × cameras`` reshape)."""
-
-    def __init__(self, sampler: MultiCameraFrames, frames: np.ndarray, epoch: int, groups: int,
-                 rank: int, world_size: int) -> None:
-        self.s, self.frames, self.epoch, self.groups = sampler, frames, epoch, groups
+class _StreamEpoch(EpochPlan):
+    def __init__(self, in_order: MultiCameraEpoch, *, groups: int, length: int, rank: int,
+                 world_size: int) -> None:
+        self.in_order, self.groups, self.length = in_order, groups, length
         self.rank, self.world = rank, world_size
-        self.starts = np.concatenate([[0], np.cumsum(frames)])  # pair id → clip by search
-        self.total = int(frames.sum())
-        self.run = self.total // groups  # stream order: length of each contiguous run
-        # Past the end of its run a group walks on into the next one's (and wraps around).
-        self.n = (sampler._num_samples or self.total) // (groups * world_size)
+        self.total = len(in_order)
+        self.run = self.total // groups  # the length of each contiguous run
 
     def __len__(self) -> int:
-        return self.n
+        return self.length
 
     def batch(self, batch_index: int) -> BatchPlan:
-        if not 0 <= batch_index < self.n:
-            raise IndexError(f"batch {batch_index} of {self.n}")
+        if not 0 <= batch_index < self.length:
+            raise IndexError(f"batch {batch_index} of {self.length}")
         g = batch_index * self.world + self.rank
-        if self.s.order == "stream":
-            pairs = (np.arange(self.groups, dtype=np.int64) * self.run + g) % self.total
-        else:
-            rng = np.random.default_rng([self.s.seed, self.epoch, g])
-            pairs = rng.integers(0, self.total, self.groups)
-        clip = np.searchsorted(self.starts, pairs, side="right") - 1
-        frame = pairs - self.starts[clip]
-        videos = np.array([self.s.clips[c] for c in clip], np.int64).ravel()
-        frames = np.repeat(frame, self.s.cameras)[:, None]
-        seeds = np.arange(len(videos), dtype=np.uint64) + np.uint64(g * len(videos))
-        return BatchPlan(self.epoch, batch_index, videos, frames, seeds, is_clip=False)
+        parts = [self.in_order.batch((k * self.run + g) % self.total) for k in range(self.groups)]
+        return BatchPlan(
+            epoch=parts[0].epoch, batch_index=batch_index,
+            video_indices=np.concatenate([p.video_indices for p in parts]),
+            frame_indices=np.concatenate([p.frame_indices for p in parts]),
+            sample_seeds=np.concatenate([p.sample_seeds for p in parts]), is_clip=False,
+        )

@@ -136,7 +136,7 @@ class VidloaderPeer(Peer):
 
         try:
             return VideoLoader(
-                job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+                job.index, sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
                 processing=job.workload.geometry.process(), backend=self.backend,
                 num_workers=job.workers, drop_last=True, persistent_workers=True,
                 device=job.device,
@@ -153,7 +153,10 @@ class VidloaderPeer(Peer):
             for batch in self._guard(iter(loader), first=done == 0):
                 _check_same_batch(batch, plan.batches[done])
                 done += 1
-                yield batch["frames"]
+                frames = batch["frames"]
+                # One row per camera, as every peer delivers (a multi-camera sampler's batches
+                # have a camera axis).
+                yield frames.flatten(0, 1) if plan.sampler.rows_per_sample > 1 else frames
                 if done >= n:
                     break
             if done == before:
@@ -189,7 +192,8 @@ class VidloaderPeer(Peer):
         # same settings says what it would choose (the constructor starts nothing).
         from ..pipeline import VideoLoader
 
-        loader = VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+        loader = VideoLoader(job.index, sampler=job.plan.sampler,
+                             batch_size=job.plan.samples_per_batch,
                              processing=job.workload.geometry.process(), num_workers=job.workers,
                              drop_last=True)
         lookahead, workers = loader.lookahead, max(1, job.workers)
@@ -201,7 +205,9 @@ def _check_same_batch(batch: dict, bp) -> None:
     want = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
     got_v = batch["video_index"].cpu().numpy()
     got_f = batch["frame_index"].cpu().numpy()
-    if not (np.array_equal(got_v, bp.video_indices) and np.array_equal(got_f, want)):
+    # Row-major order: a multi-camera batch's [samples, cameras(, T)] is the plan's rows.
+    if not (np.array_equal(got_v.ravel(), bp.video_indices)
+            and np.array_equal(got_f.ravel(), want.ravel())):
         raise RuntimeError(f"vidloader delivered other frames than planned in batch "
                            f"{bp.batch_index} of epoch {bp.epoch}")
 
@@ -224,7 +230,8 @@ class VidloaderNvdecPeer(VidloaderPeer):
         # model, workers x lookahead per cycle, made the first H200 runs time out.)
         from ..pipeline import VideoLoader
 
-        unit = VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.batch_size,
+        unit = VideoLoader(job.index, sampler=job.plan.sampler,
+                           batch_size=job.plan.samples_per_batch,
                            processing=job.workload.geometry.process(), num_workers=job.workers,
                            drop_last=True).lookahead
         return 5 * unit, 4 * unit
@@ -301,47 +308,3 @@ class NaivePeer(Peer):
 
     def counters(self) -> dict:
         return dict(self._counts)
-
-
-def _registry() -> dict[str, type[Peer]]:
-    from ._peers_cpu import DecordPeer, OpenCvPeer, TorchcodecPeer
-    from ._peers_gpu import DaliPeer, PynvcSimplePeer, PynvcThreadsPeer
-
-    peers = [VidloaderPeer, VidloaderNvdecPeer, NaivePeer, DecordPeer, OpenCvPeer,
-             TorchcodecPeer, PynvcSimplePeer, PynvcThreadsPeer, DaliPeer]
-    return {p.name: p for p in peers}
-
-
-#: Names that expand to several backends on the command line.
-BACKEND_ALIASES = {
-    "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec"],
-    "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads"],
-}
-
-
-def backend_names() -> list[str]:
-    """Every backend name the bench knows."""
-    return list(_registry())
-
-
-def resolve_backends(names: str) -> list[str]:
-    """Backend names from a comma-separated list of names or aliases (``all`` for every one).
-
-    Raises:
-        ValueError: an unknown name.
-    """
-    known = _registry()
-    out: list[str] = []
-    for name in (n.strip() for n in names.split(",") if n.strip()):
-        for real in BACKEND_ALIASES.get(name, list(known) if name == "all" else [name]):
-            if real not in known:
-                raise ValueError(f"unknown backend {real!r}; choose from "
-                                 f"{', '.join([*known, *BACKEND_ALIASES, 'all'])}")
-            if real not in out:
-                out.append(real)
-    return out
-
-
-def make_peer(name: str) -> Peer:
-    """A fresh adapter for backend ``name``."""
-    return _registry()[name]()

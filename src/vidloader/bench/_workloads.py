@@ -21,11 +21,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..index import VideoIndex
-from ..processing import Process
 from ..sampling import BatchPlan, Clips, RandomFrames, Sampler, SequentialFrames
-from ._multicam import MultiCameraFrames
+from ._multicam import multicam_sampler
+
+if TYPE_CHECKING:
+    from ..processing import Process
 
 
 class Skip(Exception):
@@ -61,6 +64,8 @@ class Geometry:
 
     def process(self) -> Process:
         """The same geometry as a vidloader :class:`Process`."""
+        from ..processing import Process  # imports torch: not while building the command line
+
         if self.short_side is not None:
             return Process(short_side=self.short_side, size=self.crop, crop="center")
         return Process(size=self.size)
@@ -78,7 +83,6 @@ class Workload:
         geometry (Geometry): resize and crop of every frame.
         make_sampler (Callable): ``(index, dataset, samples_needed, seed) -> Sampler``.
         cameras (int): rows per sample (``> 1``: batches reshape to ``groups × cameras``).
-        stream_order (bool): the frames come in stream order (a decode-only ceiling applies).
         repeat_index (bool): when one epoch is shorter than the run, list the videos several
             times (as the exercise duplicates its video 200 times), so the run is one epoch.
     """
@@ -90,7 +94,6 @@ class Workload:
     geometry: Geometry
     make_sampler: Callable[..., Sampler]
     cameras: int = 1
-    stream_order: bool = False
     repeat_index: bool = False
 
 
@@ -135,7 +138,7 @@ def _multicam(order: str) -> Callable[..., Sampler]:
         except KeyError as exc:
             raise Skip(f"camera file {exc} is not in the index") from None
         cams = len(clips[0])
-        return MultiCameraFrames(clips, order=order, num_samples=needed // cams, seed=seed)
+        return multicam_sampler(clips, order=order, num_samples=needed // cams, seed=seed)
     return make
 
 
@@ -145,10 +148,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("clips", "random clips of 16 frames, stride 2, batch 8; short side 128, crop 112",
              "W4", 8, Geometry(short_side=128, crop=(112, 112)), _clips),
     Workload("sequential", "all frames in stream order, batch 128, 224x224 (the ceiling)", "W1",
-             128, _FRAME, _sequential, stream_order=True, repeat_index=True),
+             128, _FRAME, _sequential, repeat_index=True),
     Workload("multicam-stream", "6 cameras at the same frame, stream order, 8 clips x 6 cams, "
-             "native size", "W3", 48, Geometry(), _multicam("stream"), cameras=6,
-             stream_order=True),
+             "native size", "W3", 48, Geometry(), _multicam("stream"), cameras=6),
     Workload("multicam-random", "6 cameras at the same frame, random access, 8 clips x 6 cams, "
              "native size", "W3", 48, Geometry(), _multicam("random"), cameras=6),
     Workload("relaxed", "vidloader.GopShuffle: GOP-local random frames, batch 128, 224x224",
@@ -195,6 +197,11 @@ class Plan:
     batch_size: int
     repeats: int = 1
 
+    @property
+    def samples_per_batch(self) -> int:
+        """The loader's ``batch_size``: samples, each filling ``rows_per_sample`` rows."""
+        return self.batch_size // self.sampler.rows_per_sample
+
 
 def make_plan(workload: Workload, index, dataset, *, batches: int, seed: int = 0,
               batch_size: int | None = None) -> Plan:
@@ -211,9 +218,10 @@ def make_plan(workload: Workload, index, dataset, *, batches: int, seed: int = 0
     if size % workload.cameras:
         raise Skip(f"batch size {size} is not a multiple of {workload.cameras} cameras")
     sampler = workload.make_sampler(index, dataset, batches * size, seed)
+    samples = size // sampler.rows_per_sample  # a multi-camera batch_size counts samples
     repeats = 1
     if workload.repeat_index:
-        per_epoch = len(sampler.plan_epoch(index, epoch=0, batch_size=size, drop_last=True))
+        per_epoch = len(sampler.plan_epoch(index, epoch=0, batch_size=samples, drop_last=True))
         repeats = max(1, -(-batches // max(1, per_epoch)))
         if repeats > 1:
             index = VideoIndex(list(index) * repeats)
@@ -221,7 +229,7 @@ def make_plan(workload: Workload, index, dataset, *, batches: int, seed: int = 0
     plans: list[BatchPlan] = []
     epoch = 0
     while len(plans) < batches:
-        epoch_plan = sampler.plan_epoch(index, epoch=epoch, batch_size=size, drop_last=True)
+        epoch_plan = sampler.plan_epoch(index, epoch=epoch, batch_size=samples, drop_last=True)
         if len(epoch_plan) == 0:
             raise Skip(f"the dataset holds no full batch of {size} for {workload.name}")
         plans.extend(epoch_plan.batch(b) for b in range(min(len(epoch_plan), batches - len(plans))))

@@ -11,14 +11,15 @@ import os
 import tempfile
 import time
 from pathlib import Path
-
-from tqdm.auto import tqdm
+from typing import TYPE_CHECKING
 
 from .._utils._sysinfo import describe_machine, format_machine
 from ..index import build_index
-from ..pipeline import VideoLoader
 from ..sampling import RandomFrames
 from ..synthetic import demo_specs, make_dataset
+
+if TYPE_CHECKING:
+    from ..pipeline import VideoLoader
 
 
 def register_demo(sub) -> None:
@@ -45,6 +46,8 @@ def _dataset(args) -> tuple[list[Path], list[int] | None]:
 
 
 def run_demo(args) -> int:
+    from ..pipeline import VideoLoader  # imports torch: only when the demo runs
+
     paths, labels = _dataset(args)
     index = build_index(paths, progress=True)
     print(f"indexed {len(index)} videos, {index.total_frames} frames"
@@ -64,6 +67,8 @@ def run_demo(args) -> int:
 
 def _measure(loader: VideoLoader, batches: int) -> tuple[int, float, float]:
     """Frames and seconds after the first batch (start-up excluded), and the first batch's time."""
+    from tqdm.auto import tqdm
+
     bar = tqdm(total=batches, desc="loading", unit="batch")
     frames, start, t0, first = 0, time.perf_counter(), None, 0.0
     while bar.n < batches:

@@ -12,7 +12,7 @@ survive NVDEC: each packet of a GOP is fed with ``pts = 1 + its rank in display 
 otherwise they map by counting, since with ``latency=NATIVE`` frames leave in display order.
 The first frame a slot ever outputs decides which (:attr:`DecoderSlot.pts_mode`).
 
-Verified with PyNvVideoCodec 2.2.4 on an H200 (``benchmarks/nvdec_probe.py``): ``getPTS()``
+Verified with PyNvVideoCodec 2.2.4 on an H200 (``vidloader bench probe``): ``getPTS()``
 returns the pts of hand-built packets (with or without the TIMESTAMP flag), so frames map by
 rank; a flushed decoder decodes the next GOP bit-exactly; ``setReconfigParams`` is required
 before a smaller video (without it the old output size is kept); a video larger than the
@@ -47,7 +47,7 @@ DEFAULT_PACKET_FLAGS = 2 | 8
 #: writes them on is not established (its ``__cuda_array_interface__`` reports stream 2, the
 #: per-thread default stream, not the stream we pass). Waiting makes every read of a frame
 #: (conversion, clone) finish before its buffer can be reused, whatever that stream is. The
-#: probe ``benchmarks/nvdec_probe.py`` (facts → ``stream_order``) tells whether it can go.
+#: probe ``vidloader bench probe`` (facts → ``stream_order``) tells whether it can go.
 SYNC_BEFORE_RECYCLE = True
 
 #: Called for each output frame: ``(display_index or -1, nv12 view)``; the view is valid only

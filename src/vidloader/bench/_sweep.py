@@ -1,17 +1,17 @@
-"""Sweep VideoLoader(backend="nvdec") settings on one GPU, beside the raw NVDEC ceiling.
+"""``vidloader bench sweep``: VideoLoader(backend="nvdec") settings on one GPU, beside the raw
+NVDEC ceiling.
 
 Runs on the GPU machine (device tool) over the bench's W1 dataset at ``--scale`` and prints one
 JSON line per configuration: frames/s, decoded frames per delivered frame, NVDEC and GPU
 utilisation (``nvidia-smi``, sampled every 200 ms). It chooses defaults (decoder threads,
-frame cache, non-reference skipping); the figures we publish come from ``vidloader bench``.
+frame cache, non-reference skipping, ``nvdec_options["units_decoding"]``: units queued on the
+decoders at once); the figures we publish come from ``vidloader bench run``.
 
-Usage: ``python benchmarks/nvdec_loader_sweep.py --scale gpu-quick --out sweep.json``
+Usage: ``vidloader bench sweep --scale gpu-quick --out sweep.json``
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import json
 import queue
 import threading
@@ -21,14 +21,17 @@ from pathlib import Path
 
 import torch
 
-from vidloader import GopShuffle, Process, RandomFrames, SequentialFrames, VideoLoader
-from vidloader.bench._datasets import load_index, prepare_dataset
-from vidloader.bench._monitor import GpuSampler
-from vidloader.index import VideoIndex
+from ..errors import ConfigError
+from ..index import VideoIndex
+from ..pipeline import VideoLoader
+from ..processing import Process
+from ..sampling import GopShuffle, RandomFrames, SequentialFrames
+from ._datasets import load_index, prepare_dataset
+from ._monitor import GpuSampler
 
 SAMPLERS = {"sequential": SequentialFrames, "random": RandomFrames, "relaxed": GopShuffle}
 
-#: (sampler, nvdec_decoders, extra nvdec_options) per configuration.
+#: (sampler, nvdec_decoders, nvdec_options) per configuration (``--configs`` replaces them).
 CONFIGS = [
     ("sequential", 16, {}),
     ("random", 16, {}),
@@ -45,7 +48,7 @@ RANDOM_SHARE = 0.4
 def ceiling(paths: list[str], threads: int, seconds: float) -> dict:
     """Raw PyNvVideoCodec demuxer + decoder on ``threads`` threads (as the bench's
     ``pynvc-threads`` peer), frames decoded per second over about ``seconds``."""
-    from vidloader.bench._peers_gpu import PynvcThreadsPeer
+    from ._peers_gpu import PynvcThreadsPeer
 
     peer = PynvcThreadsPeer()
     peer.check()
@@ -87,55 +90,27 @@ def _make_loader(index, sampler_name: str, decoders: int, options: dict, workers
     )
 
 
-@contextlib.contextmanager
-def _units_decoding(units: int | None):
-    """Let the loader's SeparationPool queue ``units`` units on the decoders (a sweep knob;
-    the library's default is ``SeparationPool.MAX_UNITS_DECODING``)."""
-    if units is None:
-        yield
-        return
-    import vidloader.pipeline._loader as loader_mod
-
-    base = loader_mod.SeparationPool
-
-    class Pool(base):
-        MAX_UNITS_DECODING = int(units)
-
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, max_units_decoding=int(units), **kwargs)
-
-    loader_mod.SeparationPool = Pool
-    try:
-        yield
-    finally:
-        loader_mod.SeparationPool = base
-
-
 def run_loader(index, sampler_name: str, decoders: int, options: dict, *, workers: int,
                batches: int, warmup: int, profile: bool = False) -> dict:
-    sampler = timeline = None
+    sampler = None
     if profile:
-        from stack_sampler import StackSampler, UnitTimeline
+        from ._stacks import StackSampler
 
-        sampler, timeline = StackSampler().start(), UnitTimeline()
-    options = dict(options)
-    units = options.pop("units", None)  # not an executor option: the pool's decoding depth
+        sampler = StackSampler().start()
     created = time.monotonic()
     loader = _make_loader(index, sampler_name, decoders, options, workers)
     gpu = GpuSampler()
     try:
-        with _units_decoding(units):  # the pool is made at the first batch
-            measured = _measure(loader, created, sampler, warmup=warmup, batches=batches)
+        measured = _measure(loader, created, sampler, warmup=warmup, batches=batches)
     finally:
         loader.shutdown()
         gpu.stop()
         if sampler is not None:
             sampler.stop()
-            timeline.remove()
     t0, t1 = measured.pop("t0"), measured.pop("t1")
     return {
         **measured, "lookahead": loader.lookahead, **gpu.summary(t0, t1),
-        **({"stacks": sampler.summary(), "units": timeline.summary(t0)} if profile else {}),
+        **({"stacks": sampler.summary()} if profile else {}),
     }
 
 
@@ -169,37 +144,24 @@ def _measure(loader, created: float, sampler, *, warmup: int, batches: int) -> d
 
 
 def parse_configs(text: str) -> list[tuple[str, int, dict]]:
-    """``sequential:24,random:16:skip_nonref=0`` -> CONFIGS entries."""
+    """``sequential:24,random:16:skip_nonref=0:units_decoding=2`` -> CONFIGS entries.
+
+    Raises:
+        ConfigError: an unknown sampler name.
+    """
     configs = []
     for item in filter(None, text.split(",")):
         name, decoders, *opts = item.split(":")
         if name not in SAMPLERS:
-            raise SystemExit(f"--configs: unknown sampler {name!r} (one of {sorted(SAMPLERS)})")
+            raise ConfigError(f"--configs: unknown sampler {name!r} in {item!r}; choose from "
+                              f"{', '.join(sorted(SAMPLERS))}")
         configs.append((name, int(decoders), {k: int(v) for k, v in (o.split("=") for o in opts)}))
     return configs
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--scale", default="gpu-quick")
-    p.add_argument("--data-dir", default="/tmp/bench-data")
-    p.add_argument("--workers", type=int, default=16)
-    p.add_argument("--batches", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=48,
-                   help="untimed batches: at least 3x the work queued ahead (4 units of 4)")
-    p.add_argument("--ceiling-seconds", type=float, default=8.0)
-    p.add_argument("--only", default="", help="comma-separated sampler names to run")
-    p.add_argument("--configs", default="",
-                   help="run these instead of CONFIGS: comma-separated sampler:decoders"
-                        "[:option=int...], e.g. sequential:24,random:16:skip_nonref=0")
-    p.add_argument("--no-ceiling", action="store_true")
-    p.add_argument("--repeat", type=int, default=1,
-                   help="list the videos this many times (as the bench does), so that an epoch "
-                        "holds the whole run: an epoch's end drains the pipeline")
-    p.add_argument("--profile", action="store_true",
-                   help="sample every thread's stack (stack_sampler.py) and time the units")
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
+def run(args) -> int:
+    """Sweep the configurations (options: ``vidloader bench sweep --help``)."""
+    configs = parse_configs(args.configs) if args.configs else CONFIGS
     dataset = prepare_dataset("W1", args.scale, data_dir=args.data_dir)
     index = load_index(dataset)
     if args.repeat > 1:
@@ -222,7 +184,7 @@ def main() -> None:
     paths = [r.path for r in index]
     if not args.no_ceiling:
         record("ceiling pynvc-threads x16", lambda: ceiling(paths, 16, args.ceiling_seconds))
-    for sampler_name, decoders, options in parse_configs(args.configs) if args.configs else CONFIGS:
+    for sampler_name, decoders, options in configs:
         if only and sampler_name not in only:
             continue
         name = f"{sampler_name} d{decoders} {options or ''}".strip()
@@ -233,7 +195,4 @@ def main() -> None:
         batches, warmup = max(4, int(args.batches * scale)), args.warmup
         record(name, lambda s=sampler_name, d=decoders, o=options, b=batches, w=warmup: run_loader(
             index, s, d, o, workers=args.workers, batches=b, warmup=w, profile=args.profile))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,4 +1,5 @@
-"""Throughput against statistical cost: GopShuffle at several windows W, in its two in-block
+"""``vidloader bench tradeoff``: throughput against statistical cost: GopShuffle at several
+windows W, in its two in-block
 orders (``uniform`` and ``balanced``), against SequentialFrames (the speed ceiling) and
 RandomFrames (exact uniform sampling).
 
@@ -19,11 +20,11 @@ Series (all batch 64, 112x112 output, one epoch = 2,400 frames):
   does not have yet (no shared memory or collation, so compare with its own anchors);
 - ``loader-w2``: two spawned workers, preferred lookahead.
 
-Usage::
+Usage, from the repository root::
 
-    python benchmarks/sampling_tradeoff.py [--repeats 3] [--quick] [--series S ...] [--orders O ...]
-    python benchmarks/sampling_tradeoff.py --stats-only   # statistics and plans, no timing
-    python benchmarks/sampling_tradeoff.py --plot-only
+    vidloader bench tradeoff [--repeats 3] [--quick] [--series S ...] [--orders O ...]
+    vidloader bench tradeoff --stats-only   # statistics and plans, no timing
+    vidloader bench tradeoff --plot-only
 
 ``--stats-only`` recomputes, for every configuration, what needs no decoding (cluster sizes,
 design effects, planned decode cost, predicted throughput) and keeps the timings and
@@ -31,12 +32,12 @@ correlations already in ``--json`` (a configuration never timed has ``fps_median
 ``--series`` / ``--orders`` time only those series / GopShuffle orders (with the anchors)
 and replace their rows in an existing ``--json``.
 
-Writes ``benchmarks/results/cpu/sampling_tradeoff.json`` and ``docs/sampling_tradeoff.png``.
+Writes ``benchmarks/results/cpu/sampling_tradeoff.json`` and ``docs/sampling_tradeoff.png``
+(the figure: :mod:`._tradeoff_plot`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -46,16 +47,16 @@ from pathlib import Path
 
 import numpy as np
 
-import vidloader
-from vidloader import RandomFrames, SequentialFrames, VideoLoader
-from vidloader.analysis import estimate_intra_gop_correlation, sampling_report
-from vidloader.sampling import GopShuffle
-from vidloader.synthetic import VideoSpec, make_dataset
+from ..analysis import estimate_intra_gop_correlation, sampling_report
+from ..errors import ConfigError
+from ..index import build_index
+from ..pipeline import VideoLoader
+from ..sampling import GopShuffle, RandomFrames, SequentialFrames
+from ..synthetic import VideoSpec, make_dataset
+from ._tradeoff_plot import ORDERS, plot
 
-ROOT = Path(__file__).resolve().parent.parent
 BATCH, SIZE = 64, (112, 112)
 WINDOWS = (1, 2, 4, 8, 16, 32, 64)
-ORDERS = ("uniform", "balanced")
 
 
 def make_index(media: Path):
@@ -64,7 +65,7 @@ def make_index(media: Path):
         for i in range(16)
     ]
     paths = make_dataset(media, specs, num_workers=2)
-    return vidloader.build_index(paths, num_workers=0, progress=False)
+    return build_index(paths, num_workers=0, progress=False)
 
 
 def correlations(index) -> dict:
@@ -162,10 +163,10 @@ def time_loader(index, sampler, *, workers: int, lookahead: int) -> dict:
 def time_units(index, sampler, *, lookahead: int) -> dict:
     """Frames/s of one epoch when each unit's rows are planned and decoded together, in this
     process (no loader: no shared memory, no collation; the anchors run through the same code)."""
-    from vidloader.decoding import get_executor
-    from vidloader.pipeline._assemble import BatchAssembler
-    from vidloader.processing import as_outputs
-    from vidloader.sampling._gop_epoch import slice_plan
+    from ..decoding import get_executor
+    from ..pipeline._assemble import BatchAssembler
+    from ..processing import as_outputs
+    from ..sampling._gop_epoch import slice_plan
 
     with get_executor("cpu") as executor:
         assembler = BatchAssembler(index, as_outputs(None, size=SIZE), executor, on_error="raise")
@@ -188,8 +189,8 @@ def time_units(index, sampler, *, lookahead: int) -> dict:
 def planned_cost(index, sampler, *, lookahead: int, aligned: bool) -> tuple[float, int]:
     """From the plans alone: frames a decoder passes through per delivered frame (no frame
     skipping, no decoder kept between units), and the most samples one unit holds."""
-    from vidloader.planning import estimated_decode_cost, plan_tasks
-    from vidloader.sampling._gop_epoch import slice_plan
+    from ..planning import estimated_decode_cost, plan_tasks
+    from ..sampling._gop_epoch import slice_plan
 
     plan = sampler.plan_epoch(index, epoch=0, batch_size=BATCH)
     units = decode_units(plan, lookahead) if aligned else decode_units(_Whole(plan), lookahead)
@@ -230,103 +231,6 @@ def predict(results: list[dict]) -> None:
             if r["series"] == series:
                 r["fps_predicted"] = 1 / (a + b * r["planned_cost"])
                 r["model"] = {"a_s_per_frame": a, "b_s_per_planned_frame": b}
-
-
-# -- output ------------------------------------------------------------------------------------
-
-STYLES = {  # series -> (colour, marker, legend)
-    "loader-L4": ("tab:blue", "o", "VideoLoader, 0 workers, lookahead 4"),
-    "loader-Lpref": ("tab:orange", "s", "VideoLoader, 0 workers, lookahead ≈ 1 block"),
-    "loader-uniform-L": ("tab:red", "*", "RandomFrames, lookahead 8/16/epoch"),
-    "units": ("tab:green", "^", "block-aligned decode units (prototype)"),
-    "loader-w2": ("tab:purple", "D", "VideoLoader, 2 workers"),
-}
-
-
-def _label(row: dict) -> str:
-    if row["name"] == "SequentialFrames":
-        return "seq"
-    if row["name"] == "RandomFrames":
-        return "uniform" if row["series"] != "loader-uniform-L" else f"uniform L={row['lookahead']}"
-    return f"W={row['window']}" + (" bal" if row.get("order") == "balanced" else "")
-
-
-def _gop_rows(results: list[dict], series: str, order: str, key: str) -> list[dict]:
-    return sorted((r for r in results if r["series"] == series and r.get("order") == order),
-                  key=lambda r: r[key])
-
-
-def plot(results: list[dict], rho: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 8.5))
-    for series, (color, marker, legend) in STYLES.items():
-        for order in ORDERS:
-            gop = _gop_rows(results, series, order, "window")
-            if gop:
-                _draw(left, gop, "deff", color, marker, f"GopShuffle {order}: {legend}",
-                      balanced=order == "balanced")
-        for r in results:
-            if r["series"] == series and r.get("order") is None and series != "loader-uniform-L":
-                shape = "X" if r["name"] == "SequentialFrames" else "P"
-                left.scatter(r["deff"], r["fps_median"], marker=shape, s=70, color=color,
-                             edgecolors="black", zorder=3)
-                left.annotate(f"{_label(r)} ({series})", (r["deff"], r["fps_median"]), fontsize=6,
-                              xytext=(4, -8), textcoords="offset points", color=color)
-    uniform = sorted((r for r in results if r["name"] == "RandomFrames"
-                      and r["series"] in ("loader-L4", "loader-uniform-L")),
-                     key=lambda r: r["unit_samples_max"])
-    if uniform:
-        _draw(right, uniform, "unit_samples_max", "tab:red", "*",
-              f"RandomFrames (exact, deff {uniform[0]['deff']:.2f}), VideoLoader lookahead 4..epoch")
-    for series in ("units", "loader-L4", "loader-Lpref"):
-        color, marker, legend = STYLES[series]
-        for order in ORDERS:
-            gop = _gop_rows(results, series, order, "unit_samples_max")
-            if gop:
-                _draw(right, gop, "unit_samples_max", color, marker,
-                      f"GopShuffle {order}: {legend}", balanced=order == "balanced")
-    left.set_xlabel("design effect  deff = 1 + (m̄_gop−1)·ρ_gop + (m̄_video−m̄_gop)·ρ_video"
-                    f"\n(ρ_gop = {rho['gop']:.2f}, ρ_video = {rho['video']:.2f}; "
-                    "effective batch = 64 / deff)   X: SequentialFrames, P: RandomFrames")
-    left.set_title("throughput against statistical cost")
-    right.set_xlabel("samples one worker holds in flight (largest decode unit)")
-    right.set_title("throughput against memory (same runs)")
-    for ax in (left, right):
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_ylabel("frames / s  (batch 64, 112×112, 2-core CPU)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
-    left.set_xticks([1, 1.5, 2, 3, 5, 7, 10, 15, 20])
-    fig.suptitle("GopShuffle window W (uniform order: filled, balanced order: hollow, dash-dot) "
-                 "against SequentialFrames (ceiling) and RandomFrames (exact)\n"
-                 "solid / dash-dot = measured median, dotted = predicted from the plans "
-                 "(rows never timed: predicted only)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def _draw(ax, rows: list[dict], x: str, color: str, marker: str, legend: str,
-          balanced: bool = False) -> None:
-    style = {"linestyle": "-.", "markerfacecolor": "white"} if balanced else {}
-    timed = [r for r in rows if r.get("fps_median") is not None]
-    pred = [r for r in rows if r.get("fps_predicted") is not None]
-    if timed:
-        ax.plot([r[x] for r in timed], [r["fps_median"] for r in timed], marker=marker,
-                color=color, label=legend, **style)
-    ax.plot([r[x] for r in pred], [r["fps_predicted"] for r in pred], marker=marker,
-            color=color, linestyle=":", markerfacecolor="none", alpha=0.6,
-            label=None if timed else f"{legend} (predicted)")
-    for r in timed or pred:
-        y = r["fps_median"] if timed else r["fps_predicted"]
-        ax.annotate(_label(r), (r[x], y), fontsize=6, xytext=(3, -9 if balanced else 3),
-                    textcoords="offset points", color=color)
 
 
 def describe(config: dict, index, rho: dict) -> dict:
@@ -398,35 +302,32 @@ def _merge(saved: list[dict], new: list[dict]) -> list[dict]:
 TIMED_FIELDS = ("fps", "fps_median", "load_1min", "decoded_per_delivered", "seeks_per_1000_frames")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="fewer windows and repeats")
-    parser.add_argument("--media", type=Path, default=Path("/tmp/vidloader_sampling_media"))
-    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/cpu/sampling_tradeoff.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs/sampling_tradeoff.png")
-    parser.add_argument("--series", nargs="+", choices=sorted(SERIES),
-                        help="measure only these series and replace them in an existing --json")
-    parser.add_argument("--orders", nargs="+", choices=ORDERS, default=list(ORDERS),
-                        help="GopShuffle orders to measure (rows of the others are kept)")
-    parser.add_argument("--stats-only", action="store_true",
-                        help="recompute statistics and planned costs; keep --json's timings")
-    parser.add_argument("--plot-only", action="store_true", help="redraw the plot from --json")
-    args = parser.parse_args()
+def run(args) -> int:
+    """Time, describe and plot (options: ``vidloader bench tradeoff --help``).
+
+    Raises:
+        ConfigError: an unknown ``--series``, or ``--stats-only`` without an earlier ``--json``.
+    """
+    unknown = sorted(set(args.series or ()) - set(SERIES))
+    if unknown:
+        raise ConfigError(f"--series: unknown {', '.join(unknown)}; choose from "
+                          f"{', '.join(sorted(SERIES))}")
+    json_path, plot_path = Path(args.json), Path(args.plot)
     repeats = 1 if args.quick else args.repeats
-    saved = json.loads(args.json.read_text()) if args.json.exists() else None
+    saved = json.loads(json_path.read_text()) if json_path.exists() else None
     if saved is not None:
         _migrate(saved["results"])
     if args.plot_only:
-        plot(saved["results"], saved["rho_used"], args.plot)
-        return
+        plot(saved["results"], saved["rho_used"], plot_path)
+        return 0
     if args.stats_only and saved is None:
-        parser.error("--stats-only needs an earlier --json (its correlations and timings)")
+        raise ConfigError(f"--stats-only needs an earlier --json (its correlations and "
+                          f"timings); {json_path} does not exist")
 
-    from vidloader._utils._sysinfo import describe_machine
+    from .._utils._sysinfo import describe_machine
 
     load_before = os.getloadavg()
-    index = make_index(args.media)
+    index = make_index(Path(args.media))
     print(index, flush=True)
     if args.stats_only:
         rho_table, rho = saved["correlations"], saved["rho_used"]
@@ -457,11 +358,11 @@ def main() -> None:
             row["decode"] = timing["decode"]
             if repeat == repeats - 1:
                 finish(row)
-    run = {"series": sorted({r["series"] for r in results}), "orders": args.orders,
-           "repeats": repeats, "stats_only": args.stats_only,
-           "load_average_before": load_before, "load_average_after": os.getloadavg(),
-           "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
-    runs = [run]
+    this_run = {"series": sorted({r["series"] for r in results}), "orders": args.orders,
+                "repeats": repeats, "stats_only": args.stats_only,
+                "load_average_before": load_before, "load_average_after": os.getloadavg(),
+                "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    runs = [this_run]
     if saved is not None and (args.stats_only or args.series or set(args.orders) != set(ORDERS)):
         results = _merge(saved["results"], results)  # keep the rest of the earlier runs
         runs = saved.get("runs", []) + runs
@@ -473,11 +374,8 @@ def main() -> None:
         "batch_size": BATCH, "output_size": list(SIZE),
         "correlations": rho_table, "rho_used": rho, "results": results,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=1, default=float))
-    plot(results, rho, args.plot)
-    print(f"wrote {args.json} and {args.plot}")
-
-
-if __name__ == "__main__":
-    main()
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(out, indent=1, default=float))
+    plot(results, rho, plot_path)
+    print(f"wrote {json_path} and {plot_path}")
+    return 0

@@ -6,7 +6,8 @@ Every ``interval`` seconds a background thread reads every thread's Python stack
 ``"startup"`` then ``"steady"``), the innermost frame and the innermost frame inside vidloader.
 A thread blocked in C (a decode call, a queue wait) shows the Python line that called it, so
 the counts say where wall time goes, not only where the GIL is held. It is a diagnostic for
-``nvdec_loader_sweep.py --profile``; nothing in the library depends on it.
+``vidloader bench sweep --profile``; it only reads stacks, and nothing in the library depends
+on it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ import collections
 import re
 import sys
 import threading
-import time
-
-_OWN = "stack_sampler.py"
 
 
 def _group(name: str) -> str:
@@ -80,57 +78,3 @@ class StackSampler:
                 rows.sort(key=lambda r: -r[1])
                 entry[key] = [[w, round(c / n, 3)] for w, c in rows[:top]]
         return out
-
-
-class UnitTimeline:
-    """Times of each unit of a :class:`~vidloader.pipeline._pool.SeparationPool`: submitted,
-    every demux part received, decoding started, waited for, finished. Installed by wrapping
-    the pool's methods (class-level, so it sees the loader's pool); :meth:`remove` undoes it."""
-
-    def __init__(self) -> None:
-        from vidloader.pipeline import _pool, _worker
-
-        self.t0 = time.monotonic()
-        self.events: list[tuple[float, str, int]] = []
-        self._saved = []
-        pool_cls, unit_cls = _pool.SeparationPool, _worker.UnitMessages
-        timeline = self
-
-        def wrap(cls, name, label, key_of):
-            original = getattr(cls, name)
-
-            def wrapped(this, *args, **kwargs):
-                timeline.events.append((time.monotonic() - timeline.t0, label + ">", key_of(this, args)))
-                try:
-                    return original(this, *args, **kwargs)
-                finally:
-                    timeline.events.append((time.monotonic() - timeline.t0, label + "<", key_of(this, args)))
-
-            self._saved.append((cls, name, original))
-            setattr(cls, name, wrapped)
-
-        wrap(pool_cls, "_receive", "receive", lambda this, a: a[0][1])
-        wrap(pool_cls, "_start", "start", lambda this, a: a[0])
-        wrap(unit_cls, "finish", "finish", lambda this, a: this.plans[0].batch_index)
-
-    def remove(self) -> None:
-        for cls, name, original in self._saved:
-            setattr(cls, name, original)
-        self._saved.clear()
-
-    def summary(self, since: float = 0.0) -> dict:
-        """Total seconds inside each wrapped method after ``since`` (monotonic), and the raw
-        events (time from install, what, unit key or first batch)."""
-        inside: dict[str, float] = collections.defaultdict(float)
-        open_: dict[str, float] = {}
-        start = since - self.t0 if since else 0.0
-        for t, what, _ in self.events:
-            if t < start:
-                continue
-            name, edge = what[:-1], what[-1]
-            if edge == ">":
-                open_[name] = t
-            elif name in open_:
-                inside[name] += t - open_.pop(name)
-        return {"seconds_inside": {k: round(v, 3) for k, v in inside.items()},
-                "events": [(round(t, 4), w, k) for t, w, k in self.events[-400:]]}

@@ -1,0 +1,53 @@
+"""The backends ``vidloader bench run`` knows, by name: known without importing any of them, so
+that building the command line imports neither torch nor a peer's library."""
+
+from __future__ import annotations
+
+import importlib
+
+#: Name on the command line -> (module of this package, adapter class), in report order.
+PEERS = {
+    "vidloader": ("_peers", "VidloaderPeer"),
+    "vidloader-nvdec": ("_peers", "VidloaderNvdecPeer"),
+    "naive": ("_peers", "NaivePeer"),
+    "decord": ("_peers_cpu", "DecordPeer"),
+    "opencv": ("_peers_cpu", "OpenCvPeer"),
+    "torchcodec": ("_peers_cpu", "TorchcodecPeer"),
+    "pynvc-simple": ("_peers_gpu", "PynvcSimplePeer"),
+    "pynvc-threads": ("_peers_gpu", "PynvcThreadsPeer"),
+    "dali": ("_peers_gpu", "DaliPeer"),
+}
+
+#: Names that expand to several backends on the command line.
+BACKEND_ALIASES = {
+    "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec"],
+    "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads"],
+}
+
+
+def backend_names() -> list[str]:
+    """Every backend name the bench knows."""
+    return list(PEERS)
+
+
+def resolve_backends(names: str) -> list[str]:
+    """Backend names from a comma-separated list of names or aliases (``all`` for every one).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    out: list[str] = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        for real in BACKEND_ALIASES.get(name, list(PEERS) if name == "all" else [name]):
+            if real not in PEERS:
+                raise ValueError(f"unknown backend {real!r}; choose from "
+                                 f"{', '.join([*PEERS, *BACKEND_ALIASES, 'all'])}")
+            if real not in out:
+                out.append(real)
+    return out
+
+
+def make_peer(name: str):
+    """A fresh adapter (a :class:`~vidloader.bench._peers.Peer`) for backend ``name``."""
+    module, cls = PEERS[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)()
