@@ -169,7 +169,7 @@ def time_units(index, sampler, *, lookahead: int) -> dict:
     from ..sampling._gop_epoch import slice_plan
 
     with get_executor("cpu") as executor:
-        assembler = BatchAssembler(index, as_outputs(None, size=SIZE), executor, on_error="raise")
+        assembler = BatchAssembler(index, as_outputs(None, size=SIZE), executor)
         plan = sampler.plan_epoch(index, epoch=0, batch_size=BATCH)
         start, frames, staging = time.perf_counter(), 0, {}
         for unit in decode_units(plan, lookahead):
