@@ -349,7 +349,7 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
     pool = SeparationPool(config, asm, num_slots=8, device="cpu")
     try:
         for u, plans in enumerate(units):
-            pool.submit(u % 2, FillTask.whole([2 * u, 2 * u + 1], plans))
+            pool.submit(u % 2, FillTask([2 * u, 2 * u + 1], plans, [0, 0]))
         msgs = [pool.get() for _ in range(8)]
         assert sorted(m.batch_index for m in msgs if isinstance(m, RowsFilled)) == list(range(8)), msgs
         reference = NvdecExecutor(num_decoders=1, frame_cache_bytes=0, packet_cache_bytes=0)

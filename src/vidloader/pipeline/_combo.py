@@ -61,7 +61,6 @@ class ComboPool(BatchPool):
         self._cpu_units: dict[int, list] = {}  # unit -> [worker, messages still owed]
         self._gpu: collections.deque[UnitMessages] = collections.deque()  # decoding, in order
         self._done: collections.deque = collections.deque()
-        self.units_taken = {"cpu": 0, "nvdec": 0}
 
     @property
     def slots(self) -> list[dict]:
@@ -159,11 +158,9 @@ class ComboPool(BatchPool):
     def _to_cpu(self, worker: int, task: FillTask) -> None:
         self._cpu_load[worker] += 1
         self._cpu_units[task.unit] = [worker, len(task.plans)]
-        self.units_taken["cpu"] += 1
         self.cpu.submit(worker, task)
 
     def _to_gpu(self, task: FillTask) -> None:
-        self.units_taken["nvdec"] += 1
         self._gpu.append(start_unit_messages(self.assembler, self.gpu_slots, task))
 
     def _from_cpu(self, msg):

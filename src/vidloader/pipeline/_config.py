@@ -32,9 +32,6 @@ FALLBACKS: tuple[str, ...] = ("cpu", "error")
 #: oldest is waited for, so the decoders never drain between units.
 DEFAULT_UNITS_DECODING = 4
 
-#: ``nvdec_options`` keys the loader itself reads; the rest go to the NVDEC executor.
-LOADER_NVDEC_KEYS = ("units_decoding",)
-
 
 @dataclasses.dataclass(frozen=True)
 class LoaderConfig:
@@ -84,7 +81,7 @@ class LoaderConfig:
 
     @property
     def uses_nvdec(self) -> bool:
-        return self.backend in ("nvdec", "combo")
+        return backend_uses_nvdec(self.backend)
 
     @property
     def skips_bad_files(self) -> bool:
@@ -99,6 +96,11 @@ class LoaderConfig:
     def executor_options(self, backend: str) -> dict:
         """The constructor options of ``backend``'s executor."""
         return dict(self.cpu_options if backend == "cpu" else self.nvdec_options)
+
+
+def backend_uses_nvdec(backend: str) -> bool:
+    """Whether ``backend`` decodes on NVDEC (alone or beside the CPU)."""
+    return backend in ("nvdec", "combo")
 
 
 def check_options(*, batch_size: int, prefetch: int, on_error: str, backend: str,
@@ -142,7 +144,8 @@ def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_s
     return shapes
 
 
-def nvdec_options(index: VideoIndex, device, decoders: int, extra: Mapping | None) -> tuple[dict, int]:
+def resolve_nvdec_options(index: VideoIndex, device, decoders: int,
+                          extra: Mapping | None) -> tuple[dict, int]:
     """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
     decoder per codec is reconfigured, never recreated) and the units to queue at once."""
     if not 1 <= int(decoders) <= MAX_DECODERS_PER_GPU:  # here, not on first use in the GPU process

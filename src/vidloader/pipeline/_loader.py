@@ -30,10 +30,11 @@ from ._collect import Collector
 from ._config import (
     DEFAULT_UNITS_DECODING,
     LoaderConfig,
+    backend_uses_nvdec,
     check_options,
+    resolve_nvdec_options,
     staging_shapes,
 )
-from ._config import nvdec_options as nvdec_options_for
 from ._contract import BatchPool
 from ._routing import cpu_only_mask, nvdec_refusals
 from ._scheduler import Scheduler
@@ -47,6 +48,11 @@ _LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
 def _shutdown_all() -> None:  # interpreter exit: no worker may outlive the program
     for loader in list(_LIVE_LOADERS):
         loader.shutdown()
+
+
+def _from_config(name: str) -> property:
+    """A read-only loader attribute that is the resolved config's ``name``."""
+    return property(lambda self: getattr(self.config, name), doc=f"The resolved ``{name}``.")
 
 
 class VideoLoader:
@@ -139,9 +145,9 @@ class VideoLoader:
         self._epoch = self._next_batch = 0
         outputs = as_outputs(processing, size=size)
         rows_per_sample = self.sampler.rows_per_sample  # cameras of a rig fill a row each
-        uses_nvdec = backend in ("nvdec", "combo")
+        uses_nvdec = backend_uses_nvdec(backend)
         nv_options, units_decoding = (
-            nvdec_options_for(index, device, nvdec_decoders, nvdec_options) if uses_nvdec
+            resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options) if uses_nvdec
             else ({}, DEFAULT_UNITS_DECODING)
         )
         #: Videos NVDEC cannot decode, and why (empty with backend="cpu").
@@ -171,29 +177,12 @@ class VideoLoader:
 
     # -- the resolved options, by name -------------------------------------------------
 
-    @property
-    def outputs(self) -> dict[str, Process]:
-        return self.config.outputs
-
-    @property
-    def backend(self) -> str:
-        return self.config.backend
-
-    @property
-    def on_error(self) -> str:
-        return self.config.on_error
-
-    @property
-    def num_workers(self) -> int:
-        return self.config.num_workers
-
-    @property
-    def prefetch(self) -> int:
-        return self.config.prefetch
-
-    @property
-    def persistent_workers(self) -> bool:
-        return self.config.persistent_workers
+    outputs = _from_config("outputs")
+    backend = _from_config("backend")
+    on_error = _from_config("on_error")
+    num_workers = _from_config("num_workers")
+    prefetch = _from_config("prefetch")
+    persistent_workers = _from_config("persistent_workers")
 
     @property
     def stats(self) -> dict:

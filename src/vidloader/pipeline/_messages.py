@@ -54,11 +54,6 @@ class FillTask:
     row_starts: list[int]
     unit: int = -1  # the pool's number for the unit, echoed in its RowsFilled
 
-    @classmethod
-    def whole(cls, slot_ids: list[int], plans: list) -> FillTask:
-        """Whole batches: every plan from row 0."""
-        return cls(list(slot_ids), list(plans), [0] * len(plans))
-
     @property
     def first_batch(self) -> int:
         return self.plans[0].batch_index

@@ -33,13 +33,19 @@ class FinishedBatch:
     valid: np.ndarray
     errors: list
     stats: dict | None
-    rows_by_executor: dict[str, int]
     segments: list[tuple[int, int, str]]  # (row_start, row_stop, executor), in row order
     fallbacks: dict[str, str]  # files decoded on the CPU instead of NVDEC: path -> why
 
     @property
     def executors(self) -> set[str]:
         return {name for _, _, name in self.segments}
+
+    @property
+    def rows_by_executor(self) -> dict[str, int]:
+        rows: dict[str, int] = {}
+        for a, z, name in self.segments:
+            rows[name] = rows.get(name, 0) + z - a
+        return rows
 
 
 class OpenBatch:
@@ -51,7 +57,6 @@ class OpenBatch:
         self.valid = np.zeros(plan.batch_size, dtype=bool)
         self.errors: list = []
         self.stats: dict | None = None
-        self.rows_by_executor: dict[str, int] = {}
         self.segments: list[tuple[int, int, str]] = []
         self.fallbacks: dict[str, str] = {}
         self.rows_expected = self.rows_received = 0
@@ -68,7 +73,6 @@ class OpenBatch:
         self.valid[msg.row_start:msg.row_start + n] = msg.valid
         self.rows_received += n
         self.errors.extend(msg.errors)
-        self.rows_by_executor[msg.executor] = self.rows_by_executor.get(msg.executor, 0) + n
         self.segments.append((msg.row_start, msg.row_start + n, msg.executor))
         self.fallbacks.update(msg.fallbacks)
         stats = msg.stats
@@ -76,7 +80,7 @@ class OpenBatch:
 
     def finished(self) -> FinishedBatch:
         return FinishedBatch(self.plan, self.slot, self.valid, self.errors, self.stats,
-                             self.rows_by_executor, sorted(self.segments), self.fallbacks)
+                             sorted(self.segments), self.fallbacks)
 
 
 class Scheduler:

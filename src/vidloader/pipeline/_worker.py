@@ -19,7 +19,6 @@ from ._assemble import BatchAssembler
 from ._messages import (
     STOP,
     CpuWorkerStart,
-    DemuxTask,
     DemuxWorkerStart,
     Failure,
     FillTask,
@@ -141,7 +140,6 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
     result_q.put(Ready(start.worker_id))
     try:
         while (task := task_q.get()) is not STOP:
-            task: DemuxTask
             try:
                 # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
                 tasks = plan_tasks(task.plans, config.index)[task.start:task.stop]
