@@ -59,6 +59,21 @@ def make_media(tmp_path_factory) -> dict[str, Path]:
     return _MEDIA
 
 
+#: 1080p clips for the one-look checks (CPU executor vs the NVDEC conversion at 224x224).
+HD_SPECS = {
+    "h264_1080p": VideoSpec(codec="h264", width=1920, height=1080, num_frames=6, gop=6, bframes=2, seed=21),
+    "hevc10_1080p": VideoSpec(codec="hevc", width=1920, height=1080, num_frames=4, gop=4, bframes=0,
+                              pix_fmt="yuv420p10le", seed=22),
+}
+
+
+def make_hd_media(tmp_path_factory) -> dict[str, Path]:
+    """1080p H.264 (B-frames) and HEVC Main 10, a few frames each (~10 s to encode)."""
+    paths = make_dataset(tmp_path_factory.mktemp("hd"), list(HD_SPECS.values()),
+                         names=[f"{n}.mp4" for n in HD_SPECS], num_workers=2)
+    return dict(zip(HD_SPECS, paths))
+
+
 @functools.cache
 def record_of(path: Path):
     return probe_video(path)

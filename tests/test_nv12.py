@@ -23,15 +23,20 @@ import numpy as np
 import pytest
 import torch
 
-from vidloader.decoding.nvdec._annexb import ContainerCache, demux_gops, full_gop_requests
 from vidloader.decoding._base import GopRequest
-from vidloader.index import probe_video
-from vidloader.decoding.nvdec._bundle import PacketBundle, concat_bundles
-from vidloader.decoding.nvdec._gop_cache import FrameCache, GopPacketCache
 from vidloader.decoding.cpu import CpuExecutor
 from vidloader.decoding.cpu._frame import swscale_flags
-from vidloader.decoding.nvdec._annexb import _obus, av1_sequence_header
+from vidloader.decoding.nvdec._annexb import (
+    ContainerCache,
+    _obus,
+    av1_sequence_header,
+    demux_gops,
+    full_gop_requests,
+)
+from vidloader.decoding.nvdec._bundle import PacketBundle, concat_bundles
+from vidloader.decoding.nvdec._gop_cache import FrameCache, GopPacketCache
 from vidloader.errors import ConfigError, UnsupportedCodecError, VideoNotFoundError
+from vidloader.index import probe_video
 from vidloader.planning import plan_tasks_for_frames
 from vidloader.processing._nv12 import (
     chroma_siting,
@@ -43,11 +48,10 @@ from vidloader.processing._nv12 import (
     yuv_to_rgb_coefficients,
 )
 from vidloader.processing._resample import bilinear_taps, resample
-from vidloader.synthetic import VideoSpec, make_dataset
 
 from ._nvdec_media import (
-    SPECS,
     decode_bundle_cpu,
+    make_hd_media,
     psnr,
     random_frame_sets,
     record_of,
@@ -164,15 +168,7 @@ def test_p016_planes_convert_like_nv12(media):
 
 @pytest.fixture(scope="module")
 def hd_media(tmp_path_factory):
-    """1080p H.264 (B-frames) and HEVC Main 10, a few frames each."""
-    specs = {
-        "h264_1080p": VideoSpec(codec="h264", width=1920, height=1080, num_frames=6, gop=6, bframes=2, seed=21),
-        "hevc10_1080p": VideoSpec(codec="hevc", width=1920, height=1080, num_frames=4, gop=4, bframes=0,
-                                  pix_fmt="yuv420p10le", seed=22),
-    }
-    paths = make_dataset(tmp_path_factory.mktemp("hd"), list(specs.values()),
-                         names=[f"{n}.mp4" for n in specs], num_workers=2)
-    return dict(zip(specs, paths))
+    return make_hd_media(tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", ["h264_1080p", "hevc10_1080p"])

@@ -37,13 +37,13 @@ import torch
 from ..._utils._imports import require
 from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
-from ._annexb import ContainerCache, demux_gops, full_gop_requests
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
+from ._annexb import ContainerCache, demux_gops, full_gop_requests
 from ._bundle import PacketBundle
 from ._caps import NvdecCaps, needed_queries, nvdec_decodability, query_nvdec_caps
-from ._gop_cache import FrameCache, GopPacketCache
 from ._decoder import DecoderSlot
 from ._frame import NvdecFrame, NvdecFrames, record_stream, stack_surfaces
+from ._gop_cache import FrameCache, GopPacketCache
 from ._pool import DecoderPool
 
 #: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
