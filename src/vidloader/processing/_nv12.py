@@ -176,12 +176,12 @@ def nv12_to_rgb_batch(
     nv12 = frames if isinstance(frames, torch.Tensor) else torch.stack(list(frames))
     top, left, ch, cw = _check(nv12, height, width, crop)
     oh, ow = out_size or (ch, cw)
-    y, u, v = (_as_float(p) for p in _planes(nv12, height, width))
+    y, u, v = _planes(nv12, height, width)  # converted to float once sliced to the window
     window = (top, left, ch, cw)
     if (oh, ow) == (ch, cw) and nv12.dtype == torch.uint8:
         # swscale's unscaled 8-bit path: each chroma sample repeated over its 2x2 block.
-        yuv = torch.stack([y[:, top : top + ch, left : left + cw], _chroma_nearest(u, *window),
-                           _chroma_nearest(v, *window)], dim=-1)
+        yuv = torch.stack([_as_float(y[:, top : top + ch, left : left + cw]),
+                           _chroma_nearest(u, *window), _chroma_nearest(v, *window)], dim=-1)
     else:
         yuv = _resized_yuv(y, u, v, window, (oh, ow), (height, width), chroma_loc).permute(0, 2, 3, 1)
     a, b = yuv_to_rgb_coefficients(matrix, full_range, device=nv12.device)
@@ -225,10 +225,12 @@ def _as_float(plane: torch.Tensor) -> torch.Tensor:
 
 
 def _chroma_nearest(c: torch.Tensor, top: int, left: int, ch: int, cw: int) -> torch.Tensor:
-    """Chroma at every luma pixel of the crop, each sample repeated over its 2×2 block."""
-    rows = torch.arange(top, top + ch, device=c.device) // 2
-    cols = torch.arange(left, left + cw, device=c.device) // 2
-    return c.index_select(1, rows).index_select(2, cols)
+    """Float chroma at every luma pixel of the crop, each sample repeated over its 2×2 block."""
+    r0, c0 = top // 2, left // 2
+    part = _as_float(c[:, r0 : (top + ch - 1) // 2 + 1, c0 : (left + cw - 1) // 2 + 1])
+    rows = torch.arange(top, top + ch, device=c.device) // 2 - r0
+    cols = torch.arange(left, left + cw, device=c.device) // 2 - c0
+    return part.index_select(1, rows).index_select(2, cols)
 
 
 def _resized_yuv(y, u, v, crop, size, picture, chroma_loc) -> torch.Tensor:
@@ -236,12 +238,14 @@ def _resized_yuv(y, u, v, crop, size, picture, chroma_loc) -> torch.Tensor:
     swscale's bilinear filter, chroma from where its samples sit."""
     top, left, ch, cw = crop
     height, width = picture
-    yr = resample(y[:, top : top + ch, left : left + cw].unsqueeze(1), size)
+    yr = resample(_as_float(y[:, top : top + ch, left : left + cw]).unsqueeze(1), size)
     if crop == (0, 0, height, width):
-        uv, pos = torch.stack([u, v], 1), CHROMA_POSITIONS[chroma_loc]
+        uv, pos = torch.stack([_as_float(u), _as_float(v)], 1), CHROMA_POSITIONS[chroma_loc]
     elif not (top % 2 or left % 2 or ch % 2 or cw % 2):
         t, lf = top // 2, left // 2
-        uv, pos = torch.stack([u, v], 1)[:, :, t : t + ch // 2, lf : lf + cw // 2], CHROMA_POSITIONS[chroma_loc]
+        window = (slice(None), slice(t, t + ch // 2), slice(lf, lf + cw // 2))
+        uv = torch.stack([_as_float(u[window]), _as_float(v[window])], 1)
+        pos = CHROMA_POSITIONS[chroma_loc]
     else:
         # The window cuts through chroma samples: resample chroma repeated to luma resolution.
         uv = torch.stack([_chroma_nearest(u, *crop), _chroma_nearest(v, *crop)], 1)
