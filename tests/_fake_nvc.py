@@ -1,7 +1,10 @@
 """A CPU stand-in for PyNvVideoCodec and ``torch.cuda``, to test the NVDEC executor's logic.
 
 The fake decoder parses the hand-built ``PacketData`` exactly as NVDEC would (raw pointer +
-size of Annex B bytes, flush on an empty packet) and decodes with FFmpeg. It is deliberately
+size of the packet bytes, flush on an empty packet) and decodes with FFmpeg: H.264, HEVC, VP9
+and AV1 (libdav1d), handing out NV12 surfaces for 8-bit video and P016 (uint16, samples in the
+high bits) for 10/12-bit video, as NVDEC does. ``GetDecoderCaps`` answers per codec, chroma
+format and bit depth like an H200 (AV1 included). It is deliberately
 hostile where the real one may be: every ``Decode`` call scribbles over the surfaces it
 returned before (surface recycling), surfaces are pitched (rows wider than the picture), and
 ``getPTS`` can be made to return 0 (no timestamp pass-through) or a flushed decoder made to
@@ -17,9 +20,21 @@ import types
 import numpy as np
 import torch
 
-from vidloader.processing._nv12 import i420_to_nv12
+from vidloader.decoding.cpu._frame import CpuFrame
+from vidloader.processing._nv12 import i420_to_nv12, to_p016
 
-_CODECS = {4: "h264", 8: "hevc"}
+#: cudaVideoCodec id -> FFmpeg decoder (FFmpeg's native AV1 decoder needs a hardware device).
+_CODECS = {4: "h264", 8: "hevc", 10: "vp9", 11: "libdav1d"}
+
+
+def surface_of(frame) -> np.ndarray:
+    """What NVDEC outputs for a decoded ``av.VideoFrame``: NV12 (uint8) for 8-bit 4:2:0, P016
+    (uint16, samples shifted to the high bits) for 10/12-bit."""
+    bits = frame.format.components[0].bits
+    if bits <= 8:
+        return i420_to_nv12(frame.to_ndarray(format="yuv420p"))
+    y, u, v = CpuFrame(frame, None, "BILINEAR", 0).planes()
+    return to_p016(i420_to_nv12(np.concatenate([y, u.reshape(-1, y.shape[1]), v.reshape(-1, y.shape[1])])), bits)
 
 
 class PacketData:
@@ -85,10 +100,10 @@ class FakeDecoder:
 
     def _surface(self, i: int, frame) -> _Frame:
         assert frame.width <= self.max_w and frame.height <= self.max_h
-        nv12 = torch.from_numpy(i420_to_nv12(frame.to_ndarray(format="yuv420p")))
+        nv12 = torch.from_numpy(surface_of(frame))
         while len(self.surfaces) <= i:
             self.surfaces.append(torch.empty(0, dtype=torch.uint8))
-        surf = torch.zeros(nv12.shape[0], nv12.shape[1] + self.PITCH_PAD, dtype=torch.uint8)
+        surf = torch.zeros(nv12.shape[0], nv12.shape[1] + self.PITCH_PAD, dtype=nv12.dtype)
         surf[:, : nv12.shape[1]] = nv12
         self.surfaces[i] = surf
         view = surf[:, : nv12.shape[1]]  # DLPack carries the pitch in the strides
@@ -98,12 +113,18 @@ class FakeDecoder:
 class FakeNvc(types.ModuleType):
     """The fake ``PyNvVideoCodec`` module."""
 
-    #: What ``GetDecoderCaps(bitdepth=8)`` returned on an H200 (driver 580), per codec id.
+    #: ``GetDecoderCaps`` per (codec id, chroma format id, bit depth): the H.264 and HEVC
+    #: sizes are what an H200 returned (driver 580); VP9/AV1 128x128..8192x8192 as NVIDIA's
+    #: programming guide gives them; H.264 above 8 bits unsupported. Keys not listed answer
+    #: ``supported: 0``.
     CAPS = {
-        4: {"supported": 1, "width_min": 48, "width_max": 4096, "height_min": 16, "height_max": 4096,
-            "mb_num_max": 65536, "num_decoder_engines": 7},
-        8: {"supported": 1, "width_min": 144, "width_max": 8192, "height_min": 144, "height_max": 8192,
-            "mb_num_max": 262144, "num_decoder_engines": 7},
+        **{(4, 1, 8): dict(width_min=48, width_max=4096, height_min=16, height_max=4096, mb_num_max=65536)},
+        **{(8, c, b): dict(width_min=144, width_max=8192, height_min=144, height_max=8192, mb_num_max=262144)
+           for c in (1, 3) for b in (8, 10, 12)},
+        **{(10, 1, b): dict(width_min=128, width_max=8192, height_min=128, height_max=8192, mb_num_max=262144)
+           for b in (8, 10, 12)},
+        **{(11, 1, b): dict(width_min=128, width_max=8192, height_min=128, height_max=8192, mb_num_max=262144)
+           for b in (8, 10)},
     }
 
     def __init__(self, *, pts_passthrough: bool = True, broken_reuse: bool = False,
@@ -114,12 +135,18 @@ class FakeNvc(types.ModuleType):
         self.decoders: list[FakeDecoder] = []
         self.packets: list[tuple[int, int]] = []
         self.PacketData = PacketData
-        self.cudaVideoCodec = types.SimpleNamespace(H264=4, HEVC=8)
+        self.cudaVideoCodec = types.SimpleNamespace(H264=4, HEVC=8, VP9=10, AV1=11)
+        self.cudaVideoChromaFormat = types.SimpleNamespace(**{"Monochrome": 0, "420": 1, "422": 2, "444": 3})
+        self.caps_calls: list[tuple[int, int, int]] = []
         self.OutputColorType = types.SimpleNamespace(NATIVE=0)
         self.DisplayDecodeLatencyType = types.SimpleNamespace(NATIVE=0)
 
-    def GetDecoderCaps(self, *, gpuid, codec, bitdepth):  # noqa: N802
-        return dict(self.CAPS[codec])
+    def GetDecoderCaps(self, *, gpuid, codec, chromaformat, bitdepth):  # noqa: N802
+        self.caps_calls.append((codec, chromaformat, bitdepth))
+        caps = self.CAPS.get((codec, chromaformat, bitdepth))
+        base = {"codec_id": codec, "chromaformat_id": chromaformat, "bitdepth": bitdepth,
+                "num_decoder_engines": 7}
+        return {**base, "supported": 1, **caps} if caps else {**base, "supported": 0}
 
     def CreateDecoder(self, *, gpuid, codec, cudacontext, cudastream, usedevicememory,  # noqa: N802
                       maxwidth, maxheight, outputColorType, latency):
@@ -162,6 +189,8 @@ def install(monkeypatch, nvc: FakeNvc) -> None:
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Fake H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
 
 
 def as_numpy(t: torch.Tensor) -> np.ndarray:

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from vidloader.index._probe import probe_video
-from vidloader.processing._nv12 import i420_to_nv12
 from vidloader.synthetic import VideoSpec, make_dataset
+
+from ._fake_nvc import surface_of
 
 #: name -> spec. B-frames with pyramids (bframes=3) make decode order differ from display order.
 SPECS = {
@@ -25,7 +26,23 @@ SPECS = {
     "hevc_tiny": VideoSpec(codec="hevc", width=128, height=96, num_frames=8, gop=4, bframes=0, seed=7),
     "hevc_10bit": VideoSpec(codec="hevc", width=128, height=96, num_frames=12, gop=6, bframes=0,
                             pix_fmt="yuv420p10le", seed=6),
+    # Sizes at or above NVDEC's minimum for the codec (HEVC 144x144, AV1/VP9 128x128).
+    "hevc_main10": VideoSpec(codec="hevc", width=256, height=144, num_frames=36, gop=12, bframes=3,
+                             pix_fmt="yuv420p10le", seed=8),
+    "hevc_main12": VideoSpec(codec="hevc", width=256, height=144, num_frames=24, gop=12, bframes=2,
+                             pix_fmt="yuv420p12le", seed=9),
+    "av1": VideoSpec(codec="av1", width=192, height=128, num_frames=36, gop=12, seed=10),
+    "av1_10bit": VideoSpec(codec="av1", width=192, height=128, num_frames=24, gop=12,
+                           pix_fmt="yuv420p10le", seed=11),
+    "vp9": VideoSpec(codec="vp9", width=192, height=128, num_frames=36, gop=12, seed=12),
+    "h264_high10": VideoSpec(codec="h264", width=192, height=108, num_frames=12, gop=6, bframes=2,
+                             pix_fmt="yuv420p10le", seed=13),
 }
+
+#: 10-bit VP9 where this PyAV's libvpx was built for high bit depths (PyAV 18's is not).
+if "yuv420p10le" in {f.name for f in __import__("av").Codec("libvpx-vp9", "w").video_formats}:
+    SPECS["vp9_10bit"] = VideoSpec(codec="vp9", width=192, height=128, num_frames=24, gop=12,
+                                   pix_fmt="yuv420p10le", seed=14)
 
 
 _MEDIA: dict[str, Path] = {}
@@ -40,6 +57,21 @@ def make_media(tmp_path_factory) -> dict[str, Path]:
         paths = make_dataset(root, list(SPECS.values()), names=names, num_workers=len(SPECS))
         _MEDIA.update(zip(SPECS, paths))
     return _MEDIA
+
+
+#: 1080p clips for the one-look checks (CPU executor vs the NVDEC conversion at 224x224).
+HD_SPECS = {
+    "h264_1080p": VideoSpec(codec="h264", width=1920, height=1080, num_frames=6, gop=6, bframes=2, seed=21),
+    "hevc10_1080p": VideoSpec(codec="hevc", width=1920, height=1080, num_frames=4, gop=4, bframes=0,
+                              pix_fmt="yuv420p10le", seed=22),
+}
+
+
+def make_hd_media(tmp_path_factory) -> dict[str, Path]:
+    """1080p H.264 (B-frames) and HEVC Main 10, a few frames each (~10 s to encode)."""
+    paths = make_dataset(tmp_path_factory.mktemp("hd"), list(HD_SPECS.values()),
+                         names=[f"{n}.mp4" for n in HD_SPECS], num_workers=2)
+    return dict(zip(HD_SPECS, paths))
 
 
 @functools.cache
@@ -59,22 +91,24 @@ def reference_frames(path: Path) -> tuple:
 
 @functools.cache
 def reference_nv12(path: Path) -> tuple[np.ndarray, ...]:
-    """NV12 (Y plane, then interleaved U/V rows) of every frame, display order."""
-    return tuple(i420_to_nv12(f.to_ndarray(format="yuv420p")) for f in reference_frames(path))
+    """What NVDEC outputs for every frame of a full FFmpeg decode, display order: NV12 (Y plane,
+    then interleaved U/V rows) for 8-bit video, P016 (the same, uint16, samples in the high
+    bits) for 10/12-bit."""
+    return tuple(surface_of(f) for f in reference_frames(path))
 
 
 def decode_bundle_cpu(bundle, g: int, codec: str) -> list[tuple[int, np.ndarray]]:
-    """Decode GOP ``g`` of a bundle's raw Annex B packets with FFmpeg: ``[(pts, nv12), ...]``."""
+    """Decode GOP ``g`` of a bundle's raw packets with FFmpeg: ``[(pts, nv12 or p016), ...]``."""
     import av
 
-    cc = av.CodecContext.create(codec, "r")
+    cc = av.CodecContext.create("libdav1d" if codec == "av1" else codec, "r")
     frames = []
     for i in bundle.packet_range(g):
         packet = av.Packet(bundle.packet(i).tobytes())
         packet.pts = int(bundle.pts[i])
         frames.extend(cc.decode(packet))
     frames.extend(cc.decode(None))
-    return [(f.pts, i420_to_nv12(f.to_ndarray(format="yuv420p"))) for f in frames]
+    return [(f.pts, surface_of(f)) for f in frames]
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

@@ -8,7 +8,11 @@ from pathlib import Path
 import av
 import numpy as np
 
+from vidloader.decoding.cpu._frame import swscale_flags
 from vidloader.synthetic import VideoSpec, make_dataset
+
+#: The swscale flags the CPU executor resizes with (BILINEAR, chroma at full resolution).
+SCALE_FLAGS = swscale_flags("BILINEAR")
 
 
 def small_specs(n: int = 6, *, width: int = 96, height: int = 64) -> list[VideoSpec]:
@@ -24,14 +28,15 @@ def make_small_dataset(directory: Path, n: int = 6) -> list[Path]:
 
 
 def reference_frames(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
-    """Every frame of ``path`` decoded sequentially, in display order, RGB (resized by swscale)."""
+    """Every frame of ``path`` decoded sequentially, in display order, RGB (resized by swscale
+    with the CPU executor's flags)."""
     with av.open(str(path)) as c:
         frames = sorted(c.decode(c.streams.video[0]), key=lambda f: f.pts)
         if size is None:
             return np.stack([f.to_ndarray(format="rgb24") for f in frames])
         h, w = size
         return np.stack(
-            [f.reformat(width=w, height=h, format="rgb24", interpolation="BILINEAR").to_ndarray() for f in frames]
+            [f.reformat(width=w, height=h, format="rgb24", interpolation=SCALE_FLAGS).to_ndarray() for f in frames]
         )
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from vidloader.decoding import CpuExecutor, DecodeTask, decode_frames, get_executor
 from vidloader.decoding.cpu._executor import media_error
+from vidloader.decoding.cpu._frame import swscale_flags
 from vidloader.errors import (
     ConfigError,
     CorruptVideoError,
@@ -162,7 +163,7 @@ def test_resize_matches_swscale_reference(media, name, size, interpolation):
     for i in idx:
         expected = (
             ref.frames[i]
-            .reformat(width=w, height=h, format="rgb24", interpolation=interpolation)
+            .reformat(width=w, height=h, format="rgb24", interpolation=swscale_flags(interpolation))
             .to_ndarray()
         )
         np.testing.assert_array_equal(got[i], expected)

@@ -35,6 +35,8 @@ GOOD_SPECS = {
     "audio.mp4": VideoSpec(**SMALL, num_frames=30, gop=10, audio=True),
     "vfr.mp4": VideoSpec(**SMALL, num_frames=40, gop=10, vfr=True, seed=2),
     "ten_bit.mov": VideoSpec(**SMALL, num_frames=20, gop=10, pix_fmt="yuv420p10le"),
+    "av1.mp4": VideoSpec(codec="av1", **SMALL, num_frames=20, gop=10),
+    "vp9.webm": VideoSpec(codec="vp9", **SMALL, num_frames=20, gop=10),
 }
 
 
@@ -163,6 +165,35 @@ def test_probe_variable_frame_rate(media):
 def test_probe_bit_depth_10(media):
     r = probe_video(media["ten_bit.mov"])
     assert (r.pix_fmt, r.bit_depth) == ("yuv420p10le", 10)
+
+
+def test_probe_records_what_decides_hardware_decodability(media):
+    """Codec (named as the codec, never as the decoder library: AV1 opens with libdav1d),
+    profile, bit depth, chroma format and the coded size (H.264 codes 16x16 macroblocks)."""
+    expected = {
+        "h264_gop10.mp4": ("h264", "High", 8, "420", 64, 48),
+        "hevc.mp4": ("hevc", "Main", 8, "420", 64, 48),
+        "ten_bit.mov": ("h264", "High 10", 10, "420", 64, 48),
+        "odd_444.mkv": ("h264", "High 4:4:4 Predictive", 8, "444", 176, 128),
+        "av1.mp4": ("av1", "Main", 8, "420", 64, 48),
+        "vp9.webm": ("vp9", "Profile 0", 8, "420", 64, 48),
+    }
+    for name, want in expected.items():
+        r = probe_video(media[name])
+        got = (r.codec, r.profile, r.bit_depth, r.chroma_format, r.coded_width, r.coded_height)
+        assert got == want, name
+
+
+def test_record_derives_chroma_format_and_coded_size():
+    base = dict(path="/v.mp4", width=1920, height=1080, bit_depth=8, rotation=0, fps=30.0,
+                time_base=Fraction(1, 30), num_frames=1, keyframes=np.zeros(1, np.int64),
+                pts=np.zeros(1, np.int64))
+    h264 = VideoRecord(codec="h264", pix_fmt="yuv420p", **base)
+    assert (h264.chroma_format, h264.coded_width, h264.coded_height) == ("420", 1920, 1088)
+    hevc = VideoRecord(codec="hevc", pix_fmt="yuv422p10le", **base)
+    assert (hevc.chroma_format, hevc.coded_width, hevc.coded_height) == ("422", 1920, 1080)
+    given = VideoRecord(codec="hevc", pix_fmt="gray", coded_width=1920, coded_height=1088, **base)
+    assert (given.chroma_format, given.coded_height) == ("400", 1088)
 
 
 @pytest.mark.parametrize("degrees", [90, 270])
@@ -361,11 +392,29 @@ def test_version_1_indexes_with_absolute_paths_still_load(small_index, tmp_path)
     assert_same_index(small_index, load_index(v1))
 
 
+def test_version_2_indexes_load_with_decodability_derived(small_index, tmp_path):
+    """Version 2 had no profile, chroma format or coded size, and stored the decoder's name
+    as the codec (libdav1d for AV1): it loads with the profile unknown, the others derived,
+    and codec names mapped to the codec."""
+    current = tmp_path / "current.idx"
+    save_index(small_index, current)
+    with np.load(current, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files if k not in ("profile", "chroma_format", "coded_width", "coded_height")}
+    arrays["codec"] = np.array(["libdav1d" if c == "av1" else c for c in arrays["codec"].tolist()])
+    with open(tmp_path / "v2.idx", "wb") as f:
+        np.savez(f, **arrays)
+    loaded = load_index(_rewrite_header(tmp_path / "v2.idx", tmp_path / "v2.idx", version=2))
+    assert "av1" in {r.codec for r in loaded}
+    for a, b in zip(small_index, loaded):
+        assert b.profile == ""
+        assert_same_record(dataclasses.replace(a, profile=""), b)
+
+
 def test_load_rejects_other_versions_and_formats(small_index, tmp_path):
     good = tmp_path / "good.idx"
     save_index(small_index, good)
     newer = _rewrite_header(good, tmp_path / "newer.idx", version=999)
-    with pytest.raises(IndexFormatError, match=r"newer.idx.*version 999.*versions 1, 2"):
+    with pytest.raises(IndexFormatError, match=r"newer.idx.*version 999.*versions 1, 2, 3"):
         load_index(newer)
     other = _rewrite_header(good, tmp_path / "other.idx", format="something-else")
     with pytest.raises(IndexFormatError, match="something-else"):

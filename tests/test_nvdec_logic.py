@@ -21,7 +21,7 @@ from vidloader.pipeline._assemble import copy_runs
 from vidloader.planning import plan_tasks_for_frames
 
 from . import _fake_nvc
-from ._nvdec_media import make_media, random_frame_sets, record_of, reference_nv12
+from ._nvdec_media import SPECS, make_media, random_frame_sets, record_of, reference_nv12
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +60,15 @@ def _check(executor, path, frames):
         assert np.array_equal(nv12, ref[i]), f"{path.name}: frame {i} differs"
 
 
-@pytest.mark.parametrize("passthrough", [True, False])
-@pytest.mark.parametrize("name", ["h264", "hevc"])
+#: Every codec and surface format the NVDEC path takes (VP9 10-bit where PyAV can encode it).
+CODEC_CASES = [(n, True) for n in ("h264", "hevc", "hevc_main10", "hevc_main12", "av1", "av1_10bit",
+                                   "vp9", "vp9_10bit") if n in SPECS] + [("h264", False), ("hevc", False)]
+
+
+@pytest.mark.parametrize(("name", "passthrough"), CODEC_CASES)
 def test_random_frames_exact(media, monkeypatch, name, passthrough):
+    """NV12 planes (8-bit) and P016 planes (10/12-bit: FFmpeg's samples shifted to the high
+    bits) equal FFmpeg's full decode, for random frame sets of every codec."""
     nvc = _fake_nvc.FakeNvc(pts_passthrough=passthrough)
     _fake_nvc.install(monkeypatch, nvc)
     ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=0)
@@ -154,31 +160,76 @@ def test_pool_matches_inline(media, fake, cache):
     ex.close()
 
 
-def test_separation_mode_decodes_given_bundles(media, fake, monkeypatch):
+@pytest.mark.parametrize("name", ["hevc", "hevc_main10", "av1", "vp9"])
+def test_separation_mode_decodes_given_bundles(media, fake, monkeypatch, name):
     import vidloader.decoding.nvdec._executor as nvdec_mod
 
-    record = record_of(media["hevc"])
-    task = plan_tasks_for_frames(0, record, [5, 17, 18, 50])
+    record = record_of(media[name])
+    frames = [f for f in (5, 17, 18, 30, 35, 50) if f < record.num_frames]
+    task = plan_tasks_for_frames(0, record, frames)
     bundle = demux_gops(record, task.gops)  # as a CPU worker would
     monkeypatch.setattr(nvdec_mod, "demux_gops", lambda *a, **k: pytest.fail("demuxed again"))
     ex = NvdecExecutor(packet_cache_bytes=16 << 20)
     got = _collect(ex, task, bundle=bundle)
-    ref = reference_nv12(media["hevc"])
-    assert sorted(got) == [5, 17, 18, 50] and all(np.array_equal(v, ref[i]) for i, v in got.items())
+    ref = reference_nv12(media[name])
+    assert sorted(got) == frames and all(np.array_equal(v, ref[i]) for i, v in got.items())
     assert len(ex.packet_cache) == 0  # given packets are not copied into a cache nobody reads
-    other = plan_tasks_for_frames(0, record, [5, 30])
+    other = plan_tasks_for_frames(0, record, [5, 20])
     with pytest.raises(CorruptVideoError, match="does not match"):
         ex.decode_bundle(other, bundle, lambda i, f: None)
 
 
-def test_unsupported_inputs(media, fake):
+@pytest.mark.parametrize(("name", "message"), [
+    ("h264_high10", r"h264_high10.mp4: H.264 High 10 \(10-bit 4:2:0\): NVDEC cannot decode H.264 above 8 bits"),
+    ("hevc_10bit", r"hevc_10bit.mp4: HEVC Main 10 \(10-bit 4:2:0\) 128×96 is below NVDEC's minimum 144×144"),
+    ("hevc_tiny", r"hevc_tiny.mp4: HEVC Main \(8-bit 4:2:0\) 128×96 is below NVDEC's minimum 144×144"),
+])
+def test_unsupported_inputs_are_refused_naming_codec_and_profile(media, fake, name, message):
     ex = NvdecExecutor()
-    rec10 = record_of(media["hevc_10bit"])
-    with pytest.raises(UnsupportedCodecError, match="hevc_10bit.mp4"):
-        ex.decode(plan_tasks_for_frames(0, rec10, [0]), lambda i, f: None)
-    mpeg4 = dataclasses.replace(record_of(media["h264"]), codec="mpeg4")
-    with pytest.raises(UnsupportedCodecError, match="mpeg4"):
+    with pytest.raises(UnsupportedCodecError, match=message + "; use backend='cpu'"):
+        ex.decode(plan_tasks_for_frames(0, record_of(media[name]), [0]), lambda i, f: None)
+    assert not fake.decoders  # refused before any decoder or packet
+
+
+def test_decoders_per_codec_and_surface_format(media, fake):
+    """8-bit and 10/12-bit video of one codec never share a decoder (NV12 vs P016 surfaces);
+    P016 planes come out uint16."""
+    ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=0)
+    for name in ["hevc", "hevc_main10", "hevc", "hevc_main12", "av1_10bit", "av1"]:
+        _check(ex, media[name], [0, 7])
+    assert [d.codec for d in fake.decoders] == ["hevc", "hevc", "libdav1d", "libdav1d"]
+    got = {}
+    ex.decode(plan_tasks_for_frames(0, record_of(media["hevc_main10"]), [3]), lambda i, f: got.update(p=f.planes()))
+    assert got["p"].dtype == torch.uint16 and int(got["p"].view(torch.int16).bitwise_and(63).abs().sum()) == 0
+
+
+def test_caps_asked_per_kind_of_video_and_table_when_the_driver_cannot_say(media, monkeypatch):
+    nvc = _fake_nvc.FakeNvc()
+    _fake_nvc.install(monkeypatch, nvc)
+    ex = NvdecExecutor(frame_cache_bytes=0)
+    _check(ex, media["hevc_main10"], [1])
+    _check(ex, media["hevc_main10"], [2])
+    assert sorted(nvc.caps_calls) == [(8, 1, 8), (8, 1, 10)]  # asked once, with chroma and depth
+    assert ex.caps.source == "driver" and ex.caps.engines == 7
+
+    def broken(**kwargs):
+        raise RuntimeError("no caps here")
+
+    nvc2 = _fake_nvc.FakeNvc()
+    nvc2.GetDecoderCaps = broken
+    _fake_nvc.install(monkeypatch, nvc2)
+    ex2 = NvdecExecutor(frame_cache_bytes=0)
+    _check(ex2, media["vp9"], [4])
+    assert ex2.caps.source == "table:turing"  # (9, 0): Hopper's NVDEC is Turing's
+
+
+def test_other_codecs_are_refused_by_name_never_by_ffmpeg_library(media, fake):
+    ex = NvdecExecutor()
+    mpeg4 = dataclasses.replace(record_of(media["h264"]), codec="mpeg4", profile="Simple Profile")
+    with pytest.raises(UnsupportedCodecError, match=r"MPEG-4 Part 2 Simple Profile \(8-bit 4:2:0\): "
+                       r"vidloader's NVDEC path decodes H.264, HEVC, AV1 and VP9 only") as err:
         ex.decode(plan_tasks_for_frames(0, mpeg4, [0]), lambda i, f: None)
+    assert "lib" not in str(err.value).split(": ", 1)[1]
 
 
 def test_sizes_outside_the_decoder_caps_are_refused(media, fake):

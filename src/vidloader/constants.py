@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-#: Version of the on-disk index format written by :meth:`VideoIndex.save` (2: paths of videos
-#: under the index file's folder are stored relative to it; version 1, all absolute, is read).
-INDEX_FORMAT_VERSION = 2
+#: Version of the on-disk index format written by :meth:`VideoIndex.save` (3: adds profile,
+#: chroma format and coded size; 2: paths of videos under the index file's folder are stored
+#: relative to it; versions 1 and 2 are read).
+INDEX_FORMAT_VERSION = 3
 
 #: Units of work decoded ahead of the consumer beyond one per worker (bounded prefetch).
 DEFAULT_PREFETCH_PER_WORKER = 2

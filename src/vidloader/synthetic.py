@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-_CODEC_LIBS = {"h264": "libx264", "hevc": "libx265"}
+_CODEC_LIBS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,18 +25,20 @@ class VideoSpec:
     """What to generate. Sizes are in pixels, durations in frames.
 
     Attributes:
-        codec (str): ``"h264"`` or ``"hevc"``.
+        codec (str): ``"h264"``, ``"hevc"``, ``"av1"`` (SVT-AV1) or ``"vp9"`` (libvpx).
         width (int), height (int): picture size (odd sizes are allowed with ``yuv444p``).
         num_frames (int): frames to encode.
         fps (int): nominal frame rate.
         gop (int): keyframe interval in frames (fixed: scene-cut detection is off).
-        bframes (int): consecutive B-frames allowed (0 for none).
+        bframes (int): consecutive B-frames allowed (0 for none); H.264 and HEVC only (AV1
+            and VP9 reorder with hidden frames instead, which their encoders choose).
         bitrate (int | None): target bits per second; ``None`` uses constant quality (crf 23).
-        pix_fmt (str): encoder pixel format.
+        pix_fmt (str): encoder pixel format (``"yuv420p10le"`` for 10-bit; x265 also encodes
+            12-bit, SVT-AV1 8 and 10-bit; libvpx 10-bit only where it was built for it).
         audio (bool): add an AAC audio track.
         vfr (bool): variable frame rate (irregular timestamps).
         seed (int): content seed.
-        preset (str): encoder speed preset.
+        preset (str): encoder speed preset (x264/x265 names; AV1 and VP9 use their fastest).
     """
 
     codec: str = "h264"
@@ -64,7 +66,16 @@ def _encoder_params(spec: VideoSpec) -> dict[str, str]:
             ":no-open-gop=1:log-level=error"
         )
         return {"x265-params": params, "preset": spec.preset}
-    raise ValueError(f"synthetic videos support codec 'h264' or 'hevc', not {spec.codec!r}")
+    if spec.codec == "av1":
+        # Closed-GOP key frames every `gop` frames (irefresh-type=2), no scene-cut keyframes.
+        return {"preset": "12", "svtav1-params": f"keyint={spec.gop}:irefresh-type=2:scd=0"}
+    if spec.codec == "vp9":
+        # Alt-ref frames on (hidden frames in superframes, as real VP9 files have them).
+        return {"deadline": "good", "cpu-used": "8", "auto-alt-ref": "1", "lag-in-frames": "8",
+                "g": str(spec.gop), "keyint_min": str(spec.gop)}
+    raise ValueError(
+        f"synthetic videos support codec 'h264', 'hevc', 'av1' or 'vp9', not {spec.codec!r}"
+    )
 
 
 class _Painter:
@@ -125,6 +136,8 @@ def make_video(path: str | os.PathLike, spec: VideoSpec = VideoSpec()) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if spec.codec == "av1":
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole config otherwise
     painter = _Painter(spec)
     with av.open(str(path), "w") as out:
         stream = out.add_stream(_CODEC_LIBS[spec.codec], rate=spec.fps)

@@ -21,6 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import CorruptVideoError, VideoNotFoundError
+from ._codecs import codec_name
 from ._record import VideoRecord
 from ._rotation import mp4_rotation
 
@@ -103,7 +104,8 @@ def _probe_container(container, path: str, size: int) -> VideoRecord:
     pix_fmt = cc.pix_fmt or "unknown"
     return VideoRecord(
         path=path,
-        codec=cc.name,
+        codec=_codec_name(cc),
+        profile=_profile(cc),
         width=int(cc.width),
         height=int(cc.height),
         pix_fmt=pix_fmt,
@@ -119,6 +121,22 @@ def _probe_container(container, path: str, size: int) -> VideoRecord:
         stream_index=int(stream.index),
         size_bytes=size,
     )
+
+
+def _codec_name(cc) -> str:
+    """The codec's name (``"av1"``), not that of the decoder FFmpeg picked (``"libdav1d"``)."""
+    codec = getattr(cc, "codec", None)
+    name = getattr(codec, "canonical_name", None) or cc.name
+    return codec_name(str(name))
+
+
+def _profile(cc) -> str:
+    """The profile's name as FFmpeg gives it (``"High 10"``, ``"Main 10"``), ``""`` if none."""
+    try:
+        profile = cc.profile
+    except Exception:  # a PyAV without profile names, or an unknown profile id
+        return ""
+    return profile if isinstance(profile, str) else ""
 
 
 def _check_not_truncated(stream, path: str, size: int) -> None:

@@ -15,6 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from ..errors import FrameIndexError
+from . import _codecs
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -23,8 +24,9 @@ class VideoRecord:
 
     Attributes:
         path (str): absolute path of the file.
-        codec (str): FFmpeg codec name of the video stream (``"h264"``, ``"hevc"`` …).
-        width (int), height (int): coded picture size in pixels (before rotation).
+        codec (str): FFmpeg codec name of the video stream (``"h264"``, ``"hevc"``, ``"av1"``,
+            ``"vp9"`` …), never the decoder library's (``"libdav1d"``).
+        width (int), height (int): picture size in pixels as decoded (before rotation).
         pix_fmt (str): decoder pixel format (``"yuv420p"`` …).
         bit_depth (int): bits per luma sample.
         rotation (int): degrees (0, 90, 180, 270) the display matrix asks to rotate by.
@@ -37,6 +39,17 @@ class VideoRecord:
         color_range (str): ``"tv"`` (limited), ``"pc"`` (full) or ``"unknown"``.
         stream_index (int): index of the video stream in the container.
         size_bytes (int): file size.
+        profile (str): the codec profile as FFmpeg names it (``"High"``, ``"High 10"``,
+            ``"Main 10"``, ``"Rext"``, ``"Profile 0"`` …); ``""`` if unknown.
+        chroma_format (str): chroma subsampling, ``"420"``, ``"422"``, ``"444"``, ``"400"``
+            (luma only) …; derived from ``pix_fmt`` when not given.
+        coded_width (int), coded_height (int): the size the decoder codes pictures at (the
+            picture size rounded up to the codec's block grid, e.g. 1920×1088 for 1080p
+            H.264); derived when not given. What hardware decoders' size limits apply to.
+
+    ``codec``, ``profile``, ``bit_depth``, ``chroma_format`` and the coded size decide whether
+    a hardware decoder can take the video (see
+    :func:`vidloader.decoding.nvdec.nvdec_decodability`).
     """
 
     path: str
@@ -55,8 +68,18 @@ class VideoRecord:
     color_range: str = "unknown"
     stream_index: int = 0
     size_bytes: int = 0
+    profile: str = ""
+    chroma_format: str = ""
+    coded_width: int = 0
+    coded_height: int = 0
 
     def __post_init__(self) -> None:
+        if not self.chroma_format:
+            object.__setattr__(self, "chroma_format", _codecs.chroma_format(self.pix_fmt))
+        if not (self.coded_width and self.coded_height):
+            w, h = _codecs.coded_size(self.codec, self.width, self.height)
+            object.__setattr__(self, "coded_width", w)
+            object.__setattr__(self, "coded_height", h)
         if len(self.pts) != self.num_frames:
             raise ValueError(f"{self.path}: {len(self.pts)} pts for {self.num_frames} frames")
         if self.num_frames and (len(self.keyframes) == 0 or self.keyframes[0] != 0):

@@ -30,15 +30,20 @@ import numpy as np
 
 from ..constants import INDEX_FORMAT_VERSION
 from ..errors import IndexFormatError
+from . import _codecs
 from ._record import RejectedVideo, VideoIndex, VideoRecord
 
 FORMAT_NAME = "vidloader-index"
-#: Versions this vidloader reads: version 1 differs only in storing every path absolute.
-_READABLE_VERSIONS = (1, INDEX_FORMAT_VERSION)
+#: Versions this vidloader reads: version 1 stored every path absolute; versions 1 and 2 lack
+#: the decodability columns (:data:`_V3_COLUMNS`).
+_READABLE_VERSIONS = (1, 2, INDEX_FORMAT_VERSION)
 _INT_FIELDS = (
     "width", "height", "bit_depth", "rotation", "num_frames", "stream_index", "size_bytes",
+    "coded_width", "coded_height",
 )
-_STR_FIELDS = ("path", "codec", "pix_fmt", "color_space", "color_range")
+_STR_FIELDS = ("path", "codec", "pix_fmt", "color_space", "color_range", "profile", "chroma_format")
+#: Columns added by version 3 (derived when an older file lacks them).
+_V3_COLUMNS = ("coded_width", "coded_height", "profile", "chroma_format")
 _REQUIRED = (
     "header", "pts", "pts_offsets", "keyframes", "keyframe_offsets", "fps", "time_base_num",
     "time_base_den", "rejected_path", "rejected_reason", *_INT_FIELDS, *_STR_FIELDS,
@@ -143,9 +148,10 @@ def load_index(path: str | os.PathLike) -> VideoIndex:
         if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy loads as an array
             raise IndexFormatError(f"{path}: a single .npy array, not a vidloader index (.npz)")
         with loaded as npz:
-            _check_members(npz, path)
-            _check_header(npz["header"], path)
-            cols = {name: npz[name] for name in _REQUIRED if name != "header"}
+            raw = npz["header"] if "header" in npz.files else None
+            version = _check_header(raw, path).get("version")
+            _check_members(npz, path, version)
+            cols = {name: npz[name] for name in _REQUIRED if name != "header" and name in npz.files}
     except IndexFormatError:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
@@ -153,6 +159,7 @@ def load_index(path: str | os.PathLike) -> VideoIndex:
             f"{path}: not a readable vidloader index ({type(exc).__name__}: {exc}); "
             "rebuild it with build_index(...).save(path)"
         ) from exc
+    _upgrade(cols)
     _check_columns(cols, path)
     # Relative paths (version 2) are relative to the folder the index file is in now.
     root = os.path.dirname(os.path.abspath(path))
@@ -161,18 +168,19 @@ def load_index(path: str | os.PathLike) -> VideoIndex:
     return VideoIndex(_records(cols), _rejected(cols))
 
 
-def _check_members(npz, path: str) -> None:
-    missing = [name for name in _REQUIRED if name not in npz.files]
-    if "header" in missing:
-        raise IndexFormatError(
-            f"{path}: an .npz file without a vidloader header, not a vidloader index; "
-            "build one with build_index(...).save(path)"
-        )
+def _check_members(npz, path: str, version) -> None:
+    optional = _V3_COLUMNS if version in (1, 2) else ()
+    missing = [name for name in _REQUIRED if name not in npz.files and name not in optional]
     if missing:
         raise IndexFormatError(f"{path}: vidloader index lacks the columns {missing}; rebuild it")
 
 
 def _check_header(raw: np.ndarray, path: str) -> dict:
+    if raw is None:
+        raise IndexFormatError(
+            f"{path}: an .npz file without a vidloader header, not a vidloader index; "
+            "build one with build_index(...).save(path)"
+        )
     try:
         header = json.loads(str(raw))
         fmt, version = header.get("format"), header.get("version")
@@ -188,6 +196,25 @@ def _check_header(raw: np.ndarray, path: str) -> dict:
             f"{', '.join(map(str, _READABLE_VERSIONS))}; {fix}"
         )
     return header
+
+
+def _upgrade(cols: dict[str, np.ndarray]) -> None:
+    """Codec names as codecs (older files stored the decoder's: ``"libdav1d"``), and the
+    version 3 columns an older file lacks, derived from ``pix_fmt`` and the picture size."""
+    def per_value(column: np.ndarray, fn, dtype=None) -> np.ndarray:
+        values, inverse = np.unique(column, return_inverse=True)  # a handful of distinct values
+        mapped = [fn(v) for v in values.tolist()]
+        return (np.array(mapped, dtype) if dtype else _strings(mapped))[inverse] if len(values) else column
+
+    cols["codec"] = per_value(cols["codec"], _codecs.codec_name)
+    if "profile" not in cols:
+        cols["profile"] = np.full(len(cols["path"]), "", "<U1")
+    if "chroma_format" not in cols:
+        cols["chroma_format"] = per_value(cols["pix_fmt"], _codecs.chroma_format)
+    if "coded_width" not in cols or "coded_height" not in cols:
+        align = per_value(cols["codec"], lambda c: _codecs.coded_size(c, 1, 1)[0], np.int64).astype(np.int64)
+        cols["coded_width"] = -(-cols["width"] // align) * align
+        cols["coded_height"] = -(-cols["height"] // align) * align
 
 
 def _check_offsets(flat: np.ndarray, offsets: np.ndarray, n: int, what: str, path: str) -> None:

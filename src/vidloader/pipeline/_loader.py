@@ -36,7 +36,7 @@ from ._config import (
     staging_shapes,
 )
 from ._contract import BatchPool
-from ._routing import cpu_only_mask, nvdec_refusals
+from ._routing import cpu_only_mask, nvdec_routing
 from ._scheduler import Scheduler
 from ._units import has_block_units, max_unit_batches
 
@@ -150,8 +150,10 @@ class VideoLoader:
             resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options) if uses_nvdec
             else ({}, DEFAULT_UNITS_DECODING)
         )
-        #: Videos NVDEC cannot decode, and why (empty with backend="cpu").
-        self.nvdec_refusals = nvdec_refusals(index) if uses_nvdec else {}
+        #: Videos this GPU's NVDEC cannot decode, and why (empty with backend="cpu").
+        self.nvdec_refusals: dict[int, str] = {}
+        if uses_nvdec:  # the driver is asked here, so a machine without NVDEC fails now
+            nv_options["caps"], self.nvdec_refusals = nvdec_routing(index, gpu=nv_options["device"])
         if uses_nvdec and fallback == "error" and self.nvdec_refusals:
             _refuse(index, self.nvdec_refusals)
         if backend == "combo" and device is None:  # batches meet on the GPU

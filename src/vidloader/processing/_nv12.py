@@ -1,14 +1,25 @@
-"""NV12 → RGB conversion with crop and resize, as torch ops that run on any device.
+"""NV12/P016 → RGB conversion with crop and resize, as torch ops that run on any device.
 
-NVDEC hands out NV12 pictures: a ``H×W`` luma plane followed by a ``⌈H/2⌉×W`` plane of
-interleaved ``U, V`` samples (one pair per 2×2 luma block), i.e. a ``(H + ⌈H/2⌉) × W`` uint8
-tensor, possibly with a row pitch larger than ``W``. :func:`nv12_to_rgb` turns it into the
-``h×w×3`` uint8 RGB the model wants in one pass over the output: crop → resize (bilinear,
-antialiased when shrinking, luma and chroma each resampled from their own plane) → YUV→RGB
-matrix → round/clamp → uint8, written into a preallocated batch slot when ``out`` is given.
+NVDEC hands out NV12 pictures (8-bit video) or P016 pictures (10- and 12-bit video): a
+``H×W`` luma plane followed by a ``⌈H/2⌉×W`` plane of interleaved ``U, V`` samples (one pair per
+2×2 luma block), i.e. a ``(H + ⌈H/2⌉) × W`` tensor, uint8 for NV12 and uint16 for P016 (the
+sample in the high bits: a 10-bit value ``v`` is stored as ``v << 6``), possibly with a row pitch
+larger than ``W``. :func:`nv12_to_rgb` turns it into the ``h×w×3`` uint8 RGB the model wants:
+crop → resize → YUV→RGB matrix → round/clamp → uint8, written into a preallocated batch slot
+when ``out`` is given.
 
-Without resize, chroma is upsampled by repetition, as swscale's unscaled ``yuv420p → rgb24``
-path does, so the result matches ``VideoFrame.to_ndarray(format="rgb24")`` within ±3 (tested).
+It gives the pictures the CPU executor gets from swscale (``BILINEAR | FULL_CHR_H_INT``), so a
+model cannot tell which executor made a batch:
+
+* resize: swscale's own bilinear filter (:mod:`vidloader.processing._resample`: FFmpeg's
+  taps, half-pixel centres, area-weighted when shrinking, edges clamped), luma and chroma each
+  resampled from their own plane to the output size, chroma sited where the codec's decoder
+  says (:func:`chroma_siting`: left for H.264/HEVC, centre for AV1/VP9);
+* no resize, 8-bit: chroma repeated over its 2×2 block, as swscale's unscaled ``yuv420p →
+  rgb24`` path does (bit-exact with ``VideoFrame.to_ndarray(format="rgb24")`` up to that path's
+  rounding, ±3); no resize, 10/12-bit: chroma upsampled by the filter, as swscale does there;
+* colour: the stream's matrix (BT.601/709/2020) and range (:func:`color_params`), in float,
+  rounded once.
 """
 
 from __future__ import annotations
@@ -19,9 +30,9 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..errors import ConfigError
+from ._resample import CHROMA_POSITIONS, FULL_POSITION, resample
 
 Matrix = Literal["bt601", "bt709", "bt2020"]
 
@@ -31,6 +42,19 @@ _KR_KB = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627,
 #: FFmpeg colorspace names → matrix. Anything else (``unknown``, ``bt470bg``, ``smpte170m``, …)
 #: is BT.601, which is what swscale assumes for unspecified video.
 _MATRIX_OF_SPACE = {"bt709": "bt709", "bt2020nc": "bt2020", "bt2020c": "bt2020"}
+
+
+#: Codecs whose FFmpeg decoders report left-sited 4:2:0 chroma when the stream does not say
+#: (H.264/HEVC VUI default, and MPEG-2's); others (AV1, VP9) leave it unspecified, which
+#: swscale treats as centred. Measured against swscale with PyAV 18 (FFmpeg 8).
+_LEFT_SITED = frozenset({"h264", "hevc", "mpeg2video"})
+
+
+def chroma_siting(codec: str) -> str:
+    """Where the 4:2:0 chroma samples of ``codec`` sit for swscale: ``"left"`` or ``"center"``
+    (see :data:`vidloader.processing._resample.CHROMA_POSITIONS`). A stream that signals
+    another location is not seen: the index does not record it."""
+    return "left" if codec in _LEFT_SITED else "center"
 
 
 def color_params(color_space: str, color_range: str, pix_fmt: str = "") -> tuple[Matrix, bool]:
@@ -93,6 +117,12 @@ def i420_to_nv12(yuv420p):
     return out.numpy() if is_np else out
 
 
+def to_p016(nv12: np.ndarray, bit_depth: int) -> np.ndarray:
+    """A semi-planar picture of ``bit_depth``-bit samples (:func:`i420_to_nv12` of a 10/12-bit
+    ``uint16`` picture) as NVDEC's P016 stores it: each sample shifted to the high bits."""
+    return (np.asarray(nv12, np.uint16) << np.uint16(16 - int(bit_depth))).astype(np.uint16)
+
+
 def nv12_to_rgb(
     nv12: torch.Tensor,
     *,
@@ -103,17 +133,20 @@ def nv12_to_rgb(
     out_size: tuple[int, int] | None = None,
     crop: tuple[int, int, int, int] | None = None,
     out: torch.Tensor | None = None,
+    chroma_loc: str = "left",
 ) -> torch.Tensor:
-    """Convert one NV12 picture to RGB, cropping and resizing on the way.
+    """Convert one NV12 (or P016) picture to RGB, cropping and resizing on the way.
 
     Args:
-        nv12: uint8 ``(H + ⌈H/2⌉) × pitch`` tensor (``pitch >= width``), on any device.
+        nv12: ``(H + ⌈H/2⌉) × pitch`` tensor (``pitch >= width``), on any device: uint8 NV12,
+            or uint16 P016 (10/12-bit samples in the high bits).
         height, width: the picture size ``H``, ``W`` in pixels.
         matrix: YUV matrix (see :func:`color_params`).
         full_range: full (``pc``) instead of limited (``tv``) code values.
         out_size: output ``(h, w)``; default: the crop's size (no resize).
         crop: ``(top, left, h, w)`` window of the picture to use; default: all of it.
         out: a preallocated uint8 ``h × w × 3`` tensor (e.g. a batch slot) to write into.
+        chroma_loc: where the chroma samples sit (:func:`chroma_siting` of the codec).
 
     Returns:
         uint8 ``h × w × 3`` RGB on ``nv12``'s device (``out`` when given).
@@ -121,6 +154,7 @@ def nv12_to_rgb(
     res = nv12_to_rgb_batch(
         nv12.unsqueeze(0), height=height, width=width, matrix=matrix, full_range=full_range,
         out_size=out_size, crop=crop, out=None if out is None else out.unsqueeze(0),
+        chroma_loc=chroma_loc,
     )
     return res[0] if out is None else out
 
@@ -135,19 +169,21 @@ def nv12_to_rgb_batch(
     out_size: tuple[int, int] | None = None,
     crop: tuple[int, int, int, int] | None = None,
     out: torch.Tensor | None = None,
+    chroma_loc: str = "left",
 ) -> torch.Tensor:
     """:func:`nv12_to_rgb` for ``N`` pictures of one size: a stacked ``N × rows × pitch``
     tensor or a list of tensors. Returns (or fills ``out``) uint8 ``N × h × w × 3``."""
     nv12 = frames if isinstance(frames, torch.Tensor) else torch.stack(list(frames))
     top, left, ch, cw = _check(nv12, height, width, crop)
     oh, ow = out_size or (ch, cw)
-    y, u, v = _planes(nv12, height, width)
-    y = y[:, top : top + ch, left : left + cw]
-    if (oh, ow) == (ch, cw):
-        u, v = _chroma_nearest(u, top, left, ch, cw), _chroma_nearest(v, top, left, ch, cw)
-        yuv = torch.stack([y.float(), u.float(), v.float()], dim=-1)
+    y, u, v = _planes(nv12, height, width)  # converted to float once sliced to the window
+    window = (top, left, ch, cw)
+    if (oh, ow) == (ch, cw) and nv12.dtype == torch.uint8:
+        # swscale's unscaled 8-bit path: each chroma sample repeated over its 2x2 block.
+        yuv = torch.stack([_as_float(y[:, top : top + ch, left : left + cw]),
+                           _chroma_nearest(u, *window), _chroma_nearest(v, *window)], dim=-1)
     else:
-        yuv = _resized_yuv(y, u, v, (top, left, ch, cw), (oh, ow)).permute(0, 2, 3, 1)
+        yuv = _resized_yuv(y, u, v, window, (oh, ow), (height, width), chroma_loc).permute(0, 2, 3, 1)
     a, b = yuv_to_rgb_coefficients(matrix, full_range, device=nv12.device)
     rgb = torch.matmul(yuv, a.T).add_(b).round_().clamp_(0, 255)
     if out is None:
@@ -159,8 +195,8 @@ def nv12_to_rgb_batch(
 
 
 def _check(nv12: torch.Tensor, height: int, width: int, crop) -> tuple[int, int, int, int]:
-    if nv12.dtype != torch.uint8 or nv12.dim() != 3:
-        raise ConfigError(f"NV12 input must be uint8 of shape (N, rows, pitch), got {nv12.dtype} {tuple(nv12.shape)}")
+    if nv12.dtype not in (torch.uint8, torch.uint16) or nv12.dim() != 3:
+        raise ConfigError(f"NV12/P016 input must be uint8/uint16 of shape (N, rows, pitch), got {nv12.dtype} {tuple(nv12.shape)}")
     rows = height + (height + 1) // 2
     if nv12.shape[1] < rows or nv12.shape[2] < width:
         raise ConfigError(f"NV12 tensor {tuple(nv12.shape[1:])} is too small for a {height}x{width} picture (needs {rows} rows)")
@@ -178,26 +214,40 @@ def _planes(nv12: torch.Tensor, height: int, width: int):
     return y, uv[..., 0], uv[..., 1]
 
 
+def _as_float(plane: torch.Tensor) -> torch.Tensor:
+    """A plane as float32 in 8-bit code values: P016's ``v << (16 - bits)`` divided by 256.
+
+    uint16 goes through an int16 view: every torch build converts int16 on every device
+    (uint16 has "limited support"), and the sign is undone by a modulo."""
+    if plane.dtype == torch.uint16:
+        return plane.view(torch.int16).float().remainder_(65536.0).div_(256.0)
+    return plane.float()
+
+
 def _chroma_nearest(c: torch.Tensor, top: int, left: int, ch: int, cw: int) -> torch.Tensor:
-    """Chroma at every luma pixel of the crop, each sample repeated over its 2×2 block."""
-    rows = torch.arange(top, top + ch, device=c.device) // 2
-    cols = torch.arange(left, left + cw, device=c.device) // 2
-    return c.index_select(1, rows).index_select(2, cols)
+    """Float chroma at every luma pixel of the crop, each sample repeated over its 2×2 block."""
+    r0, c0 = top // 2, left // 2
+    part = _as_float(c[:, r0 : (top + ch - 1) // 2 + 1, c0 : (left + cw - 1) // 2 + 1])
+    rows = torch.arange(top, top + ch, device=c.device) // 2 - r0
+    cols = torch.arange(left, left + cw, device=c.device) // 2 - c0
+    return part.index_select(1, rows).index_select(2, cols)
 
 
-def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    shrink = size[0] < x.shape[-2] or size[1] < x.shape[-1]
-    return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink)
-
-
-def _resized_yuv(y, u, v, crop, size) -> torch.Tensor:
-    """``N × 3 × h × w`` float YUV: luma and chroma each resampled from their own plane."""
+def _resized_yuv(y, u, v, crop, size, picture, chroma_loc) -> torch.Tensor:
+    """``N × 3 × h × w`` float YUV: luma and chroma each resampled from their own plane with
+    swscale's bilinear filter, chroma from where its samples sit."""
     top, left, ch, cw = crop
-    yr = _resize(y.unsqueeze(1).float(), size)
-    if top % 2 or left % 2 or ch % 2 or cw % 2:
-        # The window cuts through chroma samples: resample chroma repeated to luma resolution.
-        uv = torch.stack([_chroma_nearest(u, top, left, ch, cw), _chroma_nearest(v, top, left, ch, cw)], 1)
-    else:
+    height, width = picture
+    yr = resample(_as_float(y[:, top : top + ch, left : left + cw]).unsqueeze(1), size)
+    if crop == (0, 0, height, width):
+        uv, pos = torch.stack([_as_float(u), _as_float(v)], 1), CHROMA_POSITIONS[chroma_loc]
+    elif not (top % 2 or left % 2 or ch % 2 or cw % 2):
         t, lf = top // 2, left // 2
-        uv = torch.stack([u, v], 1)[:, :, t : t + ch // 2, lf : lf + cw // 2]
-    return torch.cat([yr, _resize(uv.float(), size)], dim=1)
+        window = (slice(None), slice(t, t + ch // 2), slice(lf, lf + cw // 2))
+        uv = torch.stack([_as_float(u[window]), _as_float(v[window])], 1)
+        pos = CHROMA_POSITIONS[chroma_loc]
+    else:
+        # The window cuts through chroma samples: resample chroma repeated to luma resolution.
+        uv = torch.stack([_chroma_nearest(u, *crop), _chroma_nearest(v, *crop)], 1)
+        pos = (FULL_POSITION, FULL_POSITION)
+    return torch.cat([yr, resample(uv, size, src_pos=pos)], dim=1)

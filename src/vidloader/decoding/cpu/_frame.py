@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
+
+
+@functools.lru_cache(maxsize=32)
+def swscale_flags(interpolation: str) -> Any:
+    """The swscale flags a resize runs with: the ``interpolation`` algorithm plus
+    ``FULL_CHR_H_INT``, so chroma is interpolated to every output pixel (swscale's default for
+    RGB output computes chroma for every second pixel only, and rounds RGB about one code
+    value low). With ``BILINEAR`` this is the filter the NVDEC path reproduces on the GPU
+    (:mod:`vidloader.processing._resample`): a model cannot tell the executors apart."""
+    from av.video.reformatter import Interpolation
+
+    return Interpolation[interpolation] | Interpolation.FULL_CHR_H_INT
 
 
 class CpuFrame:
@@ -28,7 +41,8 @@ class CpuFrame:
         return self._frame
 
     def to_rgb(self, size: tuple[int, int] | None = None) -> np.ndarray:
-        """RGB uint8 ``H×W×3``; with ``size = (height, width)``, scaled by swscale on the way.
+        """RGB uint8 ``H×W×3``; with ``size = (height, width)``, scaled by swscale on the way
+        (with :func:`swscale_flags`).
 
         Without ``size`` the conversion uses PyAV's default flags, so the result is bit-exact
         with ``frame.to_ndarray(format="rgb24")`` whatever ``interpolation`` is (swscale's
@@ -43,7 +57,7 @@ class CpuFrame:
                 width=int(width),
                 height=int(height),
                 format="rgb24",
-                interpolation=self._interpolation,
+                interpolation=swscale_flags(self._interpolation),
                 threads=self._threads,
             )
         return rgb.to_ndarray()

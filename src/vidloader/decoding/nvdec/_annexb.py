@@ -1,12 +1,22 @@
-"""Separation-mode demux: the packets an NVDEC decoder needs, as Annex B, without any GPU.
+"""Separation-mode demux: the packets an NVDEC decoder needs, in the form it parses, without
+any GPU.
 
 This module runs in CPU worker processes, so it imports neither ``torch.cuda`` nor
 PyNvVideoCodec: only PyAV and numpy. :func:`demux_gops` seeks to each requested GOP's keyframe,
-reads packets in decode order, converts MP4/MKV length-prefixed NAL units (AVCC/HVCC) to
-Annex B start codes with FFmpeg's ``*_mp4toannexb`` bitstream filters (which also put the
-SPS/PPS in-band before every IDR/IRAP picture) and packs them into a :class:`PacketBundle`,
-flagging the packets of non-reference pictures from their NAL headers
+reads packets in decode order, puts them in the form NVDEC's parser takes and packs them into
+a :class:`PacketBundle`, flagging the packets of non-reference pictures from their NAL headers
 (:func:`vidloader.decoding.nvdec._nal.nonreference_flags`, ``PacketBundle.is_nonref``).
+
+The form, per codec, as PyNvVideoCodec's own demuxer (``FFmpegDemuxer``) feeds NVDEC:
+
+* H.264, HEVC: MP4/MKV length-prefixed NAL units (AVCC/HVCC) become Annex B start codes with
+  FFmpeg's ``h264_mp4toannexb`` / ``hevc_mp4toannexb`` bitstream filters (through PyAV),
+  which also put the SPS/PPS in-band before every IDR/IRAP picture;
+* AV1: MP4/MKV/WebM samples already are what NVDEC takes, temporal units of OBUs in the
+  low-overhead format (AV1 spec section 5): no filter. A key frame whose packet lacks the
+  sequence header OBU (allowed when the container's ``av1C`` carries it) gets the one from
+  the extradata in front, so every GOP decodes on its own;
+* VP9: packets as they are (superframes with hidden frames included: NVDEC splits them).
 
 Which packets a GOP needs: the decoder is always flushed after a GOP's packets, so it outputs
 every frame it has decoded; no reorder look-ahead is needed. To output display frames
@@ -28,14 +38,19 @@ import numpy as np
 
 from ...errors import CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
+from ...index._codecs import display_name
 from .._base import GopRequest
 from ._bundle import PacketBundle, concat_bundles
 from ._nal import nonreference_flags
 
 __all__ = ["ContainerCache", "PacketBundle", "concat_bundles", "demux_gops", "full_gop_requests"]
 
-#: Bitstream filter turning each codec's MP4 packets into Annex B.
-ANNEXB_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
+#: Bitstream filter turning each codec's MP4 packets into what NVDEC parses (``None``: the
+#: packets as they are).
+ANNEXB_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb", "av1": None, "vp9": None}
+
+#: AV1 OBU type of a sequence header (AV1 spec 6.2.2).
+_OBU_SEQUENCE_HEADER = 1
 
 #: Open files a :class:`ContainerCache` keeps by default (an open MP4 costs its sample index
 #: and a 32 KiB I/O buffer; re-opening costs ~2 ms, see :class:`_OpenVideo`).
@@ -48,7 +63,7 @@ _DEMUX_ONLY_OPTIONS = {"skip_frame": "all"}
 
 
 class _OpenVideo:
-    """An open container, its video stream and the stream's Annex B filter."""
+    """An open container, its video stream and what turns its packets into NVDEC's input."""
 
     def __init__(self, record: VideoRecord) -> None:
         import av
@@ -65,7 +80,12 @@ class _OpenVideo:
             self.close()
             raise CorruptVideoError(record.path, f"stream {record.stream_index} is not a video stream")
         self.stream = streams[0]
-        self.bsf = av.BitStreamFilterContext(ANNEXB_FILTERS[record.codec], self.stream)
+        name = ANNEXB_FILTERS[record.codec]
+        self.bsf = av.BitStreamFilterContext(name, self.stream) if name else None
+        self.av1_sequence_header = (
+            av1_sequence_header(bytes(self.stream.codec_context.extradata or b""))
+            if record.codec == "av1" else b""
+        )
 
     def close(self) -> None:
         self.container.close()
@@ -107,13 +127,50 @@ class ContainerCache:
 
 
 def check_demuxable(record: VideoRecord) -> None:
-    """Raise :class:`UnsupportedCodecError` unless the codec has an Annex B filter."""
+    """Raise :class:`UnsupportedCodecError` unless packets of the codec can be put in NVDEC's
+    form (the message names the codec, never FFmpeg's decoder for it)."""
     if record.codec not in ANNEXB_FILTERS:
+        supported = ", ".join(display_name(c) for c in ANNEXB_FILTERS)
         raise UnsupportedCodecError(
             record.path,
-            f"codec {record.codec!r} cannot be demuxed for NVDEC separation mode "
-            f"(supported: {', '.join(ANNEXB_FILTERS)}); use backend='cpu' for this file",
+            f"{display_name(record.codec)} cannot be demuxed for NVDEC (vidloader's NVDEC path "
+            f"takes {supported}); use backend='cpu' for this file",
         )
+
+
+def av1_sequence_header(extradata: bytes) -> bytes:
+    """The sequence header OBU of an AV1 stream's extradata (an ISO-BMFF ``av1C`` record, or
+    the bare OBUs Matroska gives), ``b""`` if there is none."""
+    if extradata[:1] and extradata[0] & 0x80:  # av1C: marker bit, 3 more header bytes
+        extradata = extradata[4:]
+    for start, end, obu_type in _obus(extradata):
+        if obu_type == _OBU_SEQUENCE_HEADER:
+            return extradata[start:end]
+    return b""
+
+
+def _obus(data: bytes):
+    """``(start, end, type)`` of each OBU of low-overhead AV1 data (stops at anything odd)."""
+    i = 0
+    while i < len(data):
+        header = data[i]
+        obu_type, has_ext, has_size = (header >> 3) & 15, (header >> 2) & 1, (header >> 1) & 1
+        j = i + 1 + has_ext
+        if not has_size:
+            yield i, len(data), obu_type  # the rest of the data
+            return
+        size, shift = 0, 0
+        while j < len(data):
+            byte = data[j]
+            j += 1
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        if j + size > len(data):
+            return
+        yield i, j + size, obu_type
+        i = j + size
 
 
 def full_gop_requests(record: VideoRecord, gops: Sequence[GopRequest]) -> list[GopRequest]:
@@ -132,7 +189,7 @@ def demux_gops(
     *,
     container_cache: ContainerCache | None = None,
 ) -> PacketBundle:
-    """Demux the packets that decode every wanted frame of ``gops``, as Annex B.
+    """Demux the packets that decode every wanted frame of ``gops``, in NVDEC's input form.
 
     Args:
         record: the video.
@@ -145,7 +202,7 @@ def demux_gops(
         A :class:`PacketBundle` with one GOP per request, in request order.
 
     Raises:
-        UnsupportedCodecError: not H.264 or HEVC.
+        UnsupportedCodecError: not H.264, HEVC, AV1 or VP9.
         VideoNotFoundError / CorruptVideoError: naming the file.
     """
     import av
@@ -194,7 +251,8 @@ def _read_gop(video: _OpenVideo, record, key_pts: int, need: set, out: _GopPacke
     stream = video.stream
     start = target if target is not None else int(record.pts[0]) - (1 << 40)
     video.container.seek(start, stream=stream, backward=True, any_frame=False)
-    video.bsf.flush()  # the filter tracks parameter sets across packets; a seek resets that
+    if video.bsf is not None:
+        video.bsf.flush()  # the filter tracks parameter sets across packets; a seek resets that
     started = False
     for packet in video.container.demux(stream):
         if packet.size == 0:
@@ -226,6 +284,16 @@ def _read_gop(video: _OpenVideo, record, key_pts: int, need: set, out: _GopPacke
 
 def _append(video: _OpenVideo, packet, t: int, out: _GopPackets) -> None:
     key = int(packet.is_keyframe)  # read first: filtering takes the packet's data and flags
+    if video.bsf is None:
+        data = bytes(packet)
+        if key and video.av1_sequence_header and not any(
+            k == _OBU_SEQUENCE_HEADER for _, _, k in _obus(data)
+        ):
+            data = video.av1_sequence_header + data
+        out.data.append(data)
+        out.pts.append(t)
+        out.is_key.append(key)
+        return
     for filtered in video.bsf.filter(packet):
         out.data.append(bytes(filtered))
         out.pts.append(t)

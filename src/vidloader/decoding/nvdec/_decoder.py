@@ -1,6 +1,8 @@
 """The PyNvVideoCodec side of the NVDEC executor: decoders, the GOP loop, frame → tensor.
 
-A :class:`DecoderSlot` owns one CUDA stream and one low-level ``PyNvDecoder`` per codec,
+A :class:`DecoderSlot` owns one CUDA stream and one low-level ``PyNvDecoder`` per codec and
+surface format (NV12 for 8-bit video, P016 for 10/12-bit: a decoder's surfaces are allocated
+for one bit depth, so the two never share a decoder),
 created with ``usedevicememory=True`` on that stream and reused across videos: a decoder is
 flushed (empty packet) after every GOP, told the new size (``setReconfigParams``) when the
 picture size changes within its maximum, and re-created only when a video is larger than that
@@ -32,10 +34,9 @@ import torch
 from ...errors import CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
 from ._bundle import PacketBundle
+from ._caps import NVDEC_CODECS, describe_stream
 
 log = logging.getLogger(__name__)
-
-_CODEC_ENUM = {"h264": "H264", "hevc": "HEVC"}
 
 #: ``PacketData.decode_flag`` for every packet: TIMESTAMP (2), so the pts travels with the
 #: picture, and ENDOFPICTURE (8), since each demuxed packet is exactly one access unit; it
@@ -55,22 +56,36 @@ SYNC_BEFORE_RECYCLE = True
 OnFrame = Callable[[int, torch.Tensor], None]
 
 
-def nv12_view(frame: Any, height: int, width: int, device: torch.device) -> torch.Tensor:
-    """A decoded NV12 frame as a uint8 ``(H + ⌈H/2⌉) × pitch`` CUDA tensor, zero-copy via DLPack
-    where the frame exports one (a copy of the planes otherwise)."""
+def nv12_view(frame: Any, height: int, width: int, device: torch.device, *,
+              deep: bool = False) -> torch.Tensor:
+    """A decoded frame as a ``(H + ⌈H/2⌉) × pitch`` CUDA tensor, zero-copy via DLPack where the
+    frame exports one (a copy of the planes otherwise): uint8 NV12, or with ``deep`` (10/12-bit
+    video) uint16 P016. A 16-bit surface exported as int16, or as bytes (``2·W`` uint8 columns),
+    is reinterpreted as uint16 without a copy."""
     rows = height + (height + 1) // 2
     try:
-        t = torch.from_dlpack(frame)
-        if t.dim() == 3 and t.shape[-1] == 1:
-            t = t[..., 0]
-        if t.dim() == 2 and t.shape[0] >= rows and t.shape[1] >= width and t.dtype == torch.uint8:
+        t = _as_surface(torch.from_dlpack(frame), deep)
+        if t is not None and t.dim() == 2 and t.shape[0] >= rows and t.shape[1] >= width:
             return t
     except (TypeError, RuntimeError, BufferError) as exc:
         log.debug("DLPack export failed (%s); copying planes via __cuda_array_interface__", exc)
-    planes = [torch.as_tensor(p, device=device).reshape(-1) for p in frame.cuda()]
+    planes = [_as_surface(torch.as_tensor(p, device=device), deep).reshape(-1) for p in frame.cuda()]
     y = planes[0][: height * width].reshape(height, width)
     uv = planes[1][: (rows - height) * width].reshape(rows - height, width)
-    return torch.cat([y, uv], 0)
+    return torch.cat([y, uv], 0) if not deep else torch.cat([y.view(torch.int16), uv.view(torch.int16)], 0).view(torch.uint16)
+
+
+def _as_surface(t: torch.Tensor, deep: bool) -> torch.Tensor | None:
+    """``t`` as a 2-D uint8 (NV12) or uint16 (P016) tensor, or ``None`` if it is neither."""
+    if t.dim() == 3 and t.shape[-1] == 1:
+        t = t[..., 0]
+    if not deep:
+        return t if t.dtype == torch.uint8 else None
+    if t.dtype in (torch.uint16, torch.int16):
+        return t.view(torch.uint16)
+    if t.dtype == torch.uint8 and t.dim() == 2 and t.stride(-1) == 1 and t.shape[-1] % 2 == 0:
+        return t.view(torch.uint16)  # the bytes of 16-bit samples: pairs become samples
+    return None
 
 
 def current_cuda_context() -> int:
@@ -88,7 +103,7 @@ def current_cuda_context() -> int:
 def _create(nvc, codec: str, gpu: int, stream: int, max_w: int, max_h: int):
     kwargs = dict(
         gpuid=gpu,
-        codec=getattr(nvc.cudaVideoCodec, _CODEC_ENUM[codec]),
+        codec=getattr(nvc.cudaVideoCodec, NVDEC_CODECS[codec]),
         cudacontext=0,
         cudastream=stream,
         usedevicememory=True,  # overload 1 would match first and default to host memory
@@ -110,7 +125,7 @@ def _create(nvc, codec: str, gpu: int, stream: int, max_w: int, max_h: int):
 
 
 class _Decoder:
-    """One ``PyNvDecoder`` and the size it is configured for."""
+    """One ``PyNvDecoder`` and the size it is configured for (one codec, one surface format)."""
 
     def __init__(self, nvc, codec: str, gpu: int, stream: int, max_w: int, max_h: int) -> None:
         self.codec, self.max_w, self.max_h = codec, max_w, max_h
@@ -140,18 +155,18 @@ class DecoderSlot:
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.packet_flags = int(packet_flags)
         self.skip_nonref = bool(skip_nonref)
-        self._decoders: dict[str, _Decoder] = {}
+        self._decoders: dict[tuple[str, bool], _Decoder] = {}  # (codec, deep) -> decoder
         self.pts_mode: str | None = None  # "frame" (getPTS carries our rank) or "count"
         self.reuse_after_flush: bool | None = None  # learnt on the first reuse
         self.recreated = 0
-        self._caps: dict[str, dict | None] = {}
         self._frames_out = False  # the last Decode returned frames that may still be read
 
     def _decoder(self, record: VideoRecord) -> _Decoder:
-        if record.codec not in _CODEC_ENUM:
-            raise UnsupportedCodecError(record.path, f"NVDEC decoding supports h264 and hevc, not {record.codec!r}")
-        self._check_caps(record)
-        dec = self._decoders.get(record.codec)
+        if record.codec not in NVDEC_CODECS:
+            what = describe_stream(record.codec, record.profile, record.bit_depth, record.chroma_format)
+            raise UnsupportedCodecError(record.path, f"{what}: vidloader's NVDEC path decodes "
+                                        "H.264, HEVC, AV1 and VP9 only; use backend='cpu' for it")
+        dec = self._decoders.get(_key(record))
         w, h = record.width, record.height
         if dec is None or w > dec.max_w or h > dec.max_h or (dec.flushed and self.reuse_after_flush is False):
             dec = self._new_decoder(record, dec)
@@ -161,41 +176,19 @@ class DecoderSlot:
         dec.size = (w, h)
         return dec
 
-    def _check_caps(self, record: VideoRecord) -> None:
-        """Raise :class:`UnsupportedCodecError` if this GPU's NVDEC cannot take the size."""
-        if record.codec not in self._caps:
-            try:
-                enum = getattr(self.nvc.cudaVideoCodec, _CODEC_ENUM[record.codec])
-                self._caps[record.codec] = dict(self.nvc.GetDecoderCaps(gpuid=self.gpu, codec=enum, bitdepth=8))
-            except Exception as exc:  # caps are advisory: decoding itself reports failures
-                log.debug("GetDecoderCaps failed (%s); not checking sizes", exc)
-                self._caps[record.codec] = None
-        caps = self._caps[record.codec]
-        if not caps:
-            return
-        w, h = record.width, record.height
-        macroblocks = ((w + 15) // 16) * ((h + 15) // 16)
-        if (not caps.get("supported", 1) or not caps.get("width_min", 0) <= w <= caps.get("width_max", w)
-                or not caps.get("height_min", 0) <= h <= caps.get("height_max", h)
-                or macroblocks > caps.get("mb_num_max", macroblocks)):
-            raise UnsupportedCodecError(
-                record.path, f"NVDEC on GPU {self.gpu} cannot decode {record.codec} {w}x{h} "
-                f"(supports {caps.get('width_min')}..{caps.get('width_max')} x "
-                f"{caps.get('height_min')}..{caps.get('height_max')}); use backend='cpu' for it",
-            )
-
     def _new_decoder(self, record: VideoRecord, old: _Decoder | None) -> _Decoder:
         max_w = max(self.max_width, record.width, old.max_w if old else 0)
         max_h = max(self.max_height, record.height, old.max_h if old else 0)
-        self._decoders.pop(record.codec, None)
+        self._decoders.pop(_key(record), None)
         try:
             dec = _Decoder(self.nvc, record.codec, self.gpu, self.stream.cuda_stream, max_w, max_h)
         except Exception as exc:  # the binding raises its own exception types
+            what = describe_stream(record.codec, record.profile, record.bit_depth, record.chroma_format)
             raise UnsupportedCodecError(
-                record.path, f"NVDEC cannot decode {record.codec} {record.width}x{record.height} "
-                f"{record.pix_fmt} on GPU {self.gpu} ({exc})",
+                record.path, f"NVDEC on GPU {self.gpu} cannot create a decoder for {what} "
+                f"{record.width}x{record.height} ({exc}); use backend='cpu' for it",
             ) from exc
-        self._decoders[record.codec] = dec
+        self._decoders[_key(record)] = dec
         self.recreated += 1
         return dec
 
@@ -220,7 +213,7 @@ class DecoderSlot:
         except BaseException as exc:
             # Fed but not flushed (a sink or decode error): its leftovers would come out with
             # the next GOP, so it is dropped and re-created on next use.
-            self._decoders.pop(record.codec, None)
+            self._decoders.pop(_key(record), None)
             if not isinstance(exc, _DecodeFailure):
                 raise
             if retry and counter.count == 0:
@@ -269,6 +262,11 @@ class DecoderSlot:
         self._decoders.clear()
 
 
+def _key(record: VideoRecord) -> tuple[str, bool]:
+    """Decoders are per codec and surface format: NV12 (8-bit) or P016 (deeper)."""
+    return record.codec, record.bit_depth > 8
+
+
 class _DecodeFailure(Exception):
     """The binding's ``Decode`` raised (the cause is chained); not a sink error."""
 
@@ -296,7 +294,8 @@ class _FrameCounter:
             if not 1 <= r <= len(self.display):
                 raise CorruptVideoError(rec.path, f"NVDEC output a frame of unknown rank {r} (fed {len(self.display)} packets)")
             self.count += 1
-            on_frame(int(self.display[r - 1]), nv12_view(frame, rec.height, rec.width, self.slot.device))
+            on_frame(int(self.display[r - 1]),
+                     nv12_view(frame, rec.height, rec.width, self.slot.device, deep=rec.bit_depth > 8))
 
     def _rank(self, frame) -> int:
         slot = self.slot

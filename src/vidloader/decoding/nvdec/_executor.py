@@ -1,7 +1,10 @@
 """The NVDEC executor: GOPs demuxed to Annex B (here or in CPU workers), decoded on the GPU.
 
-Frames never leave the GPU: NVDEC writes NV12 into device memory, DLPack hands it to torch
-without a copy, and ``to_rgb(size)`` converts and resizes it with torch ops on the GPU.
+Frames never leave the GPU: NVDEC writes NV12 (8-bit video) or P016 (10/12-bit) into device
+memory, DLPack hands it to torch without a copy, and ``to_rgb(size)`` converts and resizes it
+with torch ops on the GPU. Codecs: H.264, HEVC, AV1 and VP9, 4:2:0, as far as this GPU's NVDEC
+decodes them (:mod:`vidloader.decoding.nvdec._caps`); anything else is refused with
+:class:`UnsupportedCodecError` naming the codec and profile, before any packet is read.
 
 Two ways in:
 
@@ -35,10 +38,11 @@ from ..._utils._imports import require
 from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
-from ._annexb import ContainerCache, check_demuxable, demux_gops, full_gop_requests
+from ._annexb import ContainerCache, demux_gops, full_gop_requests
 from ._bundle import PacketBundle
+from ._caps import NvdecCaps, needed_queries, nvdec_decodability, query_nvdec_caps
 from ._decoder import DecoderSlot
-from ._frame import NvdecFrame, NvdecFrames, record_stream
+from ._frame import NvdecFrame, NvdecFrames, record_stream, stack_surfaces
 from ._gop_cache import FrameCache, GopPacketCache
 from ._pool import DecoderPool
 
@@ -53,8 +57,6 @@ BatchSink = Callable[[int, int, NvdecFrame], None]
 #: call per GOP with its wanted frames, ascending, stacked.
 GopSink = Callable[[int, list, NvdecFrames], None]
 
-_SUPPORTED_PIX_FMTS = ("yuv420p", "yuvj420p", "nv12")
-
 
 def load_pynvvideocodec():
     """Import PyNvVideoCodec after checking for a CUDA GPU (its import needs the driver)."""
@@ -66,15 +68,12 @@ def load_pynvvideocodec():
     return require("PyNvVideoCodec", purpose="backend='nvdec'")
 
 
-def check_nvdec_supported(record: VideoRecord) -> None:
-    """Raise :class:`UnsupportedCodecError` unless NVDEC here can decode ``record`` exactly."""
-    check_demuxable(record)
-    if record.bit_depth != 8 or record.pix_fmt not in _SUPPORTED_PIX_FMTS:
-        raise UnsupportedCodecError(
-            record.path,
-            f"backend 'nvdec' decodes 8-bit 4:2:0 video; this file is {record.codec} "
-            f"{record.pix_fmt} ({record.bit_depth}-bit); use backend='cpu' for it",
-        )
+def check_nvdec_supported(record: VideoRecord, caps: NvdecCaps) -> None:
+    """Raise :class:`UnsupportedCodecError` unless NVDEC (``caps``) can decode ``record``; the
+    message names the codec and profile (:func:`nvdec_decodability`'s reason)."""
+    ok, reasons = nvdec_decodability([record], caps)
+    if not ok[0]:
+        raise UnsupportedCodecError(record.path, f"{reasons[0]}; use backend='cpu' for it")
 
 
 @dataclasses.dataclass(eq=False)
@@ -117,6 +116,8 @@ class NvdecExecutor(Executor):
         skip_nonref: never feed NVDEC the packets of non-reference pictures (H.264
             ``nal_ref_idc == 0``, HEVC top-sub-layer ``*_N`` pictures) that no request wants:
             about a third of a GOP with two B-frames between references, exact (tested).
+        caps: what this GPU's NVDEC decodes; default: asked from the driver
+            (:func:`query_nvdec_caps`) for each kind of video as it first comes.
 
     Raises:
         BackendUnavailableError: no CUDA GPU is visible, or PyNvVideoCodec is missing.
@@ -135,9 +136,12 @@ class NvdecExecutor(Executor):
         frame_cache_bytes: int = DEFAULT_FRAME_CACHE_BYTES,
         packet_cache_bytes: int = DEFAULT_PACKET_CACHE_BYTES,
         skip_nonref: bool = True,
+        caps: NvdecCaps | None = None,
     ) -> None:
         super().__init__()
         self._nvc = load_pynvvideocodec()
+        self._caps = caps
+        self._refused: dict[tuple[str, int], str | None] = {}  # (path, size) -> reason
         self.device = torch.device("cuda", int(device))
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.skip_nonref = bool(skip_nonref)
@@ -150,6 +154,35 @@ class NvdecExecutor(Executor):
     def _make_slot(self) -> DecoderSlot:
         return DecoderSlot(self._nvc, self.device.index, max_width=self.max_width,
                            max_height=self.max_height, skip_nonref=self.skip_nonref)
+
+    @property
+    def caps(self) -> NvdecCaps | None:
+        """What this GPU's NVDEC decodes, as far as asked so far (``None`` before any task)."""
+        return self._caps
+
+    def check(self, record: VideoRecord) -> None:
+        """Raise :class:`UnsupportedCodecError` (naming codec and profile) unless this GPU's
+        NVDEC can decode ``record``; asks the driver about its kind of video the first time."""
+        key = (record.path, record.size_bytes)
+        if key not in self._refused:
+            self._ensure_caps(record)
+            ok, reasons = nvdec_decodability([record], self._caps)
+            self._refused[key] = None if ok[0] else f"{reasons[0]}; use backend='cpu' for it"
+        reason = self._refused[key]
+        if reason is not None:
+            raise UnsupportedCodecError(record.path, reason)
+
+    def _ensure_caps(self, record: VideoRecord) -> None:
+        want = needed_queries([record])
+        if self._caps is not None and all(k in self._caps.entries for k in want):
+            return
+        with torch.cuda.device(self.device):
+            new = query_nvdec_caps(self._nvc, gpu=self.device.index, queries=want)
+        if self._caps is None:
+            self._caps = new
+        else:
+            self._caps = dataclasses.replace(self._caps, entries={**self._caps.entries, **new.entries},
+                                             engines=max(self._caps.engines, new.engines))
 
     @property
     def slots(self) -> list[DecoderSlot]:
@@ -235,7 +268,7 @@ class NvdecExecutor(Executor):
     def _jobs(self, tasks: Sequence[DecodeTask], bundles, *, count: bool = True) -> list[_Job]:
         jobs: list[_Job] = []
         for pos, task in enumerate(tasks):
-            check_nvdec_supported(task.record)
+            self.check(task.record)
             self.stats.tasks += count
             bundle = bundles[pos] if bundles is not None else None
             if bundle is not None:
@@ -394,7 +427,7 @@ class NvdecExecutor(Executor):
             if missing:
                 raise _missing_frames(job, missing)
             if wanted:
-                stacked = torch.stack([t for _, t in wanted])
+                stacked = stack_surfaces([t for _, t in wanted])
                 indices = [i for i, _ in wanted]
                 if cached is None:
                     self._keep(job, zip(indices, stacked))
@@ -468,7 +501,7 @@ def _missing_frames(job: _Job, missing) -> CorruptVideoError:
 
 
 def _compact(nv12: torch.Tensor, rec: VideoRecord) -> torch.Tensor:
-    """A private, unpadded copy of a decoder surface view."""
+    """A private, unpadded copy of a decoder surface view (NV12 or P016)."""
     rows = rec.height + (rec.height + 1) // 2
     return nv12[:rows, : rec.width].clone()
 

@@ -1,11 +1,28 @@
-"""The NVDEC executor's :class:`DecodedFrame`: an NV12 picture on the GPU, converted on demand."""
+"""The NVDEC executor's :class:`DecodedFrame`: an NV12 (8-bit) or P016 (10/12-bit) picture on
+the GPU, converted on demand with the stream's colours and the CPU executor's resize filter."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from ...index import VideoRecord
-from ...processing._nv12 import color_params, nv12_to_rgb, nv12_to_rgb_batch
+from ...processing._nv12 import chroma_siting, color_params, nv12_to_rgb, nv12_to_rgb_batch
+
+
+def stack_surfaces(surfaces: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack`` that also takes P016 (uint16) pictures: they are stacked through an int16
+    view, since uint16 has only "limited support" in torch and ``cat`` may lack it on CUDA."""
+    if surfaces and surfaces[0].dtype == torch.uint16:
+        return torch.stack([t.view(torch.int16) for t in surfaces]).view(torch.uint16)
+    return torch.stack(list(surfaces))
+
+
+def _conversion(rec: VideoRecord) -> dict:
+    matrix, full = color_params(rec.color_space, rec.color_range, rec.pix_fmt)
+    return dict(height=rec.height, width=rec.width, matrix=matrix, full_range=full,
+                chroma_loc=chroma_siting(rec.codec))
 
 
 def record_stream(tensor: torch.Tensor, stream) -> None:
@@ -16,7 +33,7 @@ def record_stream(tensor: torch.Tensor, stream) -> None:
 
 
 class NvdecFrame:
-    """A decoded NV12 frame handed to a sink (valid only during the sink call).
+    """A decoded NV12 or P016 frame handed to a sink (valid only during the sink call).
 
     It may be a view of the decoder's output surface, which the next decode overwrites:
     convert (:meth:`to_rgb`) or copy (:meth:`planes`) inside the sink. Results never leave the
@@ -44,18 +61,14 @@ class NvdecFrame:
             crop: ``(top, left, height, width)`` window of the picture to convert.
             out: a preallocated uint8 CUDA tensor of the output shape to write into.
         """
-        rec = self._record
-        matrix, full = color_params(rec.color_space, rec.color_range, rec.pix_fmt)
-        rgb = nv12_to_rgb(
-            self._nv12, height=rec.height, width=rec.width, matrix=matrix, full_range=full,
-            out_size=size, crop=crop, out=out,
-        )
+        rgb = nv12_to_rgb(self._nv12, out_size=size, crop=crop, out=out, **_conversion(self._record))
         if out is None:
             record_stream(rgb, self._consumer)
         return rgb
 
     def planes(self) -> torch.Tensor:
-        """The NV12 picture, a compact uint8 ``(H + ⌈H/2⌉) × W`` CUDA tensor (a private copy)."""
+        """The picture, a compact ``(H + ⌈H/2⌉) × W`` CUDA tensor (a private copy): uint8 NV12,
+        or uint16 P016 for 10/12-bit video (samples in the high bits)."""
         rec = self._record
         rows = rec.height + (rec.height + 1) // 2
         copy = self._nv12[:rows, : rec.width].clone()
@@ -64,7 +77,7 @@ class NvdecFrame:
 
     @property
     def nv12(self) -> torch.Tensor:
-        """The NV12 tensor itself, without copying (valid only during the sink call)."""
+        """The NV12/P016 tensor itself, without copying (valid only during the sink call)."""
         return self._nv12
 
 
@@ -74,7 +87,8 @@ RGB_CHUNK = 8
 
 
 class NvdecFrames:
-    """The wanted frames of one decoded GOP of one video, stacked: ``N × rows × W`` NV12.
+    """The wanted frames of one decoded GOP of one video, stacked: ``N × rows × W`` NV12
+    (uint8) or P016 (uint16).
 
     What a GOP sink receives (:meth:`NvdecExecutor.submit_batch`): converting the GOP's frames
     in one batched kernel chain costs a few launches per GOP instead of per frame. The tensor
@@ -100,13 +114,9 @@ class NvdecFrames:
 
     def to_rgb(self, size: tuple[int, int] | None = None) -> torch.Tensor:
         """RGB uint8 ``N × H × W × 3`` CUDA tensor of every frame, resized to ``size``."""
-        rec = self._record
-        matrix, full = color_params(rec.color_space, rec.color_range, rec.pix_fmt)
-        parts = [
-            nv12_to_rgb_batch(self._nv12[k : k + RGB_CHUNK], height=rec.height, width=rec.width,
-                              matrix=matrix, full_range=full, out_size=size)
-            for k in range(0, len(self), RGB_CHUNK)
-        ]
+        conversion = _conversion(self._record)
+        parts = [nv12_to_rgb_batch(self._nv12[k : k + RGB_CHUNK], out_size=size, **conversion)
+                 for k in range(0, len(self), RGB_CHUNK)]
         rgb = parts[0] if len(parts) == 1 else torch.cat(parts)
         record_stream(rgb, self._consumer)
         return rgb
