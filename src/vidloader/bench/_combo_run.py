@@ -2,9 +2,14 @@
 
 For each workload (W1 uniform random frames at 224², W4 Kinetics-like 16-frame clips with
 stride 2 and a 112² crop) it runs ``VideoLoader`` with ``backend="cpu"``, ``"nvdec"`` and
-``"combo"`` (and the static ``combo_share`` split) on the same dataset, each for a warm-up
-then a timed window, and writes one JSON: frames/s of each, each executor's share of the
-combo's rows, and ``combo / (cpu + nvdec)``. Runs on the GPU machine::
+``"combo"`` (and the static ``combo_share`` split) on the same dataset and writes one JSON:
+frames/s of each, each executor's share of the combo's rows, CPU and NVDEC utilisation, and
+``combo / (cpu + nvdec)``.
+
+Timing: a warm-up of ``--warmup-s`` seconds (and at least ``num_workers + prefetch`` batches, so the
+staging slots are full and the window sees production, not a drain of what was made before),
+then ``--windows`` timed windows of ``--window-s`` seconds each; frames/s is reported per
+window, with the minimum and median. Runs on the GPU machine::
 
     python -m vidloader.bench._combo_run --scale gpu-quick --workers 16 --out combo.json
 """
@@ -13,35 +18,73 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 
-def _measure(loader, warmup: int, batches: int) -> dict:
+def _frames_in(batch) -> int:
+    f = batch["frames"]
+    return f.shape[0] * (f.shape[1] if f.dim() == 5 else 1)
+
+
+def _endless(loader):
+    """The loader's batches, epoch after epoch (small datasets end before the windows do)."""
+    while True:
+        yield from loader
+
+
+def _rows(loader) -> dict:
+    return dict(loader.stats["rows_by_executor"])
+
+
+def _sync() -> None:
     import torch
 
+    if torch.cuda.is_available():
+        _sync()
+
+
+def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> dict:
+    """Frames/s of ``windows`` consecutive windows of one loader's steady state."""
+    from vidloader.bench._monitor import Monitor
+
+    monitor = Monitor().start()
     t_created = time.perf_counter()
-    it = iter(loader)
-    first = None
-    for _ in range(warmup):
-        b = next(it)
-        first = first or time.perf_counter() - t_created
-    torch.cuda.synchronize()
-    t0, frames = time.perf_counter(), 0
-    for _ in range(batches):
-        b = next(it)
-        f = b["frames"]
-        frames += f.shape[0] * (f.shape[1] if f.dim() == 5 else 1)
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    it.close()
+    loader = make_loader()
+    it = _endless(loader)
+    next(it)
+    first_batch_s = time.perf_counter() - t_created
+    t_warm, warm_batches = time.perf_counter(), 1
+    while time.perf_counter() - t_warm < warmup_s or warm_batches < loader.num_workers + loader.prefetch:
+        next(it)
+        warm_batches += 1
+    _sync()
+    rows0 = _rows(loader)
+    rates, t0 = [], time.monotonic()
+    for _ in range(windows):
+        start, frames = time.perf_counter(), 0
+        while time.perf_counter() - start < window_s:
+            frames += _frames_in(next(it))
+        _sync()
+        rates.append(frames / (time.perf_counter() - start))
+    t1 = time.monotonic()
+    rows1 = _rows(loader)
     stats = dict(loader.stats)
+    it.close()
     loader.shutdown()
-    return {"frames_per_s": frames / dt, "seconds": dt, "frames": frames, "first_batch_s": first,
-            "rows_by_executor": stats["rows_by_executor"],
-            "cpu_fallback_files": len(stats["cpu_fallback_files"])}
+    monitor.stop()
+    share = {k: rows1.get(k, 0) - rows0.get(k, 0) for k in rows1}
+    total = sum(share.values()) or 1
+    return {"frames_per_s": statistics.median(rates), "frames_per_s_min": min(rates),
+            "frames_per_s_windows": rates, "window_s": window_s, "warmup_batches": warm_batches,
+            "first_batch_s": first_batch_s,
+            "rows_by_executor_timed": share,
+            "share_by_executor_timed": {k: v / total for k, v in share.items()},
+            "cpu_fallback_files": len(stats["cpu_fallback_files"]),
+            **monitor.summary(t0, t1)}
 
 
-def _workloads(scale: str):
+def _workloads():
     from vidloader import Clips, Process, RandomFrames
 
     return {
@@ -51,37 +94,53 @@ def _workloads(scale: str):
     }
 
 
+VARIANTS = {
+    "cpu": dict(backend="cpu"),
+    "nvdec": dict(backend="nvdec"),
+    "combo": dict(backend="combo"),
+    "combo-share-0.5": dict(backend="combo", combo_share=0.5),
+}
+
+
 def main(argv=None) -> None:
+    import torch
+
     from vidloader import VideoLoader
     from vidloader.bench._datasets import load_index, prepare_dataset
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", default="gpu-quick")
     ap.add_argument("--workers", type=int, default=16)
-    ap.add_argument("--warmup", type=int, default=8)
-    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--warmup-s", type=float, default=4.0)
+    ap.add_argument("--window-s", type=float, default=5.0)
+    ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--data-dir", default="/tmp/bench-data")
+    ap.add_argument("--device", default="cuda", help="where batches go (cpu: a CPU-only dry run)")
     ap.add_argument("--workloads", default="W1-random,W4-clips")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", default="combo.json")
     args = ap.parse_args(argv)
     results = {}
     for name in args.workloads.split(","):
-        dataset, kwargs = _workloads(args.scale)[name]
+        dataset, kwargs = _workloads()[name]
         index = load_index(prepare_dataset(dataset, args.scale, data_dir=args.data_dir))
         row = {}
-        for label, extra in (("cpu", dict(backend="cpu")), ("nvdec", dict(backend="nvdec")),
-                             ("combo", dict(backend="combo")),
-                             ("combo-share-0.5", dict(backend="combo", combo_share=0.5))):
-            loader = VideoLoader(index, num_workers=args.workers, device="cuda", **kwargs, **extra)
-            row[label] = _measure(loader, args.warmup, args.batches)
+        for label in args.variants.split(","):
+            extra = VARIANTS[label]
+            row[label] = _measure(
+                lambda extra=extra: VideoLoader(index, num_workers=args.workers, device=args.device,
+                                                **kwargs, **extra),
+                warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s)
             print(name, label, json.dumps(row[label]), flush=True)
-        total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"]
-        row["combo_over_sum"] = row["combo"]["frames_per_s"] / total
-        row["share_over_sum"] = row["combo-share-0.5"]["frames_per_s"] / total
-        print(name, "combo / (cpu + nvdec) =", round(row["combo_over_sum"], 3), flush=True)
+        if {"cpu", "nvdec"} <= row.keys():
+            total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"]
+            for label in row.keys() - {"cpu", "nvdec"}:
+                row[label]["over_sum"] = row[label]["frames_per_s"] / total
+                print(name, label, "/ (cpu + nvdec) =", round(row[label]["over_sum"], 3), flush=True)
         results[name] = row
     with open(args.out, "w") as f:
-        json.dump({"scale": args.scale, "workers": args.workers, "batches": args.batches,
+        json.dump({"scale": args.scale, "workers": args.workers, "window_s": args.window_s,
+                   "windows": args.windows, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                    "results": results}, f, indent=1)
 
 
