@@ -303,6 +303,7 @@ def _open_video(record: VideoRecord, thread_count: int, thread_type: str) -> _Op
     import av
 
     path = record.path
+    record.check_unchanged()  # a replaced file must not be decoded under the old frame table
     try:
         container = av.open(path, "r")
     except av.FFmpegError as exc:

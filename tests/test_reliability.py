@@ -1,0 +1,148 @@
+"""Reliability: stale files, index paths confined to their folder, concealed decode errors,
+skips at the smallest unit (issue 17). Tiny generated videos; seconds each."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vidloader
+from vidloader import PathOutsideRootError, StaleIndexError, VideoIndex, build_index
+from vidloader.synthetic import VideoSpec, make_video
+
+from .media import reference_frames
+
+
+def _video(path: Path, *, seed: int, frames: int = 30, gop: int = 10) -> Path:
+    make_video(path, VideoSpec(width=96, height=64, num_frames=frames, gop=gop, bframes=2, seed=seed))
+    return path
+
+
+@pytest.fixture
+def two_videos(tmp_path) -> tuple[Path, Path]:
+    """Two valid videos of the same length and different content (so different sizes)."""
+    a = _video(tmp_path / "ds" / "a.mp4", seed=1)
+    b = _video(tmp_path / "other" / "b.mp4", seed=2)
+    assert a.stat().st_size != b.stat().st_size
+    return a, b
+
+
+# ---------------------------------------------------------------- stale files (item 2)
+
+def test_index_records_size_and_mtime(two_videos):
+    a, _ = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    assert record.size_bytes == a.stat().st_size
+    assert record.mtime_ns == a.stat().st_mtime_ns
+
+
+def test_a_replaced_file_raises_stale_index_error(two_videos):
+    a, b = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    shutil.copyfile(b, a)  # another valid video, same length, other pixels
+    with pytest.raises(StaleIndexError, match=r"a\.mp4.*changed after it was indexed.*size.*re-index"):
+        vidloader.decode_frames(a, [0, 5], index_record=record)
+
+
+def test_same_size_other_mtime_is_stale_unless_check_mtime_false(two_videos, tmp_path):
+    a, _ = two_videos
+    index = build_index(a, num_workers=0, progress=False)
+    index.save(tmp_path / "ds" / "index.npz")
+    os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 10**9))  # touched, same bytes
+    with pytest.raises(StaleIndexError, match="modified"):
+        vidloader.decode_frames(a, [0], index_record=index[0])
+    sizes_only = VideoIndex.load(tmp_path / "ds" / "index.npz", check_mtime=False)
+    assert sizes_only[0].mtime_ns == 0
+    assert vidloader.decode_frames(a, [0], index_record=sizes_only[0]).shape[0] == 1
+
+
+def test_a_deleted_file_names_it(two_videos):
+    a, _ = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    a.unlink()
+    with pytest.raises(vidloader.VideoNotFoundError, match=r"a\.mp4.*re-index"):
+        vidloader.decode_frames(a, [0], index_record=record)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_loader_skips_and_counts_a_stale_file_once(tmp_path, num_workers):
+    paths = [_video(tmp_path / f"v{i}.mp4", seed=10 + i, frames=20) for i in range(3)]
+    index = build_index(paths, num_workers=0, progress=False)
+    shutil.copyfile(_video(tmp_path / "new.mp4", seed=99, frames=20), paths[1])
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=num_workers, on_error="skip",
+                                   sampler=vidloader.RandomFrames(seed=0))
+    seen = [(int(v), int(f)) for b in loader for v, f in zip(b["video_index"], b["frame_index"])]
+    assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]  # each once, no stale frame
+    assert loader.stats["skipped_samples"] == 20
+    assert loader.stats["skipped_files"] == [str(paths[1])]  # named once
+
+
+def test_version_3_index_loads_with_mtime_unknown(two_videos, tmp_path):
+    a, _ = two_videos
+    path = tmp_path / "ds" / "index.npz"
+    build_index(a, num_workers=0, progress=False).save(path)
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files if k != "mtime_ns"}
+    header = json.loads(str(arrays["header"]))
+    arrays["header"] = np.array(json.dumps({**header, "version": 3}))
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    loaded = VideoIndex.load(path)
+    assert loaded[0].mtime_ns == 0 and loaded[0].size_bytes == a.stat().st_size
+
+
+# ---------------------------------------------------------------- paths confined (item 4)
+
+def _index_with_stored_path(tmp_path: Path, source: Path, stored: str) -> Path:
+    """An index file in ``tmp_path/ds`` whose single video path column reads ``stored``."""
+    path = tmp_path / "ds" / "index.npz"
+    build_index(source, num_workers=0, progress=False).save(path)
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["path"] = np.array([stored])
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("stored", ["../other/b.mp4", "sub/../../other/b.mp4", "ABSOLUTE", "/etc/passwd"])
+def test_saved_index_paths_cannot_leave_its_folder(two_videos, tmp_path, stored):
+    a, b = two_videos
+    stored = str(b) if stored == "ABSOLUTE" else stored
+    path = _index_with_stored_path(tmp_path, a, stored)
+    with pytest.raises(PathOutsideRootError, match=r"index\.npz.*outside.*allow_outside_root"):
+        VideoIndex.load(path)
+
+
+def test_allow_outside_root_opts_in(two_videos, tmp_path):
+    a, b = two_videos
+    path = _index_with_stored_path(tmp_path, a, "../other/b.mp4")
+    assert VideoIndex.load(path, allow_outside_root=True).paths == [str(b)]
+    assert VideoIndex.load(path, allow_outside_root=[b.parent]).paths == [str(b)]
+    with pytest.raises(PathOutsideRootError):
+        VideoIndex.load(path, allow_outside_root=[tmp_path / "elsewhere"])
+
+
+def test_paths_inside_the_folder_still_load(two_videos, tmp_path):
+    a, _ = two_videos
+    path = _index_with_stored_path(tmp_path, a, "./sub/../a.mp4")
+    assert VideoIndex.load(path).paths == [str(a)]
+
+
+@pytest.mark.parametrize("video_dir, clip", [("../other/", "b"), ("./", "../other/b"), ("ABS", "b")])
+def test_nvidia_json_paths_cannot_leave_its_folder(two_videos, tmp_path, video_dir, clip):
+    _, b = two_videos
+    video_dir = str(b.parent) + "/" if video_dir == "ABS" else video_dir
+    json_path = tmp_path / "ds" / "index_frame.json"
+    json_path.write_text(json.dumps({video_dir: {clip: 30}}))
+    with pytest.raises(PathOutsideRootError, match="index_frame.json"):
+        VideoIndex.from_nvidia_json(json_path, num_workers=0, progress=False)
+    index = VideoIndex.from_nvidia_json(json_path, num_workers=0, progress=False,
+                                        allow_outside_root=True)
+    assert index.paths == [str(b)]
