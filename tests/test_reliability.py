@@ -3,7 +3,6 @@ skips at the smallest unit (issue 17). Tiny generated videos; seconds each."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -15,8 +14,6 @@ import pytest
 import vidloader
 from vidloader import PathOutsideRootError, StaleIndexError, VideoIndex, build_index
 from vidloader.synthetic import VideoSpec, make_video
-
-from .media import reference_frames
 
 
 def _video(path: Path, *, seed: int, frames: int = 30, gop: int = 10) -> Path:
