@@ -15,6 +15,8 @@ import vidloader
 from vidloader import PathOutsideRootError, StaleIndexError, VideoIndex, build_index
 from vidloader.synthetic import VideoSpec, make_video
 
+from .media import reference_frames
+
 
 def _video(path: Path, *, seed: int, frames: int = 30, gop: int = 10) -> Path:
     make_video(path, VideoSpec(width=96, height=64, num_frames=frames, gop=gop, bframes=2, seed=seed))
@@ -143,3 +145,82 @@ def test_nvidia_json_paths_cannot_leave_its_folder(two_videos, tmp_path, video_d
     index = VideoIndex.from_nvidia_json(json_path, num_workers=0, progress=False,
                                         allow_outside_root=True)
     assert index.paths == [str(b)]
+
+
+# ---------------------------------------------------------------- concealed errors (item 1, 5)
+
+def _damage_reference_picture(src: Path, dst: Path, which: int) -> int:
+    """Copy ``src`` to ``dst`` with the payload of its ``which``-th non-key picture (no
+    B-frames: every one is a reference) overwritten with random bytes; return its display
+    index. FFmpeg decodes such a file without an error, concealing the damage."""
+    import av
+
+    with av.open(str(src)) as c:
+        packets = [(p.pos, p.size, p.pts) for p in c.demux(c.streams.video[0])
+                   if p.size and not p.is_keyframe]
+    pos, size, pts = packets[which]
+    data = bytearray(src.read_bytes())
+    data[pos + 8:pos + size] = np.random.default_rng(0).integers(0, 256, size - 8, np.uint8).tobytes()
+    dst.write_bytes(bytes(data))
+    with av.open(str(src)) as c:
+        all_pts = sorted(p.pts for p in c.demux(c.streams.video[0]) if p.size)
+    return all_pts.index(pts)
+
+
+@pytest.fixture
+def damaged(tmp_path) -> tuple[Path, Path, int]:
+    good = tmp_path / "good.mp4"
+    make_video(good, VideoSpec(width=96, height=64, num_frames=30, gop=10, bframes=0, seed=0))
+    bad = tmp_path / "bad.mp4"
+    return good, bad, _damage_reference_picture(good, bad, 12)
+
+
+def test_concealed_damage_raises_instead_of_delivering_wrong_pixels(damaged):
+    good, bad, frame = damaged
+    record = build_index(bad, num_workers=0, progress=False)[0]  # indexes fine: demux only
+    with pytest.raises(vidloader.CorruptVideoError, match=r"bad\.mp4.*FFmpeg reported damage"):
+        vidloader.decode_frames(bad, range(30), index_record=record)
+    # Frames before the damaged picture decode, and match the intact file.
+    before = vidloader.decode_frames(bad, range(frame), index_record=record).numpy()
+    np.testing.assert_array_equal(before, reference_frames(good)[:frame])
+
+
+def test_detection_can_be_turned_off(damaged):
+    from vidloader.decoding import DecodeTask, get_executor
+
+    _, bad, _ = damaged
+    record = build_index(bad, num_workers=0, progress=False)[0]
+    got = []
+    with get_executor("cpu", detect_errors=False) as ex:
+        ex.decode(DecodeTask.for_frames(0, record, range(30)), lambda i, f: got.append(i))
+    assert got == list(range(30))  # FFmpeg's concealed frames, as before
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_skip_keeps_frames_decoded_before_the_damage(damaged, tmp_path, num_workers):
+    good, bad, frame = damaged
+    index = build_index(bad, num_workers=0, progress=False)
+    loader = vidloader.VideoLoader(index, batch_size=30, num_workers=num_workers, on_error="skip",
+                                   sampler=vidloader.SequentialFrames())
+    batches = list(loader)
+    delivered = np.concatenate([b["frame_index"].numpy() for b in batches])
+    frames = np.concatenate([b["frames"].numpy() for b in batches])
+    assert list(delivered) == list(range(frame))  # everything before the damage, nothing after
+    np.testing.assert_array_equal(frames, reference_frames(good)[:frame])
+    assert loader.stats["skipped_samples"] == 30 - frame
+    assert loader.stats["skipped_files"] == [str(bad)]
+
+
+# ---------------------------------------------------------------- NVDEC path (item 7)
+
+def test_nvdec_demux_refuses_a_file_replaced_by_a_smaller_video(two_videos):
+    """On the device this file killed the epoch with an untyped RuntimeError from reshaping a
+    smaller picture; the stat at demux now refuses it first, typed (skipped under "skip")."""
+    from vidloader.decoding.nvdec._annexb import ContainerCache, demux_gops
+
+    a, _ = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    make_video(a, VideoSpec(width=48, height=32, num_frames=30, gop=10, seed=3))
+    task = vidloader.decoding.DecodeTask.for_frames(0, record, [0, 12])
+    with pytest.raises(StaleIndexError, match=r"a\.mp4.*size"):
+        demux_gops(record, task.gops, container_cache=ContainerCache())
