@@ -8,6 +8,7 @@ run under a thread deadline so that a hang fails instead of blocking the suite.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from vidloader.errors import (
     ConfigError,
     CorruptVideoError,
     FrameIndexError,
+    StaleIndexError,
     UnsupportedCodecError,
     VideoNotFoundError,
 )
@@ -376,6 +378,12 @@ def test_bad_files_raise_typed_errors_naming_the_file(media, bad_files, kind, er
 def test_truncated_file_reports_the_missing_frames(media, bad_files):
     path = bad_files["truncated"]
     full = probe_video(media["mkv"].path)  # the index made before the file was cut
+    with pytest.raises(StaleIndexError, match=rf"{path.name}.*size"):
+        decode_frames(path, [0], index_record=full)  # the cut is seen at open
+    # A cut the size check cannot see (same size and time recorded, e.g. indexed while the
+    # file was still being written) is found when the frames are missing.
+    st = os.stat(path)
+    full = dataclasses.replace(full, size_bytes=st.st_size, mtime_ns=st.st_mtime_ns)
     with pytest.raises(CorruptVideoError, match=rf"{path.name}.*frames 58, 59"):
         _within(30, lambda: decode_frames(path, [0, 58, 59], index_record=full))
     # Frames still in the file decode exactly; the cut file's own index is shorter.

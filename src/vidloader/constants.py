@@ -5,7 +5,7 @@ from __future__ import annotations
 #: Version of the on-disk index format written by :meth:`VideoIndex.save` (3: adds profile,
 #: chroma format and coded size; 2: paths of videos under the index file's folder are stored
 #: relative to it; versions 1 and 2 are read).
-INDEX_FORMAT_VERSION = 3
+INDEX_FORMAT_VERSION = 4
 
 #: Units of work decoded ahead of the consumer beyond one per worker (bounded prefetch).
 DEFAULT_PREFETCH_PER_WORKER = 2

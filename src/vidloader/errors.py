@@ -35,6 +35,18 @@ class CorruptVideoError(MediaError, ValueError):
     """A file is not a readable video: empty, truncated, corrupt, or not a video at all."""
 
 
+class PathOutsideRootError(VidloaderError, PermissionError):
+    """An index (a saved ``.npz`` or NVIDIA's JSON) names a file outside its own folder
+    (``..`` or an absolute path elsewhere) and the caller did not allow it
+    (``allow_outside_root=``)."""
+
+
+class StaleIndexError(CorruptVideoError):
+    """A file changed after it was indexed (its size or modification time differ from the
+    index's): the index's frame table no longer describes it. Re-index the file. A
+    :class:`CorruptVideoError`, since the file is not the video the index describes."""
+
+
 class VideoNotFoundError(MediaError, FileNotFoundError):
     """A video path does not exist."""
 

@@ -17,6 +17,7 @@ from typing import Literal
 from ..errors import ConfigError
 from ._build import DEFAULT_EXTENSIONS, build_index
 from ._record import VideoIndex
+from ._store import AllowedRoots, confine_paths
 
 logger = logging.getLogger(__name__)
 
@@ -90,15 +91,20 @@ def _clip_target(clip_path: str, extensions: tuple[str, ...]) -> tuple[str, Layo
     return clip_path, "clip_dirs"  # missing: build_index rejects it with the reason
 
 
-def from_nvidia_json(source: str | os.PathLike | NvJson, **build_kwargs) -> VideoIndex:
+def from_nvidia_json(source: str | os.PathLike | NvJson, *, allow_outside_root: AllowedRoots = False,
+                     **build_kwargs) -> VideoIndex:
     """Index every camera file of every clip listed in NVIDIA's index JSON.
 
     Relative ``video_dir`` keys are taken relative to the JSON file's directory (or to the
     working directory when ``source`` is a dict). A clip whose indexed frame count (smallest
     over its cameras) differs from the JSON's logs a warning naming the clip and both counts.
+    Every clip must lie under that directory: a ``video_dir`` or clip id with ``..`` or an
+    absolute path elsewhere raises :class:`PathOutsideRootError` before any file is opened.
 
     Args:
         source: path of the JSON file, or the already parsed mapping.
+        allow_outside_root: ``True`` accepts clips anywhere; a list accepts clips under the
+            folders it names as well (default ``False``: only the JSON's directory).
         **build_kwargs: passed to :func:`build_index` (``num_workers``, ``progress`` …);
             ``recursive`` defaults to ``False`` (cameras sit directly in the clip directory).
 
@@ -118,6 +124,9 @@ def from_nvidia_json(source: str | os.PathLike | NvJson, **build_kwargs) -> Vide
             targets.append(target)
             layouts[os.path.abspath(target)] = layout
             expected[(os.path.join(os.path.abspath(directory), ""), clip_id)] = int(frames)
+    where = "the index JSON (a dict)" if isinstance(source, dict) else os.fspath(source)
+    confine_paths([os.path.normpath(os.path.abspath(t)) for t in targets], base,
+                  allow_outside_root, source=where)
     index = build_index(targets, **build_kwargs)
     _check_counts(index, expected, layouts)
     return index

@@ -12,6 +12,7 @@ mangles those pictures, so no backend could deliver them as frames ``0..k-1``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -54,19 +55,21 @@ def probe_video(path: str | os.PathLike) -> VideoRecord:
     import av  # core dependency, imported lazily so `import vidloader` stays cheap
 
     path = os.path.abspath(os.fspath(path))
-    size = _check_file(path)
+    # Stat before reading: a file rewritten while we probe then looks changed at decode time.
+    size, mtime_ns = _check_file(path)
     try:
         container = _open(av, path)
     except av.FFmpegError as exc:
         reason = f"FFmpeg cannot open it ({exc.strerror or exc}); is it a video file?"
         raise CorruptVideoError(path, reason) from exc
     try:
-        return _probe_container(container, path, size)
+        record = _probe_container(container, path, size)
     except av.FFmpegError as exc:
         reason = f"demuxing failed ({exc.strerror or exc}); the file is corrupt or truncated"
         raise CorruptVideoError(path, reason) from exc
     finally:
         container.close()
+    return dataclasses.replace(record, mtime_ns=mtime_ns)
 
 
 def _open(av, path: str):
@@ -79,15 +82,16 @@ def _open(av, path: str):
         return av.open(path, "r")
 
 
-def _check_file(path: str) -> int:
+def _check_file(path: str) -> tuple[int, int]:
+    """``(size, mtime_ns)`` of a regular, non-empty file."""
     if not os.path.exists(path):
         raise VideoNotFoundError(path, "no such file; check the path (or the index is stale)")
     if not os.path.isfile(path):
         raise CorruptVideoError(path, "not a regular file (a directory?); pass video files")
-    size = os.path.getsize(path)
-    if size == 0:
+    st = os.stat(path)
+    if st.st_size == 0:
         raise CorruptVideoError(path, "the file is empty (0 bytes); re-create or remove it")
-    return size
+    return st.st_size, st.st_mtime_ns
 
 
 def _probe_container(container, path: str, size: int) -> VideoRecord:

@@ -39,6 +39,8 @@ class VideoRecord:
         color_range (str): ``"tv"`` (limited), ``"pc"`` (full) or ``"unknown"``.
         stream_index (int): index of the video stream in the container.
         size_bytes (int): file size.
+        mtime_ns (int): the file's modification time (ns since the epoch) when indexed; ``0``
+            if unknown (indexes of format version 3 or older): then only the size is compared.
         profile (str): the codec profile as FFmpeg names it (``"High"``, ``"High 10"``,
             ``"Main 10"``, ``"Rext"``, ``"Profile 0"`` …); ``""`` if unknown.
         chroma_format (str): chroma subsampling, ``"420"``, ``"422"``, ``"444"``, ``"400"``
@@ -72,6 +74,7 @@ class VideoRecord:
     chroma_format: str = ""
     coded_width: int = 0
     coded_height: int = 0
+    mtime_ns: int = 0
 
     def __post_init__(self) -> None:
         if not self.chroma_format:
@@ -104,6 +107,18 @@ class VideoRecord:
     def gop_lengths(self) -> np.ndarray:
         """Frames in each GOP (keyframe to next keyframe), in order."""
         return np.diff(np.append(self.keyframes, self.num_frames))
+
+    def check_unchanged(self) -> None:
+        """Raise unless the file is still the one indexed (same byte size and, when recorded,
+        modification time): one ``stat``, done by every decoder when it opens the file.
+
+        Raises:
+            VideoNotFoundError: the file is gone.
+            StaleIndexError: its size or modification time changed; re-index it.
+        """
+        from ._stale import check_unchanged
+
+        check_unchanged(self)
 
     def keyframe_before(self, frame_index: int | np.ndarray) -> int | np.ndarray:
         """Display index of the last keyframe at or before ``frame_index`` (vectorised)."""
@@ -187,11 +202,24 @@ class VideoIndex(Sequence[VideoRecord]):
         save_index(self, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> VideoIndex:
-        """Read an index written by :meth:`save`; raises :class:`IndexFormatError` if it isn't one."""
+    def load(cls, path: str | os.PathLike, *, allow_outside_root=False,
+             check_mtime: bool = True) -> VideoIndex:
+        """Read an index written by :meth:`save`.
+
+        Args:
+            path: the index file.
+            allow_outside_root (bool | list of paths): video paths outside the index file's
+                folder are refused (default ``False``); ``True`` accepts any, a list accepts
+                those under the folders it names.
+            check_mtime (bool): compare modification times as well as sizes when files are
+                opened (default ``True``; ``False`` for a copy that lost its times).
+
+        Raises:
+            IndexFormatError: not a vidloader index. PathOutsideRootError: a path escapes.
+        """
         from ._store import load_index
 
-        return load_index(path)
+        return load_index(path, allow_outside_root=allow_outside_root, check_mtime=check_mtime)
 
     def to_nvidia_json(self) -> dict[str, dict[str, int]]:
         """The index as NVIDIA's separation-decode example expects: ``{video_dir: {clip_id: frames}}``."""
@@ -200,8 +228,10 @@ class VideoIndex(Sequence[VideoRecord]):
         return to_nvidia_json(self)
 
     @classmethod
-    def from_nvidia_json(cls, source, **build_kwargs) -> VideoIndex:
-        """Build an index from NVIDIA's ``{video_dir: {clip_id: frame_count}}`` JSON (path or dict)."""
+    def from_nvidia_json(cls, source, *, allow_outside_root=False, **build_kwargs) -> VideoIndex:
+        """Build an index from NVIDIA's ``{video_dir: {clip_id: frame_count}}`` JSON (path or
+        dict); clips outside the JSON's folder are refused unless ``allow_outside_root``
+        (``True`` or a list of folders) allows them."""
         from ._nvjson import from_nvidia_json
 
-        return from_nvidia_json(source, **build_kwargs)
+        return from_nvidia_json(source, allow_outside_root=allow_outside_root, **build_kwargs)

@@ -14,6 +14,15 @@ Paths of videos inside the index file's folder (at any depth) are stored relativ
 folder, and resolved against the folder the file is loaded from: a dataset folder that holds
 its index can be moved or mounted elsewhere. Other paths stay absolute. Version 1 files (all
 paths absolute) are still read.
+
+Loading confines paths to the index file's folder: an index from someone else must not make
+this process read ``../../etc/passwd``. A path that leaves the folder (``..`` or absolute) is
+refused with :class:`PathOutsideRootError` unless ``allow_outside_root`` allows it. The
+check is lexical (``os.path.normpath``): a symlink inside the folder is the folder owner's
+choice and is followed.
+
+Version 4 adds ``mtime_ns`` (stale files are detected by size and modification time, see
+:mod:`._stale`); older files load with ``mtime_ns = 0`` (size compared only).
 """
 
 from __future__ import annotations
@@ -24,26 +33,31 @@ import json
 import os
 import secrets
 import zipfile
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
 
 from ..constants import INDEX_FORMAT_VERSION
-from ..errors import IndexFormatError
+from ..errors import IndexFormatError, PathOutsideRootError
 from . import _codecs
 from ._record import RejectedVideo, VideoIndex, VideoRecord
 
 FORMAT_NAME = "vidloader-index"
 #: Versions this vidloader reads: version 1 stored every path absolute; versions 1 and 2 lack
-#: the decodability columns (:data:`_V3_COLUMNS`).
-_READABLE_VERSIONS = (1, 2, INDEX_FORMAT_VERSION)
+#: the decodability columns (:data:`_V3_COLUMNS`); versions 1 to 3 lack ``mtime_ns``.
+_READABLE_VERSIONS = (1, 2, 3, INDEX_FORMAT_VERSION)
 _INT_FIELDS = (
     "width", "height", "bit_depth", "rotation", "num_frames", "stream_index", "size_bytes",
-    "coded_width", "coded_height",
+    "coded_width", "coded_height", "mtime_ns",
 )
 _STR_FIELDS = ("path", "codec", "pix_fmt", "color_space", "color_range", "profile", "chroma_format")
 #: Columns added by version 3 (derived when an older file lacks them).
 _V3_COLUMNS = ("coded_width", "coded_height", "profile", "chroma_format")
+#: Columns added by version 4 (zero when an older file lacks them: not compared).
+_V4_COLUMNS = ("mtime_ns",)
+#: ``allow_outside_root``: False (only the index's folder), True (anywhere), or more roots.
+AllowedRoots = bool | Sequence[str | os.PathLike]
 _REQUIRED = (
     "header", "pts", "pts_offsets", "keyframes", "keyframe_offsets", "fps", "time_base_num",
     "time_base_den", "rejected_path", "rejected_reason", *_INT_FIELDS, *_STR_FIELDS,
@@ -123,11 +137,17 @@ def _strings(values: list[str]) -> np.ndarray:
     return np.array(values, dtype=str) if values else np.zeros(0, "<U1")
 
 
-def load_index(path: str | os.PathLike) -> VideoIndex:
+def load_index(path: str | os.PathLike, *, allow_outside_root: AllowedRoots = False,
+               check_mtime: bool = True) -> VideoIndex:
     """Read an index written by :func:`save_index`.
 
     Args:
         path: the index file.
+        allow_outside_root: which video paths outside the index file's folder are accepted:
+            ``False`` (default) none, ``True`` any, or a list of further folders.
+        check_mtime: keep the recorded modification times, so decoders refuse a file whose
+            mtime changed (:class:`StaleIndexError`). ``False`` compares sizes only (a
+            dataset copied without preserving times).
 
     Returns:
         The :class:`VideoIndex`; record ``pts``/``keyframes`` are views of shared arrays.
@@ -135,6 +155,7 @@ def load_index(path: str | os.PathLike) -> VideoIndex:
     Raises:
         FileNotFoundError: ``path`` does not exist.
         IndexFormatError: the file is not a vidloader index, is damaged, or has another version.
+        PathOutsideRootError: a video path leaves the allowed folders.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -161,15 +182,39 @@ def load_index(path: str | os.PathLike) -> VideoIndex:
         ) from exc
     _upgrade(cols)
     _check_columns(cols, path)
+    if not check_mtime:
+        cols["mtime_ns"] = np.zeros_like(cols["mtime_ns"])
     # Relative paths (version 2) are relative to the folder the index file is in now.
     root = os.path.dirname(os.path.abspath(path))
     for name in ("path", "rejected_path"):
-        cols[name] = _strings([os.path.join(root, p) for p in cols[name].tolist()])
+        cols[name] = _strings([os.path.normpath(os.path.join(root, p)) for p in cols[name].tolist()])
+    confine_paths(cols["path"].tolist(), root, allow_outside_root, source=path)
     return VideoIndex(_records(cols), _rejected(cols))
 
 
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(os.path.join(root, ""))
+
+
+def confine_paths(paths: list[str], root: str, allow: AllowedRoots, *, source: str) -> None:
+    """Raise :class:`PathOutsideRootError` for the first of ``paths`` (absolute, normalised)
+    outside ``root`` and the extra roots ``allow`` names (``True`` allows everything)."""
+    if allow is True:
+        return
+    extra = [] if allow is False else [os.path.normpath(os.path.abspath(os.fspath(r))) for r in allow]
+    roots = [os.path.normpath(root), *extra]
+    outside = [p for p in paths if not any(_inside(p, r) for r in roots)]
+    if outside:
+        raise PathOutsideRootError(
+            f"{source}: {len(outside)} video path(s) lie outside {roots[0]!r}"
+            f"{' and the allowed roots' if extra else ''}, e.g. {outside[0]!r}. An index may "
+            "only name files under its own folder; if you trust it, pass "
+            "allow_outside_root=True or a list of the folders it may read"
+        )
+
+
 def _check_members(npz, path: str, version) -> None:
-    optional = _V3_COLUMNS if version in (1, 2) else ()
+    optional = (*_V3_COLUMNS, *_V4_COLUMNS) if version in (1, 2) else _V4_COLUMNS if version == 3 else ()
     missing = [name for name in _REQUIRED if name not in npz.files and name not in optional]
     if missing:
         raise IndexFormatError(f"{path}: vidloader index lacks the columns {missing}; rebuild it")
@@ -199,14 +244,17 @@ def _check_header(raw: np.ndarray, path: str) -> dict:
 
 
 def _upgrade(cols: dict[str, np.ndarray]) -> None:
-    """Codec names as codecs (older files stored the decoder's: ``"libdav1d"``), and the
-    version 3 columns an older file lacks, derived from ``pix_fmt`` and the picture size."""
+    """Codec names as codecs (older files stored the decoder's: ``"libdav1d"``), the
+    version 3 columns an older file lacks, derived from ``pix_fmt`` and the picture size, and
+    version 4's ``mtime_ns`` (zero: unknown)."""
     def per_value(column: np.ndarray, fn, dtype=None) -> np.ndarray:
         values, inverse = np.unique(column, return_inverse=True)  # a handful of distinct values
         mapped = [fn(v) for v in values.tolist()]
         return (np.array(mapped, dtype) if dtype else _strings(mapped))[inverse] if len(values) else column
 
     cols["codec"] = per_value(cols["codec"], _codecs.codec_name)
+    if "mtime_ns" not in cols:
+        cols["mtime_ns"] = np.zeros(len(cols["path"]), np.int64)
     if "profile" not in cols:
         cols["profile"] = np.full(len(cols["path"]), "", "<U1")
     if "chroma_format" not in cols:

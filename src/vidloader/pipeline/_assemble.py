@@ -22,6 +22,33 @@ from ..sampling import BatchPlan
 log = logging.getLogger(__name__)
 
 
+def mark_failed(plans, results, video: int, path: str, message: str,
+                delivered: set[int] | None = None) -> None:
+    """Mark the samples of ``video`` in ``plans`` invalid and record the file's error.
+
+    ``delivered``: frames of the video that reached their slots before the failure (decoded
+    before the damage, so correct): a sample all of whose frames are among them stays valid.
+    """
+    for plan, res in zip(plans, results):
+        hit = plan.video_indices == video
+        if delivered:
+            frames = plan.frame_indices
+            whole = np.isin(frames, np.fromiter(delivered, np.int64, len(delivered))).all(axis=1)
+            hit &= ~whole
+        if hit.any():
+            res.valid[hit] = False
+            res.errors.append((path, message))
+
+
+def recording(sink, delivered: set[int]):
+    """``sink`` that also adds each frame index it is given to ``delivered``."""
+    def record(frame_index: int, frame) -> None:
+        sink(frame_index, frame)
+        delivered.add(frame_index)  # after the write: a failed write is not delivered
+
+    return record
+
+
 @dataclasses.dataclass
 class FillResult:
     """Which samples of the batch were filled, and the files that failed."""
@@ -129,6 +156,7 @@ class BatchAssembler:
         #: Files decoded by the fallback since the last :meth:`take_fallbacks`: path -> why.
         self.fallbacks: dict[str, str] = {}
         self._fallen_back: set[str] = set()  # logged once per file
+        self._skipped: set[str] = set()  # warned once per file
         self._geometry: dict[tuple[str, int], Geometry] = {}
 
     @classmethod
@@ -247,19 +275,31 @@ class BatchAssembler:
             self._fallen_back.add(path)
             self.fallbacks[path] = why
             log.info("decoding %s on the %s executor: %s", path, self.fallback.name, why)
+        delivered: set[int] = set()
         try:
-            self.fallback.decode(task, sink)
+            self.fallback.decode(task, recording(sink, delivered))
         except MediaError as exc:
             if not self.skips_bad_files:
                 raise
-            self._mark_failed(plans, results, task.video_index, exc.path, str(exc))
+            self._mark_failed(plans, results, task.video_index, exc.path, str(exc), delivered)
+
+    def _mark_failed(self, plans, results, video: int, path: str, message: str,
+                     delivered: set[int] | None = None) -> None:
+        """Mark the samples of ``video`` not fully ``delivered`` invalid; warn once per file
+        (``message``, a :class:`MediaError`'s text, names it already)."""
+        if path not in self._skipped:
+            self._skipped.add(path)
+            log.warning("skipping a file: %s", message)
+        mark_failed(plans, results, video, path, message, delivered)
 
     def redo_task_by_task(self, unit: UnitFill) -> None:
         """Decode a unit's tasks one by one, marking the samples of the files that fail (or,
         with a fallback executor, retrying each failed file once on it)."""
         for k, task in enumerate(unit.tasks):
+            delivered: set[int] = set()
+            sink = recording(unit.sinks[k], delivered)
             try:
-                self._decode_one(task, unit.sinks[k], None if unit.bundles is None else unit.bundles[k])
+                self._decode_one(task, sink, None if unit.bundles is None else unit.bundles[k])
             except MediaError as exc:
                 if self.fallback is not None:
                     why = f"failed on {self.executor.name}: {exc}"
@@ -267,22 +307,14 @@ class BatchAssembler:
                     continue
                 if not self.skips_bad_files:
                     raise
-                self._mark_failed(unit.plans, unit.results, task.video_index, exc.path, str(exc))
+                self._mark_failed(unit.plans, unit.results, task.video_index, exc.path, str(exc),
+                                  delivered)
 
     def _decode_one(self, task, sink, bundle) -> None:
         if bundle is None:
             self.executor.decode(task, sink)
         else:
             self.executor.decode_bundle(task, bundle, sink)
-
-    @staticmethod
-    def _mark_failed(plans, results, video: int, path: str, message: str) -> None:
-        log.warning("skipping %s: %s", path, message)
-        for plan, res in zip(plans, results):
-            hit = plan.video_indices == video
-            if hit.any():
-                res.valid[hit] = False
-                res.errors.append((path, message))
 
     def _sample_transforms(self, plan: BatchPlan) -> dict:
         videos, seeds = plan.video_indices.tolist(), plan.sample_seeds.tolist()

@@ -14,7 +14,7 @@ from ._transfer import Transfer
 
 
 class LoaderStats(dict):
-    """``loader.stats``: batches, samples, skipped samples and files, the rows each executor
+    """``loader.stats``: batches, samples, skipped samples and files (each file once), the rows each executor
     filled (``rows_by_executor``) and the files decoded on the CPU instead of NVDEC
     (``cpu_fallback_files``: path -> why). A dict, so it prints and serialises as one."""
 
@@ -71,7 +71,9 @@ class Collector:
         stats["batches"] += 1
         stats["samples"] += int(valid.sum()) // per  # rows are cameras × samples
         stats["skipped_samples"] += int((~valid).sum()) // per
-        stats["skipped_files"].extend(path for path, _ in done.errors)
+        # A file fails once per unit that needs it: name it once.
+        stats["skipped_files"].extend(dict.fromkeys(
+            p for p, _ in done.errors if p not in stats["skipped_files"]))
         stats["cpu_fallback_files"].update(done.fallbacks)
         for name, rows in done.rows_by_executor.items():
             stats["rows_by_executor"][name] = stats["rows_by_executor"].get(name, 0) + rows

@@ -21,6 +21,7 @@ from ... import constants
 from ...errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
+from ._errors import count_ffmpeg_errors, ffmpeg_errors, last_ffmpeg_error
 from ._frame import CpuFrame
 
 _THREAD_TYPES = ("AUTO", "FRAME", "SLICE")
@@ -40,6 +41,8 @@ class _OpenVideo:
     last_index: int = -1  # display index of the newest frame taken from the decoder
     untouched: bool = True  # no packet decoded since open: position is exactly frame 0
     skip_mode: str = "DEFAULT"
+    path: str = ""
+    errors_at: int = 0  # FFmpeg's error count when the current GOP was entered
     pending: list[int] = dataclasses.field(default_factory=list)  # heap: pts sent as NONREF
     leftover: collections.deque = dataclasses.field(default_factory=collections.deque)
 
@@ -66,6 +69,9 @@ class CpuExecutor(Executor):
         interpolation: swscale algorithm for resizing in ``to_rgb(size)`` (PyAV
             ``Interpolation`` name, e.g. ``"BILINEAR"``, ``"AREA"``).
         max_open_files: files kept open at once.
+        detect_errors: fail a GOP in which FFmpeg logs a decoding error, which it otherwise
+            conceals and returns as a normal frame (see :mod:`._errors`): frames decoded
+            before the error are delivered, the rest raise :class:`CorruptVideoError`.
     """
 
     name = "cpu"
@@ -78,6 +84,7 @@ class CpuExecutor(Executor):
         skip_nonref: bool = True,
         interpolation: str = constants.DEFAULT_INTERPOLATION,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        detect_errors: bool = True,
     ) -> None:
         super().__init__()
         _check_options(thread_count, thread_type, interpolation, max_open_files)
@@ -86,6 +93,9 @@ class CpuExecutor(Executor):
         self.skip_nonref = bool(skip_nonref)
         self.interpolation = interpolation
         self.max_open_files = int(max_open_files)
+        self.detect_errors = bool(detect_errors)
+        if self.detect_errors:
+            count_ffmpeg_errors()
         self._videos: collections.OrderedDict[str, _OpenVideo] = collections.OrderedDict()
         self._reformatter: Any = None
 
@@ -156,6 +166,7 @@ class CpuExecutor(Executor):
         self, video: _OpenVideo, record: VideoRecord, gop: GopRequest, wanted: set[int] | None
     ) -> Iterator[tuple[int, Any]]:
         exact = self._enter(video, record, gop)
+        video.errors_at = ffmpeg_errors()
         missing = yield from self._scan(video, record, gop.frames, wanted)
         if len(missing) and not exact:
             # The decoder came from an earlier GOP or task and had already dropped a frame
@@ -249,6 +260,15 @@ class CpuExecutor(Executor):
             self.stats.packets += bool(packet.size)
             video.untouched = False
             out = decode(packet)
+            # Only after a packet with data: at the flush packet a demuxer's end-of-file
+            # complaint ("File ended prematurely") is better told as the missing frames.
+            if self.detect_errors and packet.size and ffmpeg_errors() != video.errors_at:
+                raise CorruptVideoError(
+                    video.path,
+                    f"FFmpeg reported damage while decoding the packet at pts {packet.pts} "
+                    f"({last_ffmpeg_error()!r}) and would conceal it; the frames from there to "
+                    "the next keyframe are not delivered. Re-encode or replace the file",
+                )
             self.stats.decoded += len(out)
             leftover.extend(out)
             while leftover:
@@ -303,6 +323,7 @@ def _open_video(record: VideoRecord, thread_count: int, thread_type: str) -> _Op
     import av
 
     path = record.path
+    record.check_unchanged()  # a replaced file must not be decoded under the old frame table
     try:
         container = av.open(path, "r")
     except av.FFmpegError as exc:
@@ -322,7 +343,7 @@ def _open_video(record: VideoRecord, thread_count: int, thread_type: str) -> _Op
     except BaseException:
         container.close()
         raise
-    return _OpenVideo(container, stream, container.demux(stream))
+    return _OpenVideo(container, stream, container.demux(stream), path=path)
 
 
 def _video_stream(container: Any, record: VideoRecord) -> Any:

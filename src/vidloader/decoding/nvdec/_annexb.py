@@ -69,6 +69,7 @@ class _OpenVideo:
         import av
 
         self.path = record.path
+        record.check_unchanged()  # a replaced file must not be demuxed under the old frame table
         try:
             self.container = av.open(record.path, "r", options=_DEMUX_ONLY_OPTIONS)
         except FileNotFoundError as exc:

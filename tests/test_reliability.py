@@ -1,0 +1,226 @@
+"""Reliability: stale files, index paths confined to their folder, concealed decode errors,
+skips at the smallest unit (issue 17). Tiny generated videos; seconds each."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vidloader
+from vidloader import PathOutsideRootError, StaleIndexError, VideoIndex, build_index
+from vidloader.synthetic import VideoSpec, make_video
+
+from .media import reference_frames
+
+
+def _video(path: Path, *, seed: int, frames: int = 30, gop: int = 10) -> Path:
+    make_video(path, VideoSpec(width=96, height=64, num_frames=frames, gop=gop, bframes=2, seed=seed))
+    return path
+
+
+@pytest.fixture
+def two_videos(tmp_path) -> tuple[Path, Path]:
+    """Two valid videos of the same length and different content (so different sizes)."""
+    a = _video(tmp_path / "ds" / "a.mp4", seed=1)
+    b = _video(tmp_path / "other" / "b.mp4", seed=2)
+    assert a.stat().st_size != b.stat().st_size
+    return a, b
+
+
+# ---------------------------------------------------------------- stale files (item 2)
+
+def test_index_records_size_and_mtime(two_videos):
+    a, _ = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    assert record.size_bytes == a.stat().st_size
+    assert record.mtime_ns == a.stat().st_mtime_ns
+
+
+def test_a_replaced_file_raises_stale_index_error(two_videos):
+    a, b = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    shutil.copyfile(b, a)  # another valid video, same length, other pixels
+    with pytest.raises(StaleIndexError, match=r"a\.mp4.*changed after it was indexed.*size.*re-index"):
+        vidloader.decode_frames(a, [0, 5], index_record=record)
+
+
+def test_same_size_other_mtime_is_stale_unless_check_mtime_false(two_videos, tmp_path):
+    a, _ = two_videos
+    index = build_index(a, num_workers=0, progress=False)
+    index.save(tmp_path / "ds" / "index.npz")
+    os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 10**9))  # touched, same bytes
+    with pytest.raises(StaleIndexError, match="modified"):
+        vidloader.decode_frames(a, [0], index_record=index[0])
+    sizes_only = VideoIndex.load(tmp_path / "ds" / "index.npz", check_mtime=False)
+    assert sizes_only[0].mtime_ns == 0
+    assert vidloader.decode_frames(a, [0], index_record=sizes_only[0]).shape[0] == 1
+
+
+def test_a_deleted_file_names_it(two_videos):
+    a, _ = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    a.unlink()
+    with pytest.raises(vidloader.VideoNotFoundError, match=r"a\.mp4.*re-index"):
+        vidloader.decode_frames(a, [0], index_record=record)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_loader_skips_and_counts_a_stale_file_once(tmp_path, num_workers):
+    paths = [_video(tmp_path / f"v{i}.mp4", seed=10 + i, frames=20) for i in range(3)]
+    index = build_index(paths, num_workers=0, progress=False)
+    shutil.copyfile(_video(tmp_path / "new.mp4", seed=99, frames=20), paths[1])
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=num_workers, on_error="skip",
+                                   sampler=vidloader.RandomFrames(seed=0))
+    seen = [(int(v), int(f)) for b in loader for v, f in zip(b["video_index"], b["frame_index"])]
+    assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]  # each once, no stale frame
+    assert loader.stats["skipped_samples"] == 20
+    assert loader.stats["skipped_files"] == [str(paths[1])]  # named once
+
+
+def test_version_3_index_loads_with_mtime_unknown(two_videos, tmp_path):
+    a, _ = two_videos
+    path = tmp_path / "ds" / "index.npz"
+    build_index(a, num_workers=0, progress=False).save(path)
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files if k != "mtime_ns"}
+    header = json.loads(str(arrays["header"]))
+    arrays["header"] = np.array(json.dumps({**header, "version": 3}))
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    loaded = VideoIndex.load(path)
+    assert loaded[0].mtime_ns == 0 and loaded[0].size_bytes == a.stat().st_size
+
+
+# ---------------------------------------------------------------- paths confined (item 4)
+
+def _index_with_stored_path(tmp_path: Path, source: Path, stored: str) -> Path:
+    """An index file in ``tmp_path/ds`` whose single video path column reads ``stored``."""
+    path = tmp_path / "ds" / "index.npz"
+    build_index(source, num_workers=0, progress=False).save(path)
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["path"] = np.array([stored])
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("stored", ["../other/b.mp4", "sub/../../other/b.mp4", "ABSOLUTE", "/etc/passwd"])
+def test_saved_index_paths_cannot_leave_its_folder(two_videos, tmp_path, stored):
+    a, b = two_videos
+    stored = str(b) if stored == "ABSOLUTE" else stored
+    path = _index_with_stored_path(tmp_path, a, stored)
+    with pytest.raises(PathOutsideRootError, match=r"index\.npz.*outside.*allow_outside_root"):
+        VideoIndex.load(path)
+
+
+def test_allow_outside_root_opts_in(two_videos, tmp_path):
+    a, b = two_videos
+    path = _index_with_stored_path(tmp_path, a, "../other/b.mp4")
+    assert VideoIndex.load(path, allow_outside_root=True).paths == [str(b)]
+    assert VideoIndex.load(path, allow_outside_root=[b.parent]).paths == [str(b)]
+    with pytest.raises(PathOutsideRootError):
+        VideoIndex.load(path, allow_outside_root=[tmp_path / "elsewhere"])
+
+
+def test_paths_inside_the_folder_still_load(two_videos, tmp_path):
+    a, _ = two_videos
+    path = _index_with_stored_path(tmp_path, a, "./sub/../a.mp4")
+    assert VideoIndex.load(path).paths == [str(a)]
+
+
+@pytest.mark.parametrize("video_dir, clip", [("../other/", "b"), ("./", "../other/b"), ("ABS", "b")])
+def test_nvidia_json_paths_cannot_leave_its_folder(two_videos, tmp_path, video_dir, clip):
+    _, b = two_videos
+    video_dir = str(b.parent) + "/" if video_dir == "ABS" else video_dir
+    json_path = tmp_path / "ds" / "index_frame.json"
+    json_path.write_text(json.dumps({video_dir: {clip: 30}}))
+    with pytest.raises(PathOutsideRootError, match="index_frame.json"):
+        VideoIndex.from_nvidia_json(json_path, num_workers=0, progress=False)
+    index = VideoIndex.from_nvidia_json(json_path, num_workers=0, progress=False,
+                                        allow_outside_root=True)
+    assert index.paths == [str(b)]
+
+
+# ---------------------------------------------------------------- concealed errors (item 1, 5)
+
+def _damage_reference_picture(src: Path, dst: Path, which: int) -> int:
+    """Copy ``src`` to ``dst`` with the payload of its ``which``-th non-key picture (no
+    B-frames: every one is a reference) overwritten with random bytes; return its display
+    index. FFmpeg decodes such a file without an error, concealing the damage."""
+    import av
+
+    with av.open(str(src)) as c:
+        packets = [(p.pos, p.size, p.pts) for p in c.demux(c.streams.video[0])
+                   if p.size and not p.is_keyframe]
+    pos, size, pts = packets[which]
+    data = bytearray(src.read_bytes())
+    data[pos + 8:pos + size] = np.random.default_rng(0).integers(0, 256, size - 8, np.uint8).tobytes()
+    dst.write_bytes(bytes(data))
+    with av.open(str(src)) as c:
+        all_pts = sorted(p.pts for p in c.demux(c.streams.video[0]) if p.size)
+    return all_pts.index(pts)
+
+
+@pytest.fixture
+def damaged(tmp_path) -> tuple[Path, Path, int]:
+    good = tmp_path / "good.mp4"
+    make_video(good, VideoSpec(width=96, height=64, num_frames=30, gop=10, bframes=0, seed=0))
+    bad = tmp_path / "bad.mp4"
+    return good, bad, _damage_reference_picture(good, bad, 12)
+
+
+def test_concealed_damage_raises_instead_of_delivering_wrong_pixels(damaged):
+    good, bad, frame = damaged
+    record = build_index(bad, num_workers=0, progress=False)[0]  # indexes fine: demux only
+    with pytest.raises(vidloader.CorruptVideoError, match=r"bad\.mp4.*FFmpeg reported damage"):
+        vidloader.decode_frames(bad, range(30), index_record=record)
+    # Frames before the damaged picture decode, and match the intact file.
+    before = vidloader.decode_frames(bad, range(frame), index_record=record).numpy()
+    np.testing.assert_array_equal(before, reference_frames(good)[:frame])
+
+
+def test_detection_can_be_turned_off(damaged):
+    from vidloader.decoding import DecodeTask, get_executor
+
+    _, bad, _ = damaged
+    record = build_index(bad, num_workers=0, progress=False)[0]
+    got = []
+    with get_executor("cpu", detect_errors=False) as ex:
+        ex.decode(DecodeTask.for_frames(0, record, range(30)), lambda i, f: got.append(i))
+    assert got == list(range(30))  # FFmpeg's concealed frames, as before
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_skip_keeps_frames_decoded_before_the_damage(damaged, tmp_path, num_workers):
+    good, bad, frame = damaged
+    index = build_index(bad, num_workers=0, progress=False)
+    loader = vidloader.VideoLoader(index, batch_size=30, num_workers=num_workers, on_error="skip",
+                                   sampler=vidloader.SequentialFrames())
+    batches = list(loader)
+    delivered = np.concatenate([b["frame_index"].numpy() for b in batches])
+    frames = np.concatenate([b["frames"].numpy() for b in batches])
+    assert list(delivered) == list(range(frame))  # everything before the damage, nothing after
+    np.testing.assert_array_equal(frames, reference_frames(good)[:frame])
+    assert loader.stats["skipped_samples"] == 30 - frame
+    assert loader.stats["skipped_files"] == [str(bad)]
+
+
+# ---------------------------------------------------------------- NVDEC path (item 7)
+
+def test_nvdec_demux_refuses_a_file_replaced_by_a_smaller_video(two_videos):
+    """On the device this file killed the epoch with an untyped RuntimeError from reshaping a
+    smaller picture; the stat at demux now refuses it first, typed (skipped under "skip")."""
+    from vidloader.decoding.nvdec._annexb import ContainerCache, demux_gops
+
+    a, _ = two_videos
+    record = build_index(a, num_workers=0, progress=False)[0]
+    make_video(a, VideoSpec(width=48, height=32, num_frames=30, gop=10, seed=3))
+    task = vidloader.decoding.DecodeTask.for_frames(0, record, [0, 12])
+    with pytest.raises(StaleIndexError, match=r"a\.mp4.*size"):
+        demux_gops(record, task.gops, container_cache=ContainerCache())
