@@ -112,3 +112,16 @@ def test_cli_writes_a_report(source, tmp_path, capsys):
     report = json.loads((out / "prepare-report.json").read_text())
     assert report["options"]["gop"] == 5 and report["files"][0]["status"] == "done"
     assert "1 re-encoded" in capsys.readouterr().out
+
+
+def test_gop_cost_bench_reports_disk_and_decoding(tmp_path, capsys):
+    out = tmp_path / "gop_cost.json"
+    assert main(["bench", "gop-cost", "--videos", "2", "--frames", "48", "--gops", "40,8",
+                 "--batches", "2", "--batch-size", "8", "--width", "96", "--height", "64",
+                 "--size", "32", "--workers", "0", "--data-dir", str(tmp_path / "d"),
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["gop"] for r in rows] == [40, 8]
+    assert rows[0]["decoded_per_delivered"] > rows[1]["decoded_per_delivered"] >= 1
+    assert rows[1]["disk_bytes"] > rows[0]["disk_bytes"]  # keyframes cost bytes
+    assert rows[0]["speedup_vs_first"] == 1 and "| 8 |" in capsys.readouterr().out
