@@ -184,6 +184,27 @@ def _table_arguments(p: argparse.ArgumentParser) -> None:
                    help="merge per-backend reports of one run (gpu_run.sh) by workload")
 
 
+def _gop_cost_arguments(p: argparse.ArgumentParser) -> None:
+    """Generates --videos synthetic sources with GOP max(--gops) and B-frames, re-encodes them
+    with ``prepare_dataset`` at each of --gops, and measures each dataset's bytes on disk and
+    random frames/s (RandomFrames, the same seed, batch and size). Writes --out (JSON) and
+    prints a Markdown table with the speed-up and disk cost against the first GOP."""
+    p.add_argument("--gops", default="250,30,8", help="comma-separated, first is the baseline")
+    p.add_argument("--videos", type=int, default=6)
+    p.add_argument("--frames", type=int, default=500, help="frames per video")
+    p.add_argument("--width", type=int, default=320)
+    p.add_argument("--height", type=int, default=240)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--size", type=int, default=112, help="frames resized to SIZE x SIZE")
+    p.add_argument("--batches", type=int, default=10, help="timed batches")
+    p.add_argument("--workers", type=int, default=None,
+                   help="encoding processes (decoding runs in this process, on one core)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default="/tmp/vidloader-gop-cost")
+    p.add_argument("--out", default="benchmarks/results/cpu/gop_cost/gop_cost.json")
+    p.add_argument("--note", default="", help="free text stored with the environment")
+
+
 #: (name, module holding ``run(args)``, options, one line): the subcommands of ``bench``.
 _COMMANDS = [
     ("run", "_run", add_arguments,
@@ -196,6 +217,8 @@ _COMMANDS = [
      "check that every backend of run delivers the planned frames"),
     ("tradeoff", "_tradeoff", _tradeoff_arguments,
      "GopShuffle's throughput against its statistical cost, beside the anchors (CPU)"),
+    ("gop-cost", "_gop_cost", _gop_cost_arguments,
+     "random-access speed-up of `vidloader prepare --gop N` against its disk cost (CPU)"),
     ("table", "_table", _table_arguments,
      "the README's performance section from the JSON files of run"),
 ]

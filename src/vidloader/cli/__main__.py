@@ -1,4 +1,4 @@
-"""Entry point of the ``vidloader`` command: ``demo``, ``index``, ``info``, ``bench``.
+"""Entry point of the ``vidloader`` command: ``demo``, ``index``, ``info``, ``bench``, ``prepare``.
 
 Building the parser imports no torch (each subcommand imports what it runs), so that
 ``vidloader --help`` and ``vidloader info FILE`` start in well under a second.
@@ -15,9 +15,10 @@ from ..errors import VidloaderError
 from ._demo import register_demo
 from ._index import register_index
 from ._info import register_info
+from ._prepare import register_prepare
 
 #: Each entry adds one subcommand to the parser (litData's registry pattern).
-COMMAND_REGISTRY = [register_demo, register_index, register_info, register_bench]
+COMMAND_REGISTRY = [register_demo, register_index, register_info, register_bench, register_prepare]
 
 
 def build_parser() -> argparse.ArgumentParser:

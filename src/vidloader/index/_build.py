@@ -6,7 +6,7 @@ import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from ..errors import ConfigError, MediaError
@@ -36,6 +36,9 @@ def build_index(
     extensions: Sequence[str] = DEFAULT_EXTENSIONS,
     progress: bool = True,
     recursive: bool = True,
+    executor: Executor | None = None,
+    shard_dir: str | os.PathLike | None = None,
+    chunk_files: int = 256,
 ) -> VideoIndex:
     """Probe every video under the given paths and return the index.
 
@@ -55,6 +58,13 @@ def build_index(
         extensions: file extensions collected from directories.
         progress: show a tqdm progress bar (only on a terminal).
         recursive: also search the sub-directories of directories.
+        executor: probe on this ``concurrent.futures.Executor`` instead (a Dask
+            ``Client.get_executor()``, Ray's ``RayExecutor``, a process pool), in tasks of
+            ``chunk_files`` files; ``num_workers`` is then unused.
+        shard_dir: with ``executor``, write each chunk's results there as an index shard
+            (the workers must be able to write it) and reuse finished shards, so rerunning
+            a killed build continues where it stopped. The merged index is returned.
+        chunk_files: files per executor task and shard.
 
     Returns:
         The :class:`VideoIndex`.
@@ -63,7 +73,10 @@ def build_index(
         ConfigError: ``num_workers`` is negative.
     """
     files, missing = _expand(paths_or_dirs, extensions, recursive)
-    results = _probe_all(files, _resolve_workers(num_workers, len(files)), progress)
+    if executor is not None:  # a cluster engine's executor: chunks, shards, resume
+        results = _probe_on(executor, files, progress, shard_dir, chunk_files)
+    else:
+        results = _probe_all(files, _resolve_workers(num_workers, len(files)), progress)
     records = [r for r in results if isinstance(r, VideoRecord)]
     rejected = sorted(
         missing + [r for r in results if isinstance(r, RejectedVideo)], key=lambda r: r.path
@@ -74,6 +87,15 @@ def build_index(
             len(rejected), len(files) + len(missing),
         )
     return VideoIndex(records, rejected)
+
+
+def _probe_on(executor: Executor, files: list[str], progress: bool,
+              shard_dir: str | os.PathLike | None, chunk_files: int) -> list[Result]:
+    from ._distributed_build import probe_with_executor
+
+    with _progress_bar(len(files), progress) as bar:
+        return probe_with_executor(files, executor, chunk_files=chunk_files, on_done=bar.update,
+                                   shard_dir=os.fspath(shard_dir) if shard_dir else None)
 
 
 def _as_list(paths_or_dirs: PathArg | Iterable[PathArg]) -> list[str]:
