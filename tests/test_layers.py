@@ -8,7 +8,7 @@ from pathlib import Path
 import vidloader
 
 #: Top to bottom, as in docs/architecture.md ("base": errors, constants, _utils, synthetic media).
-LAYERS = ["cli", "bench", "pipeline", "analysis", "planning", "sampling", "decoding", "processing", "index", "base"]
+LAYERS = ["cli", "bench", "pipeline", "analysis", "planning", "sampling", "images", "decoding", "processing", "index", "base"]
 PACKAGE = Path(vidloader.__file__).parent
 
 

@@ -22,11 +22,12 @@ from ._utils._lazy import lazy_exports
 _HOMES = {
     "decode_frames": ".decoding",
     **dict.fromkeys([
-        "BackendUnavailableError", "ConfigError", "CorruptVideoError", "FrameIndexError",
-        "IndexFormatError", "MediaError", "UnsupportedCodecError", "VideoNotFoundError",
+        "BackendUnavailableError", "ConfigError", "CorruptImageError", "CorruptVideoError",
+        "DatasetFormatError", "FrameIndexError", "IndexFormatError", "MediaError", "UnsupportedCodecError", "VideoNotFoundError",
         "VidloaderError", "WorkerError",
     ], ".errors"),
     **dict.fromkeys(["VideoIndex", "VideoRecord", "build_index", "probe_video"], ".index"),
+    "ImageLoader": ".pipeline",
     "VideoLoader": ".pipeline",
     "Process": ".processing",
     **dict.fromkeys([
@@ -40,9 +41,12 @@ __all__ = [
     "BackendUnavailableError",
     "Clips",
     "ConfigError",
+    "CorruptImageError",
     "CorruptVideoError",
+    "DatasetFormatError",
     "FrameIndexError",
     "GopShuffle",
+    "ImageLoader",
     "IndexFormatError",
     "MediaError",
     "MultiCameraClips",
