@@ -66,7 +66,7 @@ def sample_windows(proc: ImageProcess, heights, widths, seeds: np.ndarray) -> Wi
 
 
 def _random_crop(proc, h, w, seeds):
-    oh, ow = proc.out_hw(int(h[0]), int(w[0])) if proc.size is None else proc.size
+    oh, ow = proc.out_hw(int(h[0]), int(w[0]))
     pad = proc.padding
     # Offsets into the padded image: 0 .. H + 2·pad − oh, both ends included (torchvision).
     room_y = np.maximum(h + 2 * pad - oh, 0) + 1
@@ -128,11 +128,21 @@ def crop_resize(image: torch.Tensor, window: tuple, out_hw: tuple[int, int],
         ch, cw = max(1, round(ch * sy)), max(1, round(cw * sx))
     patch = _window(image, top, left, ch, cw)
     if (ch, cw) != tuple(out_hw):
-        chw = patch.permute(2, 0, 1).unsqueeze(0).float()
-        chw = F.interpolate(chw, size=tuple(out_hw), mode="bilinear", align_corners=False,
-                            antialias=True)
-        patch = chw.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
+        patch = _resize(patch, tuple(out_hw))
     return patch.flip(1) if flip else patch
+
+
+def _resize(patch: torch.Tensor, out_hw: tuple[int, int]) -> torch.Tensor:
+    """Bilinear, antialiased. On the CPU in uint8 (torch's channels-last uint8 kernel: 0.8 ms
+    against 3.2 ms through float32 for 300×400 → 224², one thread); CUDA has no uint8 kernel,
+    so float32 there, rounded (the two differ by at most 1)."""
+    chw = patch.permute(2, 0, 1).unsqueeze(0)
+    if patch.device.type == "cpu":
+        out = F.interpolate(chw, size=out_hw, mode="bilinear", align_corners=False, antialias=True)
+        return out[0].permute(1, 2, 0)
+    out = F.interpolate(chw.float(), size=out_hw, mode="bilinear", align_corners=False,
+                        antialias=True)
+    return out.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
 
 
 def _window(image: torch.Tensor, top: int, left: int, ch: int, cw: int) -> torch.Tensor:

@@ -79,7 +79,7 @@ def decode_image(path: str | os.PathLike, *, min_hw: tuple[int, int] | None = No
                     im.draft("RGB", (need_w, need_h))
             upright = ops.exif_transpose(im)
             rgb = upright if upright.mode == "RGB" else upright.convert("RGB")
-            array = np.asarray(rgb)
+            array = np.array(rgb)  # writable (torch.from_numpy warns on a read-only view)
     except (OSError, SyntaxError, ValueError, image_mod.DecompressionBombError) as exc:
         raise _corrupt(path, exc) from exc
     return array, (array.shape[0] / full_h, array.shape[1] / full_w)

@@ -39,7 +39,7 @@ class ImageLoaderConfig:
     """The image loader's options, resolved once; read by pools, workers and the collector.
 
     ``backend`` is the decoder that fills slots (``"memory"``, ``"pillow"``,
-    ``"nvimgcodec"``); ``out_hw`` the staged image size; ``lookahead`` batches per unit (1).
+    ``"nvimgcodec"``, or ``"batch"`` for a user's batch decoder); ``out_hw`` the staged image size; ``lookahead`` batches per unit (1).
     """
 
     dataset: ImageDataset
@@ -108,7 +108,7 @@ def make_image_pool(config: ImageLoaderConfig, num_slots: int, decoder=None) -> 
 
     if config.backend == "memory":
         return MemoryPool(config, num_slots)
-    if config.backend == "nvimgcodec":
+    if config.backend in ("nvimgcodec", "batch"):
         return BatchDecodePool(config, num_slots, decoder)
     if config.num_workers == 0:
         return PillowInlinePool(config, num_slots)
@@ -141,7 +141,10 @@ class ImageLoader(VideoLoader):
             dataset is moved there once and augmented there per batch.
         decoder ("auto" | "memory" | "pillow" | "nvimgcodec"): ``"auto"``: in memory when the
             dataset is, else Pillow. ``"nvimgcodec"`` decodes whole batches on ``device``'s
-            GPU (``pip install 'vidloader[images-gpu]'``).
+            GPU (``pip install 'vidloader[images-gpu]'``). An object with ``name`` and
+            ``decode(list[bytes | None]) -> list[Tensor | None]`` (uint8 ``[H, W, 3]``
+            upright RGB, ``None`` for a failure) decodes whole batches in its place, on its
+            own device (e.g. torchvision's ``decode_jpeg(device="cuda")`` wrapped).
         output ("dict" | "dali"): the batch's shape (see above).
         on_error ("raise" | "skip"): a file that fails to decode raises
             :class:`~vidloader.WorkerError` naming it, or is dropped from its batch and
@@ -160,7 +163,7 @@ class ImageLoader(VideoLoader):
         processing: ImageProcess | None = None,
         num_workers: int | None = None,
         device: str | torch.device | None = None,
-        decoder: Decoder = "auto",
+        decoder: Decoder | object = "auto",
         output: Output = "dict",
         on_error: Literal["raise", "skip"] = "raise",
         prefetch: int = DEFAULT_PREFETCH_PER_WORKER,
@@ -176,8 +179,10 @@ class ImageLoader(VideoLoader):
                               f"ImageFolder, ...), got {type(dataset).__name__}")
         if len(dataset) == 0:
             raise ConfigError(f"{dataset!r} holds no images")
-        _check(batch_size=batch_size, prefetch=prefetch, on_error=on_error, decoder=decoder,
-               output=output, reader_threads=reader_threads)
+        custom = None if isinstance(decoder, str) else decoder
+        _check(batch_size=batch_size, prefetch=prefetch, on_error=on_error,
+               decoder="nvimgcodec" if custom is not None else decoder, output=output,
+               reader_threads=reader_threads)
         self.index = dataset  # the samplers' view: len() and num_frames (all ones)
         self.sampler = sampler if sampler is not None else RandomFrames()
         if self.sampler.is_clip or self.sampler.rows_per_sample != 1:
@@ -190,7 +195,7 @@ class ImageLoader(VideoLoader):
         self.world_size = detected[1] if world_size is None else world_size
         self._plan_cache, self._epoch, self._next_batch = None, 0, 0
         proc = processing if processing is not None else ImageProcess()
-        backend = _resolve_decoder(dataset, decoder, device)
+        backend = _resolve_decoder(dataset, decoder, device) if custom is None else _batch(custom)
         self.config = ImageLoaderConfig(
             dataset=dataset, proc=proc, out_hw=_out_hw(dataset, proc), backend=backend,
             batch_size=batch_size, on_error=on_error,
@@ -201,7 +206,7 @@ class ImageLoader(VideoLoader):
         )
         self._pool = self._scheduler = None
         self._collector = ImageCollector(self.config)
-        self._decoder_override = None  # tests: a stand-in for nvImageCodec
+        self._custom_decoder = custom
         len(self)  # plan epoch 0 now: a rank with no batch fails at construction
         _LIVE_LOADERS.add(self)
 
@@ -222,7 +227,7 @@ class ImageLoader(VideoLoader):
         return max(1, ways) + config.prefetch - 1
 
     def _start(self) -> None:
-        self._pool = make_image_pool(self.config, self.staging_slots, self._decoder_override)
+        self._pool = make_image_pool(self.config, self.staging_slots, self._custom_decoder)
         self._scheduler = Scheduler(self._pool, self.labels)
 
     def __repr__(self) -> str:
@@ -259,6 +264,13 @@ def _resolve_decoder(dataset: ImageDataset, decoder: str, device) -> str:
         raise ConfigError(f"decoder='nvimgcodec' decodes on a GPU: pass device='cuda' (got "
                           f"device={device!r}), or use decoder='pillow'")
     return "pillow" if decoder == "auto" else decoder
+
+
+def _batch(decoder) -> str:
+    if not (hasattr(decoder, "name") and callable(getattr(decoder, "decode", None))):
+        raise ConfigError(f"decoder must be one of {DECODERS} or an object with `name` and "
+                          f"`decode(list of bytes) -> list of tensors`, got {decoder!r}")
+    return "batch"
 
 
 def _out_hw(dataset: ImageDataset, proc: ImageProcess) -> tuple[int, int]:
