@@ -35,9 +35,8 @@ def _sync() -> None:
 
 def _time_batches(batches, limit: int | None, warmup: int = 2) -> tuple[int, float]:
     """Images and seconds over the batches after ``warmup`` (start-up excluded)."""
-    images, start, n = 0, None, 0
-    for batch in batches:
-        n += 1
+    images, start = 0, None
+    for n, batch in enumerate(batches, 1):
         if n == warmup:
             _sync()
             start = time.perf_counter()

@@ -105,7 +105,8 @@ def image_worker_main(start: ImageWorkerStart, task_q, result_q) -> None:
         result_q.put(fill_task_messages(fill, start.slots, task, "pillow"))
 
 
-def _read(path: str) -> bytes | None:
+def read_file(path: str) -> bytes | None:
+    """The file's bytes, or ``None`` if it cannot be read (the decoder then reports it)."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -113,25 +114,25 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def fill_from_batch_decoder(config, decoder, reader, plan, staging: torch.Tensor):
-    """Read the plan's files on ``reader``'s threads, decode them in one call to ``decoder``
+def fill_from_blobs(config, decoder, blobs: list, plan, staging: torch.Tensor):
+    """Decode the plan's files (``blobs``, read beforehand) in one call to ``decoder``
     (nvImageCodec, on the slot's GPU), then crop, resize and flip each on that device."""
     from ..errors import CorruptImageError
 
     dataset, proc, out_hw = config.dataset, config.proc, config.out_hw
-    paths = [dataset.path(i) for i in plan.video_indices.tolist()]
-    images = decoder.decode(list(reader.map(_read, paths)))
+    images = decoder.decode(blobs)
     sizes = dataset.sizes[plan.video_indices]
     windows = sample_windows(proc, sizes[:, 0], sizes[:, 1], plan.sample_seeds)
     valid, errors = np.ones(plan.batch_size, dtype=bool), []
     for row, image in enumerate(images):
         if image is None:
-            exc = CorruptImageError(paths[row], f"{decoder.name} could not read or decode it; "
+            path = dataset.path(int(plan.video_indices[row]))
+            exc = CorruptImageError(path, f"{decoder.name} could not read or decode it; "
                                     "re-encode or remove it, or pass on_error='skip'")
             if not config.skips_bad_files:
                 raise exc
             valid[row] = False
-            errors.append((paths[row], str(exc)))
+            errors.append((path, str(exc)))
             continue
         scale = (image.shape[0] / sizes[row, 0], image.shape[1] / sizes[row, 1])
         staging[row, 0].copy_(crop_resize(image, windows[row], out_hw, scale))

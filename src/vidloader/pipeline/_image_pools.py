@@ -104,31 +104,57 @@ def _all_valid(plan):
     return np.ones(plan.batch_size, dtype=bool)
 
 
-class BatchDecodePool(_SyncPool):
+class BatchDecodePool(BatchPool):
     """Files decoded a batch at a time on the GPU by nvImageCodec in this process, read by a
     few threads; crops and resizes run on the GPU, into GPU slots.
 
-    ``decoder`` stands in for nvImageCodec in tests (anything with ``name`` and
+    ``submit`` only starts reading the unit's files on the reader threads; ``get`` decodes
+    the oldest unit once its files are in. The files of the next units are read while a
+    unit decodes (the scheduler submits up to ``prefetch`` units ahead).
+
+    ``decoder`` stands in for nvImageCodec (anything with ``name`` and
     ``decode(list[bytes | None]) -> list[Tensor | None]``).
     """
-
-    executor = "nvimgcodec"
 
     def __init__(self, config, num_slots: int, decoder=None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         from ..images._nvimgcodec import NvImageCodecDecoder
-        from ._image_fill import fill_from_batch_decoder
 
         device = config.device if config.device is not None else torch.device("cpu")
+        self.config = config
         self.decoder = decoder if decoder is not None else NvImageCodecDecoder(device)
-        self.executor = self.decoder.name
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
+        self.slots = allocate_image_slots(config, num_slots, device=device)
+        self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
+        self._done: collections.deque = collections.deque()
 
-        def fill(plan, staging):
-            return fill_from_batch_decoder(config, self.decoder, self.reader, plan, staging)
-        super().__init__(fill, allocate_image_slots(config, num_slots, device=device))
+    @property
+    def ways(self) -> int:
+        return 1
+
+    def submit(self, worker: int, task: FillTask) -> None:
+        from ._image_fill import read_file
+
+        dataset = self.config.dataset
+        reads = [[self.reader.submit(read_file, dataset.path(i)) for i in plan.video_indices.tolist()]
+                 for plan in task.plans]
+        self._pending.append((task, reads))
+
+    def get(self):
+        from ._image_fill import fill_from_blobs
+
+        while not self._done:
+            task, reads = self._pending.popleft()
+            blobs = iter(reads)
+
+            def fill(plan, staging, blobs=blobs):
+                return fill_from_blobs(self.config, self.decoder,
+                                       [f.result() for f in next(blobs)], plan, staging)
+            self._done.extend(fill_task_messages(fill, self.slots, task, self.decoder.name))
+        return self._done.popleft()
 
     def shutdown(self) -> None:
-        self.reader.shutdown(wait=True)
-        super().shutdown()
+        self.reader.shutdown(wait=True, cancel_futures=True)
+        self._pending.clear()
+        self.slots = []
