@@ -174,11 +174,21 @@ def test_workers_give_the_same_stream(folder):
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=32, crop="random_resized", random_flip=True)
     make = lambda n: ImageLoader(ds, batch_size=2, sampler=RandomFrames(seed=3),  # noqa: E731
-                                 processing=proc, num_workers=n, on_error="skip")
-    inline, workers = list(make(0)), list(make(2))
-    assert len(inline) == len(workers) == 4
-    for x, y in zip(inline, workers):
-        assert torch.equal(x["images"], y["images"]) and torch.equal(x["label"], y["label"])
+                                 processing=proc, num_workers=n, on_error="skip",
+                                 persistent_workers=n > 0)
+    inline, loader = make(0), make(2)
+    try:
+        first, workers = list(inline), list(loader)
+        assert len(first) == len(workers) == 4
+        for x, y in zip(first, workers):
+            assert torch.equal(x["images"], y["images"]) and torch.equal(x["label"], y["label"])
+        for _ in loader:  # epoch 1: break early; the persistent workers are drained, kept
+            break
+        inline.set_epoch(1), loader.set_epoch(1)
+        for x, y in zip(inline, loader, strict=True):
+            assert torch.equal(x["images"], y["images"])
+    finally:
+        loader.shutdown()
 
 
 def test_draft_decode_reduces_and_reports_its_scale(tmp_path):
