@@ -332,6 +332,15 @@ def test_bad_options_name_the_fix(cifar_root, folder):
         ImageLoader(different, processing=ImageProcess(size=8), decoder="nvimgcodec")
 
 
+def test_demo_images_prints_both_rates(tmp_path, capsys):
+    from vidloader.cli.__main__ import main
+
+    assert main(["demo", "--images", "--batches", "2", "--workers", "0",
+                 "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("images/s") == 2 and "CIFAR-10 format" in out and "CPU:" in out
+
+
 # -- GPU -------------------------------------------------------------------------------------
 
 @pytest.mark.cuda

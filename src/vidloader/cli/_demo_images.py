@@ -44,17 +44,18 @@ def run_image_demo(args) -> int:
         CIFAR10(root), batch_size=256, device=device,
         processing=ImageProcess(crop="random", padding=4, random_flip=True, dtype="float32",
                                 normalized=True, layout="chw"))
-    images, seconds = _rate(cifar, 30)
+    images, seconds = _rate(cifar, min(args.batches, 30))
     print(f"CIFAR-10 format, 10,000 generated 32x32 images, batch 256, crop with padding 4 + "
           f"flip + normalize on {device or 'cpu'}: {images / seconds:,.0f} images/s")
-    folder = ImageFolder(write_image_folder(root / "jpeg", num_classes=4, per_class=64,
-                                            seed=args.seed))
+    per_class = min(64, 8 * (args.batches + 2))  # a few batches' worth for a short demo
+    folder = ImageFolder(write_image_folder(root / "jpeg", num_classes=4, per_class=per_class,
+                                            seed=args.seed), progress=False)
     jpeg = ImageLoader(
         folder, batch_size=32, num_workers=args.workers, device=device, persistent_workers=True,
         processing=ImageProcess(size=224, crop="random_resized", random_flip=True,
                                 dtype="float32", normalized=True, layout="chw"))
     try:
-        images, seconds = _rate(jpeg, 12)
+        images, seconds = _rate(jpeg, min(args.batches, 12))
     finally:
         jpeg.shutdown()
     print(f"JPEG folder, {len(folder)} generated 500x375 files, batch 32, 224x224 random "
