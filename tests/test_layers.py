@@ -53,6 +53,6 @@ def test_import_vidloader_loads_no_gpu_library():
     import sys
 
     code = ("import sys, vidloader; "
-            "print(any(m in sys.modules for m in ('PyNvVideoCodec', 'decord', 'cv2', 'torchcodec')))")
+            "print(any(m in sys.modules for m in ('PyNvVideoCodec', 'decord', 'cv2', 'torchcodec', 'nvidia.nvimgcodec')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -154,7 +154,7 @@ class ImageLoader(VideoLoader):
         reader_threads (int): threads reading files for ``"nvimgcodec"``; default 8.
     """
 
-    def __init__(  # noqa: C901 - a flat list of checks, each one line
+    def __init__(
         self,
         dataset: ImageDataset,
         *,
