@@ -277,6 +277,13 @@ def test_cifar_loader_stored_pixels_each_once(cifar_root):
         assert np.array_equal(b["label"].numpy(), ds.labels[b["sample_index"].numpy()])
 
 
+def test_in_memory_pixels_are_copied_to_a_device_once(cifar_root):
+    ds = CIFAR10(cifar_root)
+    assert ds.pixels_on("cpu") is ds.pixels
+    on_meta = ds.pixels_on("meta")  # a device without memory stands in for the GPU
+    assert on_meta.device.type == "meta" and ds.pixels_on("meta") is on_meta
+
+
 def test_cifar_normalized_nchw_and_dali_output(cifar_root):
     ds = CIFAR10(cifar_root)
     proc = ImageProcess(dtype="float16", normalized=True, mean=(0.5,) * 3, std=(0.25,) * 3,

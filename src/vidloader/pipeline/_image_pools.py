@@ -61,7 +61,7 @@ class MemoryPool(_SyncPool):
 
     def __init__(self, config, num_slots: int) -> None:
         device = config.device if config.device is not None else torch.device("cpu")
-        self.pixels = config.dataset.pixels.to(device)
+        self.pixels = config.dataset.pixels_on(device)  # copied once, kept by the dataset
 
         def fill(plan, staging):
             fill_from_memory(self.pixels, config, plan, staging)
