@@ -29,6 +29,7 @@ class NvImageCodecDecoder:
 
     def __init__(self, device: torch.device, *, hw_load: float = DEFAULT_HW_LOAD) -> None:
         nvimgcodec = require("nvidia.nvimgcodec", purpose="decoding images on the GPU")
+        self._code_stream = nvimgcodec.CodeStream
         self.device = torch.device(device)
         kind = nvimgcodec.BackendKind
         backends = [nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=hw_load),
@@ -42,15 +43,26 @@ class NvImageCodecDecoder:
     def decode(self, blobs: list[bytes | None]) -> list[torch.Tensor | None]:
         """One tensor per blob on :attr:`device`, ``None`` where a blob is ``None`` or could
         not be decoded. Ordered on torch's current stream."""
-        todo = [i for i, b in enumerate(blobs) if b is not None]
+        streams = [self._parse(b) for b in blobs]
+        todo = [i for i, cs in enumerate(streams) if cs is not None]
         out: list[torch.Tensor | None] = [None] * len(blobs)
         if not todo:
             return out
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        images = self._decoder.decode([blobs[i] for i in todo], params=self._params,
+        images = self._decoder.decode([streams[i] for i in todo], params=self._params,
                                       cuda_stream=stream)
         for i, image in zip(todo, images):
             if image is not None:
                 t = torch.as_tensor(image, device=self.device)
                 out[i] = t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
         return out
+
+    def _parse(self, blob: bytes | None):
+        """The blob's ``CodeStream`` (nvImageCodec 0.9 decodes only those), or ``None`` when
+        its header cannot be parsed (not an image, cut short)."""
+        if blob is None:
+            return None
+        try:
+            return self._code_stream(blob)
+        except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
+            return None
