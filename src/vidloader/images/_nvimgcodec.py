@@ -36,7 +36,8 @@ class NvImageCodecDecoder:
                     nvimgcodec.Backend(kind.GPU_ONLY), nvimgcodec.Backend(kind.HYBRID_CPU_GPU),
                     nvimgcodec.Backend(kind.CPU_ONLY)]
         self._decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=backends)
-        spec = getattr(nvimgcodec.ColorSpec, "SRGB", None) or nvimgcodec.ColorSpec.RGB
+        colors = nvimgcodec.ColorSpec  # SRGB since 0.5, RGB before
+        spec = colors.SRGB if hasattr(colors, "SRGB") else colors.RGB
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=True, color_spec=spec,
                                                allow_any_depth=False)
 
