@@ -8,7 +8,7 @@ from pathlib import Path
 import vidloader
 
 #: Top to bottom, as in docs/architecture.md ("base": errors, constants, _utils, synthetic media).
-LAYERS = ["cli", "bench", "prepare", "pipeline", "analysis", "planning", "sampling", "decoding", "processing", "index", "base"]
+LAYERS = ["cli", "bench", "prepare", "pipeline", "analysis", "planning", "sampling", "images", "decoding", "processing", "index", "base"]
 PACKAGE = Path(vidloader.__file__).parent
 
 
@@ -53,6 +53,6 @@ def test_import_vidloader_loads_no_gpu_library():
     import sys
 
     code = ("import sys, vidloader; "
-            "print(any(m in sys.modules for m in ('PyNvVideoCodec', 'decord', 'cv2', 'torchcodec')))")
+            "print(any(m in sys.modules for m in ('PyNvVideoCodec', 'decord', 'cv2', 'torchcodec', 'nvidia.nvimgcodec')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -75,3 +75,12 @@ class WorkerError(VidloaderError, RuntimeError):
         if remote_traceback:
             text += "\n\n--- traceback in the worker ---\n" + remote_traceback
         super().__init__(text)
+
+
+class CorruptImageError(MediaError, ValueError):
+    """An image file cannot be decoded: truncated, corrupt, or not an image."""
+
+
+class DatasetFormatError(MediaError, ValueError):
+    """A dataset file (a CIFAR batch, ...) is not in the format it should be, or holds
+    something vidloader refuses to read (a pickle that would run code)."""

@@ -13,6 +13,8 @@ _EXTRA_OF = {
     "matplotlib": "vidloader[bench]",
     "psutil": "vidloader[bench]",
     "decord": "decord",
+    "PIL.Image": "vidloader[images]",
+    "nvidia.nvimgcodec": "vidloader[images-gpu]",
 }
 
 

@@ -206,9 +206,27 @@ def _gop_cost_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: (name, module holding ``run(args)``, options, one line): the subcommands of ``bench``.
+def _images_arguments(p: argparse.ArgumentParser) -> None:
+    """CIFAR-10 epoch (vidloader on --device against the seed's torchvision-style CPU
+    pipeline) and a generated JPEG folder at 224² (Pillow workers, nvImageCodec, decode-only
+    peers, DALI when installed). JSON per workload under --out."""
+    p.add_argument("--workload", default="cifar,jpeg", help="comma-separated: cifar, jpeg")
+    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--batch-size", type=int, default=256, help="jpeg batch size (default 256)")
+    p.add_argument("--batches", type=int, default=40, help="timed jpeg batches (default 40)")
+    p.add_argument("--cpu-batches", type=int, default=20,
+                   help="timed batches of the torchvision-style CIFAR reference (default 20)")
+    p.add_argument("--images", type=int, default=5000, help="JPEGs to generate (default 5000)")
+    p.add_argument("--workers", type=int, default=None, help="Pillow workers (default: cores)")
+    p.add_argument("--data-dir", default=None, help="default ~/.cache/vidloader/bench-images")
+    p.add_argument("--out", default="benchmarks/results/images")
+
+
 _COMMANDS = [
     ("run", "_run", add_arguments,
      "vidloader against its peers on the same files, frames and batch shapes"),
+    ("images", "_images", _images_arguments,
+     "image loading: CIFAR-10 epoch and JPEG folder against their peers (issue 15)"),
     ("sweep", "_sweep", _sweep_arguments,
      'VideoLoader(backend="nvdec") settings beside the raw NVDEC ceiling (GPU machine)'),
     ("probe", "_probe", _probe_arguments,

@@ -32,6 +32,8 @@ def register_demo(sub) -> None:
     p.add_argument("--videos", type=int, default=32, help="synthetic videos to generate")
     p.add_argument("--data-dir", default=None, help="where to put the synthetic videos")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--images", action="store_true",
+                   help="images instead: a generated CIFAR-10-format set and a JPEG folder")
     p.set_defaults(func=run_demo)
 
 
@@ -46,6 +48,10 @@ def _dataset(args) -> tuple[list[Path], list[int] | None]:
 
 
 def run_demo(args) -> int:
+    if args.images:
+        from ._demo_images import run_image_demo
+
+        return run_image_demo(args)
     from ..pipeline import VideoLoader  # imports torch: only when the demo runs
 
     paths, labels = _dataset(args)

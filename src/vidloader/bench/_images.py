@@ -1,0 +1,290 @@
+"""``vidloader bench images``: the image workloads of issue 15, every contender in one call.
+
+- ``cifar``: one CIFAR-10 training epoch (50,000 32×32 images, batch 256, random crop with
+  padding 4 + flip + normalize, float32 NCHW). vidloader holds the set on ``--device`` and
+  augments there; the reference is the seed's torchvision-style pipeline (PIL +
+  per-sample transforms in a ``DataLoader`` with 2 workers), timed on ``--cpu-batches``
+  batches and extrapolated to the epoch.
+- ``jpeg``: a folder of generated ImageNet-like JPEGs (500×375, quality 90) at 224² random
+  resized crop + flip + normalize: vidloader's Pillow workers (all cores), vidloader with
+  nvImageCodec, and, decode alone, nvImageCodec and torchvision's ``decode_jpeg`` on CUDA;
+  DALI's whole pipeline when ``nvidia.dali`` imports.
+
+Each contender runs in this process, after a warm-up; a failure is recorded in the JSON (its
+error) and the others go on. Results: a table on stdout and ``images-<workload>.json``
+under ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)  # CIFAR-10's
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _time_batches(batches, limit: int | None, warmup: int = 2) -> tuple[int, float]:
+    """Images and seconds over the batches after ``warmup`` (start-up excluded)."""
+    images, start = 0, None
+    for n, batch in enumerate(batches, 1):
+        if n == warmup:
+            _sync()
+            start = time.perf_counter()
+        elif n > warmup:
+            images += _count(batch)
+        if limit is not None and n >= warmup + limit:
+            break
+    _sync()
+    return images, time.perf_counter() - start
+
+
+def _count(batch) -> int:
+    if isinstance(batch, list):
+        return len(batch[0]["data"])
+    if isinstance(batch, dict):
+        return len(batch["images"])
+    return len(batch[0])
+
+
+# -- CIFAR -----------------------------------------------------------------------------------
+
+def _cifar_vidloader(root: Path, device: str, batch_size: int) -> dict:
+    from ..images import CIFAR10, ImageProcess
+    from ..pipeline import ImageLoader
+
+    proc = ImageProcess(crop="random", padding=4, random_flip=True, dtype="float32",
+                        normalized=True, mean=MEAN, std=STD, layout="chw")
+    loader = ImageLoader(CIFAR10(root), batch_size=batch_size, processing=proc, device=device)
+    list(loader)  # epoch 0: moves the set to the device, warms the kernels
+    _sync()
+    start = time.perf_counter()
+    images = sum(len(b["images"]) for b in loader)
+    _sync()
+    seconds = time.perf_counter() - start
+    return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
+            "epoch_seconds": seconds}
+
+
+class _PilCifar:
+    """The seed's dataset: a PIL image per sample, torchvision transforms (or the same ops in
+    PIL and torch where torchvision is absent)."""
+
+    def __init__(self, pixels, labels) -> None:
+        self.pixels, self.labels = pixels, labels
+        self.transform = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        if self.transform is None:
+            self.transform = _pil_transform()
+        return self.transform(Image.fromarray(self.pixels[i])), int(self.labels[i])
+
+
+def _pil_transform():
+    try:
+        import torchvision.transforms as T
+
+        return T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                          T.Normalize(MEAN, STD)])
+    except ImportError:
+        return _PilTransform()
+
+
+class _PilTransform:
+    def __call__(self, image):
+        import random
+
+        import numpy as np
+        import torch
+        from PIL import ImageOps
+
+        padded = ImageOps.expand(image, border=4, fill=0)
+        x, y = random.randint(0, 8), random.randint(0, 8)
+        image = padded.crop((x, y, x + 32, y + 32))
+        if random.random() < 0.5:
+            image = ImageOps.mirror(image)
+        t = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255).permute(2, 0, 1)
+        return (t - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+
+
+def _cifar_torchvision(root: Path, batch_size: int, batches: int) -> dict:
+    import torch
+
+    from ..images import CIFAR10
+
+    ds = CIFAR10(root)
+    data = _PilCifar(ds.pixels.numpy(), ds.labels)
+    loader = torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True,
+                                         num_workers=2, pin_memory=torch.cuda.is_available())
+    images, seconds = _time_batches(
+        ((x.cuda(non_blocking=True) if torch.cuda.is_available() else x, y) for x, y in loader),
+        batches)
+    rate = images / seconds
+    return {"images": images, "seconds": seconds, "images_per_s": rate,
+            "epoch_seconds": len(ds) / rate, "note": f"{batches} batches timed, epoch extrapolated"}
+
+
+# -- JPEG folder -----------------------------------------------------------------------------
+
+def _rrc_proc():
+    from ..images import ImageProcess
+
+    return ImageProcess(size=224, crop="random_resized", random_flip=True, dtype="float32",
+                        normalized=True, mean=IMAGENET_MEAN, std=IMAGENET_STD, layout="chw")
+
+
+def _jpeg_vidloader(folder, device, batch_size, batches, decoder, workers) -> dict:
+    from ..pipeline import ImageLoader
+
+    loader = ImageLoader(folder, batch_size=batch_size, processing=_rrc_proc(), device=device,
+                         decoder=decoder, num_workers=workers, persistent_workers=True)
+    try:
+        images, seconds = _time_batches(_epochs(loader), batches)
+    finally:
+        loader.shutdown()
+    return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
+            "workers": loader.num_workers if decoder == "pillow" else 0}
+
+
+def _epochs(loader):
+    while True:
+        yield from loader
+
+
+def _files(folder, batch_size: int, batches: int):
+    paths = [folder.path(i) for i in range(len(folder))]
+    for b in range(batches + 2):
+        chunk = [paths[(b * batch_size + k) % len(paths)] for k in range(batch_size)]
+        yield [Path(p).read_bytes() for p in chunk]
+
+
+def _decode_nvimgcodec(folder, batch_size: int, batches: int) -> dict:
+    import torch
+
+    from ..images._nvimgcodec import NvImageCodecDecoder
+
+    decoder = NvImageCodecDecoder(torch.device("cuda", 0))
+    blobs = list(_files(folder, batch_size, batches))  # read first: decode alone is timed
+    images, seconds = _time_batches(([x for x in decoder.decode(b) if x is not None] for b in blobs),
+                                    batches)
+    return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
+            "note": "decode only, files read beforehand"}
+
+
+def _decode_torchvision(folder, batch_size: int, batches: int) -> dict:
+    import torch
+    from torchvision.io import decode_jpeg
+
+    blobs = [[torch.frombuffer(bytearray(x), dtype=torch.uint8) for x in b]
+             for b in _files(folder, batch_size, batches)]
+    images, seconds = _time_batches((decode_jpeg(b, device="cuda") for b in blobs), batches)
+    return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
+            "note": "decode only, files read beforehand"}
+
+
+def _dali(root: str, batch_size: int, batches: int) -> dict:
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    @pipeline_def(batch_size=batch_size, num_threads=os.cpu_count() or 1, device_id=0)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB,
+                                               hw_decoder_load=1.0)
+        images = fn.resize(images, resize_x=224, resize_y=224)
+        images = fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
+            mean=[m * 255 for m in IMAGENET_MEAN], std=[s * 255 for s in IMAGENET_STD])
+        return images, labels
+
+    p = pipe()
+    p.build()
+    it = DALIGenericIterator(p, ["data", "label"], reader_name="r")
+    images, seconds = _time_batches(_epochs(it), batches)
+    return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
+            "note": "fn.decoders.image_random_crop(mixed, hw_decoder_load=1.0) + resize + "
+                    "crop_mirror_normalize"}
+
+
+# -- the command -----------------------------------------------------------------------------
+
+def _attempt(results: dict, name: str, call) -> None:
+    try:
+        results[name] = call()
+    except Exception as exc:  # noqa: BLE001 - one contender failing must not stop the others
+        results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    shown = results[name]
+    rate = f"{shown['images_per_s']:>12,.0f} images/s" if "images_per_s" in shown else shown["error"]
+    print(f"{name:<28} {rate}", flush=True)
+
+
+def _cifar(args, data: Path, device: str) -> dict:
+    from ..images._synthetic import write_cifar10
+
+    root = data / "cifar"
+    if not (root / "cifar-10-batches-py" / "test_batch").exists():
+        write_cifar10(root, num_train=50_000, num_test=1_000)
+    results: dict = {}
+    _attempt(results, f"vidloader ({device})", lambda: _cifar_vidloader(root, device, 256))
+    _attempt(results, "torchvision-style, 2 workers",
+             lambda: _cifar_torchvision(root, 256, args.cpu_batches))
+    ours, ref = results[f"vidloader ({device})"], results["torchvision-style, 2 workers"]
+    if "epoch_seconds" in ours and "epoch_seconds" in ref:
+        results["speedup"] = ref["epoch_seconds"] / ours["epoch_seconds"]
+        print(f"epoch: {ours['epoch_seconds']:.2f} s against {ref['epoch_seconds']:.1f} s: "
+              f"{results['speedup']:.0f}x")
+    return results
+
+
+def _jpeg(args, data: Path, device: str) -> dict:
+    import torch
+
+    from ..images import ImageFolder
+    from ..images._synthetic import write_image_folder
+
+    root = write_image_folder(data / "jpeg", num_classes=10, per_class=args.images // 10)
+    folder = ImageFolder(root)
+    b, n = args.batch_size, args.batches
+    results: dict = {"files": len(folder)}
+    _attempt(results, "vidloader pillow (all cores)",
+             lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
+    if torch.cuda.is_available():
+        _attempt(results, "vidloader nvimgcodec",
+                 lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", 0))
+        _attempt(results, "nvimgcodec decode alone", lambda: _decode_nvimgcodec(folder, b, n))
+        _attempt(results, "torchvision decode_jpeg cuda", lambda: _decode_torchvision(folder, b, n))
+        _attempt(results, "DALI pipeline", lambda: _dali(str(root), b, n))
+    return results
+
+
+def run(args) -> int:
+    """Run the workloads; print a line per contender; write JSON under ``--out``."""
+    import torch
+
+    from .._utils._sysinfo import describe_machine
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    data = Path(args.data_dir or Path.home() / ".cache" / "vidloader" / "bench-images")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for workload in args.workload.split(","):
+        print(f"== {workload} (device {device})")
+        results = {"cifar": _cifar, "jpeg": _jpeg}[workload](args, data, device)
+        report = {"workload": workload, "device": device, "machine": describe_machine(),
+                  "args": {k: v for k, v in vars(args).items() if k != "func"}, "results": results}
+        (out / f"images-{workload}.json").write_text(json.dumps(report, indent=1, default=str))
+    return 0

@@ -1,0 +1,153 @@
+"""``ImageFolder``: ``root/<class>/*.jpg`` (ImageNet layout), labels from folder names,
+headers probed in parallel with a progress bar, bad files skipped and listed."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Literal
+
+import numpy as np
+
+from ..errors import ConfigError, MediaError
+from ._dataset import ImageDataset
+from ._pillow import probe_image
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+#: Below this many files the headers are probed in this process: spawning workers costs more.
+_IN_PROCESS_BELOW = 512
+_CHUNK = 256  # files per worker task: small enough for a smooth progress bar
+
+
+def _probe_chunk(paths: list[str]) -> list[tuple[int, int] | str]:
+    """Each file's upright ``(height, width)``, or why it cannot be used."""
+    out: list[tuple[int, int] | str] = []
+    for path in paths:
+        try:
+            out.append(probe_image(path))
+        except MediaError as exc:
+            out.append(str(exc).removeprefix(f"{path}: "))
+    return out
+
+
+def _progress(total: int, progress: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="indexing images", unit="image",
+                disable=None if progress else True)
+
+
+def _probe_all(paths: list[str], num_workers: int, progress: bool) -> list:
+    chunks = [paths[i:i + _CHUNK] for i in range(0, len(paths), _CHUNK)]
+    results: list = []
+    with _progress(len(paths), progress) as bar:
+        if num_workers == 0:
+            for chunk in chunks:
+                results.extend(_probe_chunk(chunk))
+                bar.update(len(chunk))
+            return results
+        ctx = multiprocessing.get_context("spawn")  # no fork: the parent may hold CUDA
+        with ProcessPoolExecutor(max_workers=num_workers, mp_context=ctx) as pool:
+            for chunk, done in zip(chunks, pool.map(_probe_chunk, chunks)):
+                results.extend(done)
+                bar.update(len(chunk))
+    return results
+
+
+def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[str], list[int]]:
+    """Class folders (sorted), and every image file under each (sorted, relative to root)."""
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    files, labels = [], []
+    for label, name in enumerate(classes):
+        found = []
+        for folder, dirs, names in os.walk(os.path.join(root, name)):
+            dirs.sort()
+            found += [os.path.join(folder, n) for n in names if n.lower().endswith(extensions)]
+        for path in sorted(found):
+            files.append(os.path.relpath(path, root))
+            labels.append(label)
+    return classes, files, labels
+
+
+class ImageFolder(ImageDataset):
+    """Images laid out ``root/<class>/**/<file>``, labelled by class folder (sorted names).
+
+    Every file's header is read once (size and EXIF orientation), in spawned processes with a
+    progress bar; pixels are decoded by the loader. Files Pillow cannot open are listed in
+    :attr:`rejected` (``on_error="skip"``, the default) or raise. Truncated files open fine
+    and fail when decoded: the loader's ``on_error`` handles those.
+
+    Args:
+        root (str | PathLike): the dataset folder.
+        extensions (sequence of str): file endings to take (case-insensitive); default
+            ``.jpg``, ``.jpeg``, ``.png``.
+        num_workers (int | None): probing processes; ``None``: one per core (in-process below
+            512 files); ``0``: in this process. Scripts need the ``__main__`` guard.
+        on_error ("skip" | "raise"): what a file that cannot be opened does.
+        progress (bool): show a tqdm bar (only on a terminal).
+
+    Attributes:
+        root (str), classes (list[str]), labels (np.ndarray int64 ``[N]``), sizes
+        (np.ndarray int64 ``[N, 2]``: upright height, width), rejected (list of
+        ``(path, reason)``).
+
+    Raises:
+        ConfigError: ``root`` is not a folder, has no class folder or no image.
+        CorruptImageError: with ``on_error="raise"``, the first file that cannot be opened.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, extensions: Sequence[str] = DEFAULT_IMAGE_EXTENSIONS,
+                 num_workers: int | None = None, on_error: Literal["skip", "raise"] = "skip",
+                 progress: bool = True) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        if on_error not in ("skip", "raise"):
+            raise ConfigError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+        if not os.path.isdir(self.root):
+            raise ConfigError(f"ImageFolder: {self.root} is not a folder; give the folder that "
+                              "holds one sub-folder per class")
+        exts = tuple(e.lower() for e in extensions)
+        self.classes, files, labels = _scan(self.root, exts)
+        if not files:
+            raise ConfigError(f"ImageFolder: no {'/'.join(exts)} files in class folders under "
+                              f"{self.root} (found {len(self.classes)} class folders); the "
+                              "layout is root/<class>/<image>")
+        workers = _workers(num_workers, len(files))
+        results = _probe_all([os.path.join(self.root, f) for f in files], workers, progress)
+        keep = [i for i, r in enumerate(results) if not isinstance(r, str)]
+        self.rejected = [(os.path.join(self.root, files[i]), r)
+                         for i, r in enumerate(results) if isinstance(r, str)]
+        if self.rejected and on_error == "raise":
+            from ..errors import CorruptImageError
+
+            path, reason = self.rejected[0]
+            raise CorruptImageError(path, f"{reason} ({len(self.rejected)} bad files in all)")
+        if self.rejected:
+            log.warning("ImageFolder: %d of %d files skipped (see .rejected)", len(self.rejected),
+                        len(files))
+        self._paths = np.array([files[i].encode() for i in keep], dtype=np.bytes_)
+        self.labels = np.array([labels[i] for i in keep], dtype=np.int64)
+        self.sizes = np.array([results[i] for i in keep], dtype=np.int64).reshape(-1, 2)
+
+    def path(self, i: int) -> str:
+        """Absolute path of image ``i``."""
+        return os.path.join(self.root, self._paths[i].decode())
+
+    def describe(self, i: int) -> str:
+        return self.path(i)
+
+    def __repr__(self) -> str:
+        return (f"ImageFolder({self.root}: {len(self)} images, {len(self.classes)} classes, "
+                f"{len(self.rejected)} rejected)")
+
+
+def _workers(num_workers: int | None, num_files: int) -> int:
+    if num_workers is None:
+        return 0 if num_files < _IN_PROCESS_BELOW else min(os.cpu_count() or 1, num_files // _CHUNK + 1)
+    if num_workers < 0:
+        raise ConfigError(f"num_workers must be >= 0 (0 probes in this process), got {num_workers}")
+    return num_workers

@@ -1,0 +1,69 @@
+"""Batched image decoding on the GPU through nvImageCodec (extra ``images-gpu``): nvJPEG's
+hardware decoder where the GPU has one, CUDA decoding beside it, and CPU backends for what
+neither takes (PNG, CMYK JPEG)."""
+
+from __future__ import annotations
+
+import torch
+
+from .._utils._imports import require
+
+#: Share of JPEGs offered to the hardware decoder first (DALI's ``hw_decoder_load``); the rest
+#: go to CUDA decoding at the same time. 1.0 was DALI's fastest on the H200 (issue 15).
+DEFAULT_HW_LOAD = 1.0
+
+
+class NvImageCodecDecoder:
+    """Decodes a batch of encoded images to upright RGB uint8 ``[H, W, 3]`` CUDA tensors.
+
+    Args:
+        device (torch.device): the GPU.
+        hw_load (float): share of the batch offered to the hardware JPEG decoder.
+
+    Raises:
+        BackendUnavailableError: nvImageCodec is not installed (``pip install
+            'vidloader[images-gpu]'``).
+    """
+
+    name = "nvimgcodec"
+
+    def __init__(self, device: torch.device, *, hw_load: float = DEFAULT_HW_LOAD) -> None:
+        nvimgcodec = require("nvidia.nvimgcodec", purpose="decoding images on the GPU")
+        self._code_stream = nvimgcodec.CodeStream
+        self.device = torch.device(device)
+        kind = nvimgcodec.BackendKind
+        backends = [nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=hw_load),
+                    nvimgcodec.Backend(kind.GPU_ONLY), nvimgcodec.Backend(kind.HYBRID_CPU_GPU),
+                    nvimgcodec.Backend(kind.CPU_ONLY)]
+        self._decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=backends)
+        colors = nvimgcodec.ColorSpec  # SRGB since 0.5, RGB before
+        spec = colors.SRGB if hasattr(colors, "SRGB") else colors.RGB
+        self._params = nvimgcodec.DecodeParams(apply_exif_orientation=True, color_spec=spec,
+                                               allow_any_depth=False)
+
+    def decode(self, blobs: list[bytes | None]) -> list[torch.Tensor | None]:
+        """One tensor per blob on :attr:`device`, ``None`` where a blob is ``None`` or could
+        not be decoded. Ordered on torch's current stream."""
+        streams = [self._parse(b) for b in blobs]
+        todo = [i for i, cs in enumerate(streams) if cs is not None]
+        out: list[torch.Tensor | None] = [None] * len(blobs)
+        if not todo:
+            return out
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        images = self._decoder.decode([streams[i] for i in todo], params=self._params,
+                                      cuda_stream=stream)
+        for i, image in zip(todo, images):
+            if image is not None:
+                t = torch.as_tensor(image, device=self.device)
+                out[i] = t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
+        return out
+
+    def _parse(self, blob: bytes | None):
+        """The blob's ``CodeStream`` (nvImageCodec 0.9 decodes only those), or ``None`` when
+        its header cannot be parsed (not an image, cut short)."""
+        if blob is None:
+            return None
+        try:
+            return self._code_stream(blob)
+        except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
+            return None

@@ -1,0 +1,92 @@
+"""Image files through Pillow: header probes, and decodes to upright RGB, reduced in the
+JPEG decoder (draft mode) when the output needs fewer pixels.
+
+Imports no torch, so spawned indexing processes start quickly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from .._utils._imports import require
+from ..errors import CorruptImageError
+
+#: EXIF orientations that turn the picture a quarter: the upright size swaps height and width.
+_QUARTER_TURNS = (5, 6, 7, 8)
+_ORIENTATION_TAG = 0x0112
+
+
+def _pil():
+    image = require("PIL.Image", purpose="reading image files (ImageFolder)")
+    ops = require("PIL.ImageOps", purpose="reading image files (ImageFolder)")
+    return image, ops
+
+
+def _corrupt(path: str, exc: BaseException) -> CorruptImageError:
+    return CorruptImageError(path, f"cannot decode this image ({type(exc).__name__}: {exc}); "
+                             "re-encode or remove it, or pass on_error='skip'")
+
+
+def _upright(width: int, height: int, orientation: int) -> tuple[int, int]:
+    return (width, height) if orientation in _QUARTER_TURNS else (height, width)
+
+
+def probe_image(path: str) -> tuple[int, int]:
+    """Upright ``(height, width)`` from the file's header (EXIF orientation applied).
+
+    Raises:
+        CorruptImageError: not an image Pillow can open.
+    """
+    image_mod, _ = _pil()
+    try:
+        with image_mod.open(path) as im:
+            orientation = im.getexif().get(_ORIENTATION_TAG, 1)
+            return _upright(im.size[0], im.size[1], orientation)
+    except (OSError, SyntaxError, ValueError, image_mod.DecompressionBombError) as exc:
+        raise _corrupt(path, exc) from exc
+
+
+def decode_image(path: str | os.PathLike, *, min_hw: tuple[int, int] | None = None
+                 ) -> tuple[np.ndarray, tuple[float, float]]:
+    """Decode to upright RGB: uint8 ``[H, W, 3]``, and its ``(sy, sx)`` scale to the full size.
+
+    Grayscale, CMYK, palette and other modes are converted by Pillow's ``convert("RGB")``; the
+    EXIF orientation is applied (``ImageOps.exif_transpose``). Without ``min_hw`` the pixels
+    are exactly ``exif_transpose(Image.open(path)).convert("RGB")``.
+
+    Args:
+        path: the file.
+        min_hw: the smallest upright ``(height, width)`` the caller needs; a JPEG is then
+            decoded at the largest DCT reduction (1/2, 1/4, 1/8) that keeps at least this size.
+
+    Raises:
+        CorruptImageError: unreadable or truncated file.
+    """
+    image_mod, ops = _pil()
+    path = os.fspath(path)
+    try:
+        with image_mod.open(path) as im:
+            orientation = im.getexif().get(_ORIENTATION_TAG, 1)
+            full_h, full_w = _upright(im.size[0], im.size[1], orientation)
+            if min_hw is not None and im.format == "JPEG":
+                # min_hw is upright; draft takes the stored (width, height).
+                up_h, up_w = min_hw
+                need_w, need_h = (up_h, up_w) if orientation in _QUARTER_TURNS else (up_w, up_h)
+                if need_w < im.size[0] // 2 and need_h < im.size[1] // 2:
+                    im.draft("RGB", (need_w, need_h))
+            upright = ops.exif_transpose(im)
+            rgb = upright if upright.mode == "RGB" else upright.convert("RGB")
+            array = np.array(rgb)  # writable (torch.from_numpy warns on a read-only view)
+    except (OSError, SyntaxError, ValueError, image_mod.DecompressionBombError) as exc:
+        raise _corrupt(path, exc) from exc
+    return array, (array.shape[0] / full_h, array.shape[1] / full_w)
+
+
+def needed_size(full_hw: tuple[int, int], window_hw: tuple[int, int],
+                out_hw: tuple[int, int]) -> tuple[int, int]:
+    """The smallest image size at which a ``window_hw`` window still has ``out_hw`` pixels."""
+    return (math.ceil(full_hw[0] * out_hw[0] / window_hw[0]),
+            math.ceil(full_hw[1] * out_hw[1] / window_hw[1]))

@@ -1,0 +1,139 @@
+"""Filling image rows into staging slots: from memory (a gather and batched augmentation on
+the slot's device) or from files (Pillow decodes, torch crops), and the worker process that
+does the latter.
+
+Image loading reuses the video pipeline's scheduler, units and worker processes; only what
+fills a slot differs, so it lives here beside them, not in ``_worker.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import traceback
+
+import numpy as np
+import torch
+
+from ..errors import MediaError
+from ..images._augment import augment_batch, crop_resize, sample_windows
+from ..images._pillow import decode_image, needed_size
+from ._messages import STOP, Failure, FillTask, Ready, RowsFilled
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageWorkerStart:
+    """An image worker's arguments: the loader's config and the shared staging slots."""
+
+    worker_id: int
+    config: object  # ImageLoaderConfig
+    slots: list
+
+
+def fill_from_memory(pixels: torch.Tensor, config, plan, staging: torch.Tensor) -> None:
+    """Gather the plan's images from ``pixels`` (on the slot's device) and augment them there
+    in one batched call per plan."""
+    idx = torch.from_numpy(plan.video_indices).to(pixels.device)
+    staging[:, 0].copy_(augment_batch(pixels[idx], config.proc, plan.sample_seeds))
+
+
+def fill_from_files(dataset, config, plan, staging: torch.Tensor) -> tuple[np.ndarray, list]:
+    """Decode each row's file with Pillow (reduced in the JPEG decoder when the window is
+    larger than the output), crop, resize and flip it, and write it into ``staging[row, 0]``.
+
+    Returns:
+        bool ``[rows]`` valid rows and ``(path, message)`` per skipped file.
+
+    Raises:
+        MediaError: a bad file, unless ``config.skips_bad_files``.
+    """
+    proc, out_hw = config.proc, config.out_hw
+    sizes = dataset.sizes[plan.video_indices]
+    windows = sample_windows(proc, sizes[:, 0], sizes[:, 1], plan.sample_seeds)
+    valid, errors = np.ones(plan.batch_size, dtype=bool), []
+    for row, image in enumerate(plan.video_indices.tolist()):
+        window = windows[row]
+        full_hw = (int(sizes[row, 0]), int(sizes[row, 1]))
+        resizes = (window[2], window[3]) != out_hw
+        try:
+            min_hw = needed_size(full_hw, window[2:4], out_hw) if resizes else None
+            array, scale = decode_image(dataset.path(image), min_hw=min_hw)
+        except MediaError as exc:
+            if not config.skips_bad_files:
+                raise
+            valid[row] = False
+            errors.append((exc.path, str(exc)))
+            continue
+        staging[row, 0].copy_(crop_resize(torch.from_numpy(array), window, out_hw, scale))
+    return valid, errors
+
+
+def fill_task_messages(fill, slots: list, task: FillTask, executor: str) -> list:
+    """Fill every plan of a unit; one :class:`RowsFilled` per plan, or one :class:`Failure`.
+
+    ``fill(plan, staging)`` fills a plan's rows and returns ``(valid, errors)``.
+    """
+    messages = []
+    try:
+        for slot_id, plan, start in zip(task.slot_ids, task.plans, task.row_starts):
+            staging = slots[slot_id]["images"][start:start + plan.batch_size]
+            valid, errors = fill(plan, staging)
+            stats = {"decoded": int(valid.sum())}
+            messages.append(RowsFilled(plan.batch_index, slot_id, valid, errors, stats, start,
+                                       executor, {}, task.unit))
+    except BaseException as exc:  # a worker never raises: the loader does, naming the file
+        return [Failure(task.first_batch, task.slot_ids, repr(exc), traceback.format_exc(),
+                        getattr(exc, "path", None))]
+    return messages
+
+
+def file_filler(config):
+    """``fill(plan, staging)`` for files decoded by Pillow in this process."""
+    def fill(plan, staging):
+        return fill_from_files(config.dataset, config, plan, staging)
+    return fill
+
+
+def image_worker_main(start: ImageWorkerStart, task_q, result_q) -> None:
+    """A CPU image worker: takes :class:`FillTask` s, decodes and augments into the shared
+    slots, replies one list of :class:`RowsFilled` per task (or a :class:`Failure`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    torch.set_num_threads(1)
+    fill = file_filler(start.config)
+    result_q.put(Ready(start.worker_id))
+    while (task := task_q.get()) is not STOP:
+        result_q.put(fill_task_messages(fill, start.slots, task, "pillow"))
+
+
+def read_file(path: str) -> bytes | None:
+    """The file's bytes, or ``None`` if it cannot be read (the decoder then reports it)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def fill_from_blobs(config, decoder, blobs: list, plan, staging: torch.Tensor):
+    """Decode the plan's files (``blobs``, read beforehand) in one call to ``decoder``
+    (nvImageCodec, on the slot's GPU), then crop, resize and flip each on that device."""
+    from ..errors import CorruptImageError
+
+    dataset, proc, out_hw = config.dataset, config.proc, config.out_hw
+    images = decoder.decode(blobs)
+    sizes = dataset.sizes[plan.video_indices]
+    windows = sample_windows(proc, sizes[:, 0], sizes[:, 1], plan.sample_seeds)
+    valid, errors = np.ones(plan.batch_size, dtype=bool), []
+    for row, image in enumerate(images):
+        if image is None:
+            path = dataset.path(int(plan.video_indices[row]))
+            exc = CorruptImageError(path, f"{decoder.name} could not read or decode it; "
+                                    "re-encode or remove it, or pass on_error='skip'")
+            if not config.skips_bad_files:
+                raise exc
+            valid[row] = False
+            errors.append((path, str(exc)))
+            continue
+        scale = (image.shape[0] / sizes[row, 0], image.shape[1] / sizes[row, 1])
+        staging[row, 0].copy_(crop_resize(image, windows[row], out_hw, scale))
+    return valid, errors

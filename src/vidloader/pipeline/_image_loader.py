@@ -1,0 +1,287 @@
+"""``ImageLoader``: image datasets through the video loader's samplers, scheduler, worker
+processes, resume and shutdown.
+
+It subclasses :class:`~._loader.VideoLoader` for the epoch loop, ``set_epoch``,
+``state_dict`` / ``load_state_dict`` and shutdown, which depend only on the sampler, the
+scheduler and a pool; it replaces the set-up (options, pools) and the collector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Literal
+
+import numpy as np
+import torch
+
+from ..constants import DEFAULT_PREFETCH_PER_WORKER
+from ..errors import ConfigError
+from ..images._dataset import ImageDataset
+from ..images._spec import ImageProcess
+from ..processing import finalize
+from ..sampling import RandomFrames, Sampler, detect_rank_world
+from ._contract import BatchPool
+from ._loader import _LIVE_LOADERS, VideoLoader
+from ._scheduler import FinishedBatch, Scheduler
+from ._transfer import Transfer
+
+Decoder = Literal["auto", "memory", "pillow", "nvimgcodec"]
+Output = Literal["dict", "dali"]
+DECODERS: tuple[str, ...] = ("auto", "memory", "pillow", "nvimgcodec")
+OUTPUTS: tuple[str, ...] = ("dict", "dali")
+#: Threads reading files for the GPU decoder (file reads release the GIL).
+DEFAULT_READER_THREADS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageLoaderConfig:
+    """The image loader's options, resolved once; read by pools, workers and the collector.
+
+    ``backend`` is the decoder that fills slots (``"memory"``, ``"pillow"``,
+    ``"nvimgcodec"``, or ``"batch"`` for a user's batch decoder); ``out_hw`` the staged image size; ``lookahead`` batches per unit (1).
+    """
+
+    dataset: ImageDataset
+    proc: ImageProcess
+    out_hw: tuple[int, int]
+    backend: str
+    batch_size: int
+    on_error: str
+    num_workers: int
+    prefetch: int
+    persistent_workers: bool
+    device: torch.device | None
+    pin_memory: bool
+    output: str
+    reader_threads: int = DEFAULT_READER_THREADS
+    lookahead: int = 1
+
+    @property
+    def skips_bad_files(self) -> bool:
+        return self.on_error == "skip"
+
+    @property
+    def outputs(self) -> dict:
+        return {"images": self.proc}
+
+
+class ImageCollector:
+    """A finished slot → ``{"images", "label", "sample_index"}`` (or DALI's
+    ``[{"data", "label"}]``): one copy out, ``finalize`` on the batch's device, counters."""
+
+    def __init__(self, config: ImageLoaderConfig) -> None:
+        self.config = config
+        self.transfer = Transfer(config.device, config.pin_memory)
+        self.stats = {"batches": 0, "samples": 0, "skipped_samples": 0, "skipped_files": [],
+                      "rows_by_executor": {}}
+        self.decode_stats = None  # no GOPs, seeks or packets: see stats["rows_by_executor"]
+
+    def __call__(self, done: FinishedBatch, pool: BatchPool):
+        bp, valid = done.plan, done.valid
+        self._account(done)
+        if not valid.any():
+            return None
+        rows = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
+        staged = pool.slots[done.slot_id]["images"][: bp.batch_size]
+        images = finalize(self.transfer(staged, rows), self.config.proc, is_clip=False)
+        keep = slice(None) if rows is None else rows.numpy()
+        labels = torch.from_numpy(bp.labels[keep].copy())
+        if self.config.output == "dali":  # DALIGenericIterator: one dict per pipeline
+            return [{"data": images, "label": labels.view(-1, 1).to(images.device)}]
+        return {"images": images, "label": labels,
+                "sample_index": torch.from_numpy(bp.video_indices[keep].copy())}
+
+    def _account(self, done: FinishedBatch) -> None:
+        stats, valid = self.stats, done.valid
+        stats["batches"] += 1
+        stats["samples"] += int(valid.sum())
+        stats["skipped_samples"] += int((~valid).sum())
+        stats["skipped_files"].extend(path for path, _ in done.errors)
+        for name, rows in done.rows_by_executor.items():
+            stats["rows_by_executor"][name] = stats["rows_by_executor"].get(name, 0) + rows
+
+
+def make_image_pool(config: ImageLoaderConfig, num_slots: int, decoder=None) -> BatchPool:
+    """The pool that fills ``config``'s slots (``decoder``: a stand-in for nvImageCodec)."""
+    from ._image_pools import BatchDecodePool, MemoryPool, PillowInlinePool, PillowProcessPool
+
+    if config.backend == "memory":
+        return MemoryPool(config, num_slots)
+    if config.backend in ("nvimgcodec", "batch"):
+        return BatchDecodePool(config, num_slots, decoder)
+    if config.num_workers == 0:
+        return PillowInlinePool(config, num_slots)
+    return PillowProcessPool(config, num_slots)
+
+
+class ImageLoader(VideoLoader):
+    """An iterable of batches of images (CIFAR in memory, or JPEG/PNG folders).
+
+    Each batch is a dict: ``"images"`` (uint8 ``[B, H, W, 3]``, the stored pixels, when no
+    processing is asked for; else as ``processing`` says, e.g. float32 ``[B, 3, 224, 224]``),
+    ``"label"`` and ``"sample_index"`` (int64 ``[B]``, the image's position in the dataset).
+    With ``output="dali"`` it is instead ``[{"data": images, "label": int64 [B, 1]}]``, as
+    DALI's ``DALIGenericIterator`` gives, for code ported from DALI loaders.
+
+    Samplers, resume, sharding and ``on_error`` are the video loader's: each image is a
+    one-frame video to the samplers, so ``RandomFrames`` shuffles images (each once per
+    epoch) and ``SequentialFrames`` keeps the dataset's order.
+
+    Args:
+        dataset (ImageDataset): :class:`~vidloader.images.CIFAR10`,
+            :class:`~vidloader.images.CIFAR100`, :class:`~vidloader.images.ImageFolder`, ...
+        batch_size (int): images per batch; default 256.
+        sampler (Sampler | None): ``RandomFrames`` (default) or ``SequentialFrames``.
+        processing (ImageProcess | None): crop, resize, flip, dtype, normalisation, layout;
+            default the stored pixels.
+        num_workers (int | None): Pillow decoding processes (``spawn``); 0 decodes in this
+            process; default one per core. Unused for in-memory datasets and nvImageCodec.
+        device (str | torch.device | None): where batches are delivered. An in-memory
+            dataset is moved there once and augmented there per batch.
+        decoder ("auto" | "memory" | "pillow" | "nvimgcodec"): ``"auto"``: in memory when the
+            dataset is, else Pillow. ``"nvimgcodec"`` decodes whole batches on ``device``'s
+            GPU (``pip install 'vidloader[images-gpu]'``). An object with ``name`` and
+            ``decode(list[bytes | None]) -> list[Tensor | None]`` (uint8 ``[H, W, 3]``
+            upright RGB, ``None`` for a failure) decodes whole batches in its place, on its
+            own device (e.g. torchvision's ``decode_jpeg(device="cuda")`` wrapped).
+        output ("dict" | "dali"): the batch's shape (see above).
+        on_error ("raise" | "skip"): a file that fails to decode raises
+            :class:`~vidloader.WorkerError` naming it, or is dropped from its batch and
+            counted in ``stats``.
+        prefetch, pin_memory, drop_last, rank, world_size, persistent_workers: as
+            :class:`~vidloader.VideoLoader`.
+        reader_threads (int): threads reading files for ``"nvimgcodec"``; default 8.
+    """
+
+    def __init__(
+        self,
+        dataset: ImageDataset,
+        *,
+        batch_size: int = 256,
+        sampler: Sampler | None = None,
+        processing: ImageProcess | None = None,
+        num_workers: int | None = None,
+        device: str | torch.device | None = None,
+        decoder: Decoder | object = "auto",
+        output: Output = "dict",
+        on_error: Literal["raise", "skip"] = "raise",
+        prefetch: int = DEFAULT_PREFETCH_PER_WORKER,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        persistent_workers: bool = False,
+        reader_threads: int = DEFAULT_READER_THREADS,
+    ) -> None:
+        if not isinstance(dataset, ImageDataset):
+            raise ConfigError(f"ImageLoader takes an image dataset (vidloader.images.CIFAR10, "
+                              f"ImageFolder, ...), got {type(dataset).__name__}")
+        if len(dataset) == 0:
+            raise ConfigError(f"{dataset!r} holds no images")
+        custom = None if isinstance(decoder, str) else decoder
+        _check(batch_size=batch_size, prefetch=prefetch, on_error=on_error,
+               decoder="nvimgcodec" if custom is not None else decoder, output=output,
+               reader_threads=reader_threads)
+        self.index = dataset  # the samplers' view: len() and num_frames (all ones)
+        self.sampler = sampler if sampler is not None else RandomFrames()
+        if self.sampler.is_clip or self.sampler.rows_per_sample != 1:
+            raise ConfigError(f"{self.sampler!r} samples clips or rigs; images take "
+                              "RandomFrames or SequentialFrames")
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.labels = dataset.labels
+        detected = detect_rank_world()
+        self.rank = detected[0] if rank is None else rank
+        self.world_size = detected[1] if world_size is None else world_size
+        self._plan_cache, self._epoch, self._next_batch = None, 0, 0
+        proc = processing if processing is not None else ImageProcess()
+        backend = _resolve_decoder(dataset, decoder, device) if custom is None else _batch(custom)
+        self.config = ImageLoaderConfig(
+            dataset=dataset, proc=proc, out_hw=_out_hw(dataset, proc), backend=backend,
+            batch_size=batch_size, on_error=on_error,
+            num_workers=(os.cpu_count() or 1) if num_workers is None else int(num_workers),
+            prefetch=prefetch, persistent_workers=persistent_workers,
+            device=torch.device(device) if device is not None else None,
+            pin_memory=pin_memory, output=output, reader_threads=reader_threads,
+        )
+        self._pool = self._scheduler = None
+        self._collector = ImageCollector(self.config)
+        self._custom_decoder = custom
+        len(self)  # plan epoch 0 now: a rank with no batch fails at construction
+        _LIVE_LOADERS.add(self)
+
+    @property
+    def dataset(self) -> ImageDataset:
+        """The images."""
+        return self.index
+
+    @property
+    def decode_stats(self):
+        """Not kept for images (no GOPs or seeks); see ``stats["rows_by_executor"]``."""
+        return None
+
+    def _units_in_flight(self) -> int:
+        """One batch per worker plus the prefetch (in this process: the prefetch)."""
+        config = self.config
+        ways = config.num_workers if config.backend == "pillow" else 1
+        return max(1, ways) + config.prefetch - 1
+
+    def _start(self) -> None:
+        self._pool = make_image_pool(self.config, self.staging_slots, self._custom_decoder)
+        self._scheduler = Scheduler(self._pool, self.labels)
+
+    def __repr__(self) -> str:
+        return (f"ImageLoader({self.dataset!r}, {type(self.sampler).__name__}, "
+                f"batch_size={self.batch_size}, decoder={self.backend!r}, "
+                f"num_workers={self.num_workers})")
+
+
+def _check(*, batch_size, prefetch, on_error, decoder, output, reader_threads) -> None:
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if prefetch < 1:
+        raise ConfigError(f"prefetch must be >= 1, got {prefetch}")
+    if on_error not in ("raise", "skip"):
+        raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if decoder not in DECODERS:
+        raise ConfigError(f"decoder must be one of {DECODERS}, got {decoder!r}")
+    if output not in OUTPUTS:
+        raise ConfigError(f"output must be 'dict' or 'dali' (DALI's [{{'data', 'label'}}]), "
+                          f"got {output!r}")
+    if reader_threads < 1:
+        raise ConfigError(f"reader_threads must be >= 1, got {reader_threads}")
+
+
+def _resolve_decoder(dataset: ImageDataset, decoder: str, device) -> str:
+    if dataset.in_memory:
+        if decoder not in ("auto", "memory"):
+            raise ConfigError(f"{dataset!r} is held in memory: nothing to decode, so "
+                              f"decoder={decoder!r} does not apply; leave decoder='auto'")
+        return "memory"
+    if decoder == "memory":
+        raise ConfigError(f"{dataset!r} is not in memory; use decoder='pillow' or 'nvimgcodec'")
+    if decoder == "nvimgcodec" and (device is None or torch.device(device).type != "cuda"):
+        raise ConfigError(f"decoder='nvimgcodec' decodes on a GPU: pass device='cuda' (got "
+                          f"device={device!r}), or use decoder='pillow'")
+    return "pillow" if decoder == "auto" else decoder
+
+
+def _batch(decoder) -> str:
+    if not (hasattr(decoder, "name") and callable(getattr(decoder, "decode", None))):
+        raise ConfigError(f"decoder must be one of {DECODERS} or an object with `name` and "
+                          f"`decode(list of bytes) -> list of tensors`, got {decoder!r}")
+    return "batch"
+
+
+def _out_hw(dataset: ImageDataset, proc: ImageProcess) -> tuple[int, int]:
+    """The staged size: ``proc.size``, else the images' one size (ConfigError if they differ)."""
+    if proc.size is not None:
+        return proc.size
+    if dataset.in_memory:
+        return dataset.image_size
+    sizes = np.unique(dataset.sizes, axis=0)
+    if len(sizes) > 1:
+        raise ConfigError(f"{dataset!r}: images have different sizes (e.g. "
+                          f"{[tuple(s) for s in sizes[:3].tolist()]}), so they cannot share a "
+                          "batch; give processing=ImageProcess(size=(height, width), ...)")
+    return int(sizes[0, 0]), int(sizes[0, 1])

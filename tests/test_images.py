@@ -1,0 +1,393 @@
+"""Images: CIFAR files (python and binary, nothing executed), ImageFolder with awkward JPEGs,
+ImageLoader exactness against Pillow, augmentations, resume, sharding, errors, DALI output."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+
+import vidloader
+from vidloader import (
+    CorruptImageError,
+    DatasetFormatError,
+    ImageLoader,
+    RandomFrames,
+    SequentialFrames,
+    WorkerError,
+)
+from vidloader.images import CIFAR10, CIFAR100, ImageFolder, ImageProcess, decode_image
+from vidloader.images._augment import augment_batch, crop_resize, sample_windows
+from vidloader.images._synthetic import cifar_like_pixels, natural_like, write_cifar10
+
+SIZE = (48, 64)  # height, width of the folder's images (upright)
+
+
+# -- CIFAR -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cifar_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cifar")
+    write_cifar10(root, num_train=300, num_test=40, fmt="py", seed=1)
+    write_cifar10(root, num_train=300, num_test=40, fmt="bin", seed=1)
+    return root
+
+
+def test_cifar10_python_batches_hold_the_written_pixels(cifar_root):
+    pixels, labels = cifar_like_pixels(340, seed=1)
+    train = CIFAR10(cifar_root)  # the folder that holds cifar-10-batches-py/
+    test = CIFAR10(cifar_root / "cifar-10-batches-py", train=False)  # or that folder itself
+    assert train.pixels.shape == (300, 32, 32, 3) and test.pixels.shape == (40, 32, 32, 3)
+    assert np.array_equal(train.pixels.numpy(), pixels[:300])  # planar rows -> HWC
+    assert np.array_equal(test.labels, labels[300:])
+    assert train.classes[0] == "airplane" and len(train.classes) == 10
+
+
+def test_cifar10_binary_equals_python(cifar_root):
+    py = CIFAR10(cifar_root / "cifar-10-batches-py")
+    binary = CIFAR10(cifar_root / "cifar-10-batches-bin")
+    assert torch.equal(py.pixels, binary.pixels) and np.array_equal(py.labels, binary.labels)
+    assert binary.classes == py.classes
+
+
+def test_cifar100_fine_and_coarse(tmp_path):
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    pixels, fine = cifar_like_pixels(20, seed=3)
+    rows = pixels.transpose(0, 3, 1, 2).reshape(20, -1)
+    batch = {b"data": rows, b"fine_labels": (fine * 7).tolist(), b"coarse_labels": fine.tolist()}
+    (folder / "train").write_bytes(pickle.dumps(batch, protocol=2))
+    assert np.array_equal(CIFAR100(tmp_path).labels, fine * 7)
+    assert np.array_equal(CIFAR100(tmp_path, label="coarse").labels, fine)
+    binary = tmp_path / "cifar-100-binary"
+    binary.mkdir()
+    records = np.concatenate([fine[:, None], fine[:, None] * 7, rows], axis=1).astype(np.uint8)
+    records.tofile(binary / "train.bin")
+    assert np.array_equal(CIFAR100(binary).labels, fine * 7)
+    assert np.array_equal(CIFAR100(binary).pixels.numpy(), pixels)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch pwned",))
+
+
+def test_cifar_pickle_that_would_run_code_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "data_batch_1").write_bytes(pickle.dumps({b"data": _RunsCode()}, protocol=2))
+    with pytest.raises(DatasetFormatError, match="data_batch_1.*refusing to load posix.system"):
+        CIFAR10(tmp_path)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_cifar_missing_or_malformed(tmp_path):
+    with pytest.raises(DatasetFormatError, match="cifar-10-batches-py"):
+        CIFAR10(tmp_path)
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    (folder / "data_batch_1.bin").write_bytes(b"\x00" * 100)
+    with pytest.raises(DatasetFormatError, match="3073-byte CIFAR records"):
+        CIFAR10(tmp_path)
+
+
+# -- ImageFolder -----------------------------------------------------------------------------
+
+def _save(path, array, **options):
+    Image.fromarray(array).save(path, **options)
+    return path
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Two classes of awkward files, all upright 48x64: baseline, progressive, grayscale,
+    CMYK, EXIF-rotated (stored 64x48), PNG; plus a truncated JPEG and a text file."""
+    root = tmp_path_factory.mktemp("folder")
+    rng = np.random.default_rng(0)
+    a, b = root / "apple", root / "banana"
+    a.mkdir(), b.mkdir()
+    pic = lambda: natural_like(*SIZE, rng)  # noqa: E731
+    _save(a / "0_baseline.jpg", pic(), quality=90)
+    _save(a / "1_progressive.jpg", pic(), quality=90, progressive=True)
+    Image.fromarray(pic()).convert("L").save(a / "2_gray.jpg", quality=90)
+    Image.fromarray(pic()).convert("CMYK").save(a / "3_cmyk.jpg", quality=90)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned 90° clockwise: stored 64 high, 48 wide
+    Image.fromarray(natural_like(SIZE[1], SIZE[0], rng)).save(b / "4_exif.jpg", exif=exif)
+    _save(b / "5_plain.png", pic())
+    good = io.BytesIO()
+    Image.fromarray(pic()).save(good, format="JPEG", quality=90)
+    (b / "6_truncated.jpg").write_bytes(good.getvalue()[: len(good.getvalue()) // 2])
+    (b / "7_not_an_image.jpg").write_text("hello")
+    return root
+
+
+def _reference(path):
+    return np.asarray(ImageOps.exif_transpose(Image.open(path)).convert("RGB"))
+
+
+def test_image_folder_indexes_and_rejects(folder):
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    assert ds.classes == ["apple", "banana"]
+    assert len(ds) == 7 and ds.labels.tolist() == [0, 0, 0, 0, 1, 1, 1]
+    assert [p.endswith("7_not_an_image.jpg") for p, _ in ds.rejected] == [True]
+    assert (ds.sizes == SIZE).all()  # the EXIF-rotated file's upright size
+    with pytest.raises(CorruptImageError, match="7_not_an_image.jpg"):
+        ImageFolder(folder, num_workers=0, on_error="raise", progress=False)
+
+
+def test_image_folder_indexes_in_worker_processes(folder):
+    serial = ImageFolder(folder, num_workers=0, progress=False)
+    parallel = ImageFolder(folder, num_workers=2, progress=False)
+    assert (parallel.sizes == serial.sizes).all() and parallel.rejected == serial.rejected
+
+
+def test_loader_is_pixel_exact_against_pillow(folder):
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    loader = ImageLoader(ds, batch_size=3, sampler=SequentialFrames(), num_workers=0,
+                         on_error="skip")
+    seen = 0
+    for batch in loader:
+        for image, i in zip(batch["images"], batch["sample_index"].tolist()):
+            assert np.array_equal(image.numpy(), _reference(ds.path(i))), ds.path(i)
+            seen += 1
+    assert seen == 6 and loader.stats["skipped_samples"] == 1
+    assert loader.stats["skipped_files"][0].endswith("6_truncated.jpg")
+
+
+def test_truncated_file_raises_naming_it(folder):
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    loader = ImageLoader(ds, batch_size=8, sampler=SequentialFrames(), num_workers=0)
+    with pytest.raises(WorkerError, match="6_truncated.jpg"):
+        list(loader)
+
+
+def test_workers_give_the_same_stream(folder):
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=32, crop="random_resized", random_flip=True)
+    make = lambda n: ImageLoader(ds, batch_size=2, sampler=RandomFrames(seed=3),  # noqa: E731
+                                 processing=proc, num_workers=n, on_error="skip",
+                                 persistent_workers=n > 0)
+    inline, loader = make(0), make(2)
+    try:
+        first, workers = list(inline), list(loader)
+        assert len(first) == len(workers) == 4
+        for x, y in zip(first, workers):
+            assert torch.equal(x["images"], y["images"]) and torch.equal(x["label"], y["label"])
+        for _ in loader:  # epoch 1: break early; the persistent workers are drained, kept
+            break
+        inline.set_epoch(1), loader.set_epoch(1)
+        for x, y in zip(inline, loader, strict=True):
+            assert torch.equal(x["images"], y["images"])
+    finally:
+        loader.shutdown()
+
+
+def test_draft_decode_reduces_and_reports_its_scale(tmp_path):
+    path = _save(tmp_path / "big.jpg", natural_like(400, 640, np.random.default_rng(1)))
+    full, scale = decode_image(path)
+    assert full.shape == (400, 640, 3) and scale == (1.0, 1.0)
+    small, scale = decode_image(path, min_hw=(90, 150))
+    assert small.shape == (100, 160, 3) and scale == (0.25, 0.25)
+
+
+def test_stand_in_batch_decoder_matches_pillow_workers(folder):
+    """The nvImageCodec pool's logic (batched decode, windows, crops) with Pillow standing in
+    for the GPU decoder: the same rows as the Pillow path."""
+
+    class PillowBatch:
+        name = "stand-in"
+
+        def decode(self, blobs):
+            out = []
+            for blob in blobs:
+                try:
+                    image = ImageOps.exif_transpose(Image.open(io.BytesIO(blob))).convert("RGB")
+                    out.append(torch.from_numpy(np.array(image)))
+                except OSError:
+                    out.append(None)
+            return out
+
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")
+    batched = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip",
+                          decoder=PillowBatch())
+    for x, y in zip(pillow, batched, strict=True):
+        assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])
+    assert batched.stats["rows_by_executor"] == {"stand-in": 7}  # rows filled, one invalid
+    assert batched.stats["skipped_samples"] == 1
+
+
+# -- augmentation ----------------------------------------------------------------------------
+
+def test_random_crop_with_padding_and_flip_is_pad_then_crop():
+    images = torch.from_numpy(cifar_like_pixels(64, seed=5)[0])
+    seeds = np.arange(64, dtype=np.uint64) * 977
+    proc = ImageProcess(crop="random", padding=4, random_flip=True)
+    out = augment_batch(images, proc, seeds)
+    windows = sample_windows(proc, 32, 32, seeds)
+    padded = torch.nn.functional.pad(images, (0, 0, 4, 4, 4, 4))
+    offsets = set()
+    for i in range(64):
+        top, left, h, w, flip = windows[i]
+        expect = padded[i, top + 4:top + 4 + 32, left + 4:left + 4 + 32]
+        assert torch.equal(out[i], expect.flip(1) if flip else expect)
+        offsets.add((top, left))
+    assert windows.top.min() >= -4 and windows.top.max() <= 4 and 0 < windows.flip.mean() < 1
+    assert len(offsets) > 20  # the offsets vary
+
+
+def test_random_resized_windows_respect_scale_and_ratio():
+    seeds = np.arange(2000, dtype=np.uint64)
+    proc = ImageProcess(size=224, crop="random_resized")
+    w = sample_windows(proc, 375, 500, seeds)
+    area = w.height * w.width / (375 * 500)
+    assert (w.top >= 0).all() and (w.left >= 0).all()
+    assert (w.top + w.height <= 375).all() and (w.left + w.width <= 500).all()
+    assert area.min() >= 0.07 and area.max() <= 1.0 and area.mean() < 0.7
+    ratio = w.width / w.height
+    assert ratio.min() > 0.7 and ratio.max() < 1.4
+
+
+def test_crop_resize_zero_pads_outside_the_image():
+    image = torch.full((4, 4, 3), 200, dtype=torch.uint8)
+    out = crop_resize(image, (-2, -2, 4, 4, False), (4, 4))
+    assert out[:2].eq(0).all() and out[:, :2].eq(0).all() and out[2:, 2:].eq(200).all()
+
+
+# -- the loader on CIFAR ---------------------------------------------------------------------
+
+def test_cifar_loader_stored_pixels_each_once(cifar_root):
+    ds = CIFAR10(cifar_root)
+    batches = list(ImageLoader(ds, batch_size=64, sampler=RandomFrames(seed=1)))
+    index = torch.cat([b["sample_index"] for b in batches])
+    assert sorted(index.tolist()) == list(range(300))
+    for b in batches:
+        assert b["images"].dtype == torch.uint8 and b["images"].shape[1:] == (32, 32, 3)
+        assert torch.equal(b["images"], ds.pixels[b["sample_index"]])
+        assert np.array_equal(b["label"].numpy(), ds.labels[b["sample_index"].numpy()])
+
+
+def test_in_memory_pixels_are_copied_to_a_device_once(cifar_root):
+    ds = CIFAR10(cifar_root)
+    assert ds.pixels_on("cpu") is ds.pixels
+    on_meta = ds.pixels_on("meta")  # a device without memory stands in for the GPU
+    assert on_meta.device.type == "meta" and ds.pixels_on("meta") is on_meta
+
+
+def test_cifar_normalized_nchw_and_dali_output(cifar_root):
+    ds = CIFAR10(cifar_root)
+    proc = ImageProcess(dtype="float16", normalized=True, mean=(0.5,) * 3, std=(0.25,) * 3,
+                        layout="chw")
+    batch = next(iter(ImageLoader(ds, batch_size=10, sampler=SequentialFrames(), processing=proc)))
+    expect = (ds.pixels[:10].permute(0, 3, 1, 2).float() / 255 - 0.5) / 0.25
+    assert batch["images"].dtype == torch.float16
+    torch.testing.assert_close(batch["images"].float(), expect, atol=4e-3, rtol=1e-3)
+    data = next(iter(ImageLoader(ds, batch_size=10, sampler=SequentialFrames(), processing=proc,
+                                 output="dali")))
+    assert torch.equal(data[0]["data"], batch["images"])
+    assert data[0]["label"].shape == (10, 1) and data[0]["label"].squeeze().long().tolist() == ds.labels[:10].tolist()
+
+
+def test_resume_set_epoch_and_rank_sharding(cifar_root):
+    ds = CIFAR10(cifar_root)
+    proc = ImageProcess(crop="random", padding=4, random_flip=True)
+    make = lambda **kw: ImageLoader(ds, batch_size=32, sampler=RandomFrames(seed=7),  # noqa: E731
+                                    processing=proc, **kw)
+    full = list(make())
+    first = make()
+    it = iter(first)
+    head = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    it.close()
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    for x, y in zip(head + rest, full, strict=True):
+        assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])
+    again = make()
+    again.set_epoch(1)
+    assert not torch.equal(next(iter(again))["sample_index"], full[0]["sample_index"])
+    ranks = [torch.cat([b["sample_index"] for b in make(rank=r, world_size=2)]) for r in (0, 1)]
+    assert set(ranks[0].tolist()).isdisjoint(ranks[1].tolist())
+    assert len(ranks[0]) + len(ranks[1]) == 300
+
+
+def test_bad_options_name_the_fix(cifar_root, folder):
+    ds = CIFAR10(cifar_root)
+    with pytest.raises(vidloader.ConfigError, match="in memory"):
+        ImageLoader(ds, decoder="pillow")
+    with pytest.raises(vidloader.ConfigError, match="images take RandomFrames"):
+        ImageLoader(ds, sampler=vidloader.Clips(sequence_length=2))
+    with pytest.raises(vidloader.ConfigError, match="padding"):
+        ImageProcess(crop="center", padding=4)
+    different = ImageFolder(folder, num_workers=0, progress=False)
+    different.sizes = different.sizes.copy()
+    different.sizes[0] = (10, 10)
+    with pytest.raises(vidloader.ConfigError, match="different sizes"):
+        ImageLoader(different)
+    with pytest.raises(vidloader.ConfigError, match="device='cuda'"):
+        ImageLoader(different, processing=ImageProcess(size=8), decoder="nvimgcodec")
+
+
+def test_demo_images_prints_both_rates(tmp_path, capsys):
+    from vidloader.cli.__main__ import main
+
+    assert main(["demo", "--images", "--batches", "2", "--workers", "0",
+                 "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("images/s") == 2 and "CIFAR-10 format" in out and "CPU:" in out
+
+
+# -- GPU -------------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+def test_cifar_on_gpu_equals_cpu(cifar_root):
+    ds = CIFAR10(cifar_root)
+    proc = ImageProcess(crop="random", padding=4, random_flip=True, dtype="float32",
+                        normalized=True, layout="chw")
+    cpu = list(ImageLoader(ds, batch_size=64, processing=proc))
+    gpu = list(ImageLoader(ds, batch_size=64, processing=proc, device="cuda"))
+    for x, y in zip(cpu, gpu, strict=True):
+        assert y["images"].is_cuda and torch.equal(x["images"], y["images"].cpu())
+
+
+@pytest.mark.cuda
+def test_nvimgcodec_within_tolerance_of_pillow(folder):
+    """nvJPEG's IDCT and chroma upsampling differ from libjpeg's. Stated tolerance, per image
+    (of 255): mean absolute difference under 3, 99th percentile under 16; PNG exact. The
+    CMYK file is only printed (colour conversion of CMYK JPEGs differs between libraries),
+    and a truncated file may be refused or decoded partially by nvJPEG (printed)."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+
+    def by_index(**options):
+        loader = ImageLoader(ds, batch_size=3, sampler=SequentialFrames(), on_error="skip",
+                             **options)
+        out = {}
+        for batch in loader:
+            out.update(zip(batch["sample_index"].tolist(), batch["images"].cpu()))
+        return out, loader.stats["skipped_files"]
+
+    cpu, _ = by_index(num_workers=0)
+    gpu, gpu_skipped = by_index(decoder="nvimgcodec", device="cuda")
+    print("nvimgcodec skipped:", gpu_skipped)
+    assert set(cpu) <= set(gpu)
+    for i, ref in cpu.items():
+        diff = (ref.int() - gpu[i].int()).abs().float()
+        name = os.path.basename(ds.path(i))
+        print(f"nvimgcodec vs Pillow {name}: mean {float(diff.mean()):.2f}, "
+              f"p99 {float(diff.quantile(0.99)):.0f}, max {int(diff.max())}")
+        if name.endswith(".png"):
+            assert diff.max() == 0, name
+        elif "cmyk" not in name:
+            assert diff.mean() < 3 and diff.quantile(0.99) < 16, name
