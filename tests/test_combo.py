@@ -187,3 +187,38 @@ def test_combo_on_the_gpu_matches_the_cpu_stream(dataset):
     _assert_close([{**b, "frames": b["frames"].cpu()} for b in batches], refs)
     assert sum(loader.stats["rows_by_executor"].values()) == index.total_frames
     assert loader.stats["cpu_fallback_files"][index[3].path] == "routed"
+
+
+def test_combo_hands_out_small_units_and_nvdec_gathers_a_batch(dataset, fake, monkeypatch):
+    """Row units keep in-order batches from waiting on a slow CPU unit (the H100 run of
+    benchmarks/results/gpu/combo-2 saw whole-batch CPU units take every slot and NVDEC idle);
+    NVDEC gathers consecutive units back into up to a batch's rows."""
+    from vidloader.pipeline import _combo
+
+    submitted, to_gpu = [], []
+    real_submit, real_to_gpu = _combo.ComboPool.submit, _combo.ComboPool._to_gpu
+    monkeypatch.setattr(_combo.ComboPool, "submit",
+                        lambda self, w, t: (submitted.append(_combo._rows(t)), real_submit(self, w, t))[1])
+    monkeypatch.setattr(_combo.ComboPool, "_to_gpu",
+                        lambda self, t: (to_gpu.append(_combo._rows(t)), real_to_gpu(self, t))[1])
+    index, refs = dataset
+    loader = _loader(index, "combo", batch_size=6, num_workers=2)
+    batches = collect_batches(loader)
+    assert sorted(_seen(batches)) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
+    _assert_close(batches, refs)
+    assert max(submitted) == 2  # ceil(6 rows / 3 ways)
+    assert max(to_gpu) <= 6 and sum(submitted) == index.total_frames
+
+
+def test_row_units_cut_each_batch_and_a_short_last_one():
+    from vidloader.pipeline._units import row_units
+
+    class Plan:
+        def __len__(self):
+            return 3
+
+        def batch(self, b):
+            return type("B", (), {"batch_size": 5 if b < 2 else 3})()
+
+    cuts = [(u[0].batch, *u[0].rows(5 if u[0].batch < 2 else 3)) for u in row_units(Plan(), 1, 2)]
+    assert cuts == [(1, 0, 2), (1, 2, 4), (1, 4, 5), (2, 0, 2), (2, 2, 3)]

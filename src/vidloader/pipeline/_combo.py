@@ -74,6 +74,18 @@ class ComboPool(BatchPool):
     def splits_blocks(self) -> bool:
         return True
 
+    @property
+    def rows_per_unit(self) -> int:
+        """About a batch's rows over the executors: a CPU worker fills a unit in roughly the
+        time NVDEC takes for a batch, so batches taken in order rarely wait on a CPU unit.
+        NVDEC gathers consecutive units up to a batch (:meth:`_gather`), keeping its
+        per-call batching."""
+        return max(1, math.ceil(self._batch_rows / self.ways))
+
+    @property
+    def _batch_rows(self) -> int:
+        return self.config.batch_size * self.config.rows_per_sample
+
     def staged(self, slot_id: int, executor: str) -> dict:
         return self.gpu_slots[slot_id] if executor == "nvdec" else self.cpu.slots[slot_id]
 
@@ -140,7 +152,19 @@ class ComboPool(BatchPool):
             else:
                 queue, task = gpu_task
                 queue.popleft()
-                self._to_gpu(task)
+                self._to_gpu(self._gather(queue, task))
+
+    def _gather(self, queue: collections.deque, task: FillTask) -> FillTask:
+        """``task`` and the units queued right behind it, up to a batch's rows, as one NVDEC
+        task (its parts still report one message each, as the scheduler counts them)."""
+        rows = _rows(task)
+        while queue and rows + _rows(queue[0]) <= self._batch_rows and not self._needs_cpu(queue[0]):
+            more = queue.popleft()
+            rows += _rows(more)
+            task = dataclasses.replace(task, slot_ids=task.slot_ids + more.slot_ids,
+                                       plans=task.plans + more.plans,
+                                       row_starts=task.row_starts + more.row_starts)
+        return task
 
     def _cpu_first(self, cpu_task: FillTask, gpu_task: FillTask) -> bool:
         """Both sides have room: the older unit goes first (batches are taken in order); for
@@ -171,3 +195,7 @@ class ComboPool(BatchPool):
                 del self._cpu_units[msg.unit]
                 self._cpu_load[owed[0]] -= 1
         return msg
+
+
+def _rows(task: FillTask) -> int:
+    return sum(p.batch_size for p in task.plans)

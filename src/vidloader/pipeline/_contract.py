@@ -38,6 +38,14 @@ class BatchPool(abc.ABC):
         block's GOPs itself, as NVDEC's decoder threads do)."""
         return False
 
+    @property
+    def rows_per_unit(self) -> int | None:
+        """With whole-batch plans (not GOP blocks): hand each batch out as units of at most
+        this many rows (``None``: whole batches). A pool whose executors differ much in
+        latency (the combo: a CPU worker takes seconds for what NVDEC does in a fraction)
+        wants small units, so that batches taken in order never wait long on a slow one."""
+        return None
+
     def staged(self, slot_id: int, executor: str) -> dict:
         """The buffers of slot ``slot_id`` that ``executor`` filled (a pool whose executors
         write to different memories, CPU and GPU, keeps a buffer set for each)."""

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import WorkerError
 from ._contract import BatchPool
 from ._messages import Failure, FillTask, RowsFilled
-from ._units import Part, block_units, split_by_video, whole_batch_units
+from ._units import Part, block_units, row_units, split_by_video, whole_batch_units
 
 
 @dataclasses.dataclass
@@ -102,13 +102,19 @@ class Scheduler:
         reused as soon as the consumer asks for the next one: copy out of it before that.
 
         Args:
-            lookahead: consecutive whole batches per unit (ignored with ``blocks``).
+            lookahead: consecutive whole batches per unit (ignored with ``blocks`` and with a
+                pool that wants row units, :attr:`~._contract.BatchPool.rows_per_unit`).
             blocks: hand out the plan's own GOP-local blocks (``plan.decode_units``).
         """
         pool, n = self.pool, len(plan)
         free = list(range(len(pool.slots)))[::-1]
         open_batches: dict[int, OpenBatch] = {}  # dispatched, not yet yielded
-        units = block_units(plan, start) if blocks else whole_batch_units(start, n, lookahead)
+        if blocks:
+            units = block_units(plan, start)
+        elif pool.rows_per_unit:
+            units = row_units(plan, start, pool.rows_per_unit)
+        else:
+            units = whole_batch_units(start, n, lookahead)
         unit, self.outstanding = next(units, None), 0
         for b in range(start, n):
             # Hand out units while slots are free. A unit needs a slot for each batch it

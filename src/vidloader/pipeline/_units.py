@@ -36,6 +36,15 @@ class Part:
         return self.row_start, stop
 
 
+def row_units(plan, start: int, rows: int) -> Iterator[list[Part]]:
+    """Units of at most ``rows`` consecutive rows of one batch each, batch after batch (a
+    short last batch is cut by its own size)."""
+    for b in range(start, len(plan)):
+        size = plan.batch(b).batch_size
+        for a in range(0, size, rows):
+            yield [Part(b, a, min(a + rows, size))]
+
+
 def has_block_units(plan) -> bool:
     """Whether the epoch plan names its own decode units (GOP-local sampling)."""
     return callable(getattr(plan, "decode_units", None))
