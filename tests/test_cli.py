@@ -32,6 +32,22 @@ def test_index_builds_saves_and_summarises(tmp_path, capsys):
     assert len(vidloader.VideoIndex.load(out_file)) == 2
 
 
+def test_index_says_which_backend_takes_each_file(tmp_path, capsys):
+    """The summary's backend split for a Hopper-class NVDEC: 4:4:4 H.264 and HEVC below
+    NVDEC's minimum size go to the CPU, each reason printed once with its count."""
+    specs = {"a.mp4": VideoSpec(width=64, height=48, num_frames=10, seed=1),
+             "b.mp4": VideoSpec(width=64, height=48, num_frames=10, pix_fmt="yuv444p", seed=2),
+             "c.mp4": VideoSpec(codec="hevc", width=96, height=64, num_frames=10, seed=3),
+             "d.mp4": VideoSpec(codec="hevc", width=96, height=64, num_frames=10, seed=4)}
+    for name, spec in specs.items():
+        make_video(tmp_path / name, spec)
+    assert main(["index", str(tmp_path), "-o", str(tmp_path / "i.npz"), "-j", "0", "--gpu", "turing"]) == 0
+    out = capsys.readouterr().out
+    assert "NVDEC 1 files, CPU 3" in out
+    assert "CPU ×2: HEVC Main (8-bit 4:2:0) 96×64 is below NVDEC's minimum 144×144" in out
+    assert "CPU ×1: H.264 High 4:4:4 Predictive (8-bit 4:4:4)" in out
+
+
 def test_demo_on_synthetic_data_prints_throughput_and_machine(tmp_path, capsys):
     args = ["demo", "--videos", "2", "--batches", "3", "--batch-size", "8", "--size", "32",
             "--workers", "0", "--data-dir", str(tmp_path)]
