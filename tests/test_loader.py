@@ -15,6 +15,7 @@ import torch
 
 import vidloader
 from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
+from vidloader._utils._procs import worker_context
 
 from .media import (
     ArgsRecordingProcess,
@@ -218,13 +219,14 @@ def test_killed_worker_raises_instead_of_hanging(dataset):
     assert _children() == set()
 
 
-def test_worker_arguments_travel_through_the_task_queue_not_the_spawn_pipe(monkeypatch):
-    """Process arguments are written into a pipe the child reads only after importing the main
-    module: over 64 KiB, the parent waited for each child in turn (45 s for 16 workers on the
-    H200). They now come as the first task message; a 2 MB argument arrives whole."""
+def test_worker_arguments_travel_through_the_task_queue_not_the_start_pipe(monkeypatch):
+    """Process arguments are written into a pipe the child reads only once it runs (spawned,
+    after importing torch): over 64 KiB, the parent waited for each child in turn (45 s for
+    16 workers on the H200). They come as the first task message; a 2 MB argument arrives
+    whole."""
     from vidloader.pipeline._pool import WorkerProcesses
 
-    monkeypatch.setattr(torch.multiprocessing.get_context("spawn"), "Process", ArgsRecordingProcess)
+    monkeypatch.setattr(worker_context(), "Process", ArgsRecordingProcess)
     monkeypatch.setattr(ArgsRecordingProcess, "created_with", [])
     big = np.arange(1 << 18, dtype=np.int64)
     pool = WorkerProcesses(echo_sum_worker, [(i, big) for i in range(2)], 2)

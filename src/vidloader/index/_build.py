@@ -1,14 +1,14 @@
-"""Build a :class:`VideoIndex` over files and directories, probing in spawned worker processes."""
+"""Build a :class:`VideoIndex` over files and directories, probing in worker processes."""
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from .._utils._procs import worker_context
 from ..errors import ConfigError, MediaError
 from ._probe import probe_video
 from ._record import RejectedVideo, VideoIndex, VideoRecord
@@ -17,8 +17,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 
-#: Below this many files, ``num_workers=None`` probes in-process: starting spawned workers
-#: (each imports numpy and PyAV) costs more than probing a few files.
+#: Below this many files, ``num_workers=None`` probes in-process: starting the workers costs
+#: more than probing a few files.
 _IN_PROCESS_BELOW = 16
 
 #: Most files one worker task probes; small enough for a smooth progress bar.
@@ -49,9 +49,9 @@ def build_index(
 
     Args:
         paths_or_dirs: a file, a directory, or an iterable of them.
-        num_workers: probing processes (started with ``spawn``); ``0`` probes in this process;
-            ``None`` uses one per CPU, or probes in-process for fewer than 16 files. Scripts
-            that use workers need the usual ``if __name__ == "__main__":`` guard.
+        num_workers: probing processes (forks of vidloader's fork server, which never re-run
+            your script); ``0`` probes in this process; ``None`` uses one per CPU, or probes
+            in-process for fewer than 16 files.
         extensions: file extensions collected from directories.
         progress: show a tqdm progress bar (only on a terminal).
         recursive: also search the sub-directories of directories.
@@ -157,7 +157,7 @@ def _probe_all(
 
 
 def _probe_in_workers(files: list[str], workers: int, bar, probe: Probe) -> dict[str, Result]:
-    """Probe in spawned processes; survive a worker that crashes (e.g. an FFmpeg segfault).
+    """Probe in worker processes; survive a worker that crashes (e.g. an FFmpeg segfault).
 
     A crash breaks the whole pool and leaves the unfinished files over, in submission order,
     the culprit among the first. So the first leftover is probed in a pool of its own (a crash
@@ -184,11 +184,11 @@ def _probe_in_workers(files: list[str], workers: int, bar, probe: Probe) -> dict
 def _run_pool(
     files: list[str], workers: int, chunk: int, bar, probe: Probe
 ) -> tuple[dict[str, Result], list[str]]:
-    """Probe ``files`` in one spawn pool; return the results and the files a crash left over."""
+    """Probe ``files`` in one process pool; return the results and the files a crash left over."""
     chunks = [files[i : i + chunk] for i in range(0, len(files), chunk)]
     done: dict[str, Result] = {}
-    ctx = multiprocessing.get_context("spawn")  # no fork: the parent may hold CUDA/threads
-    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx) as pool:
+    # Never a fork of this process (it may hold CUDA or threads): forks of the fork server.
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=worker_context()) as pool:
         pending = {pool.submit(_probe_chunk, c, probe): c for c in chunks}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -75,9 +75,10 @@ class VideoLoader:
             on the path.
         backend ("cpu" | "nvdec"): decoding backend. ``"nvdec"`` decodes on the GPU given by
             ``device`` (default ``cuda:$LOCAL_RANK``) in this process; frames never leave it.
-        num_workers (int | None): CPU processes (``spawn``). With ``"cpu"`` they decode; with
-            ``"nvdec"`` they only demux (separation mode) and this process decodes. 0 does
-            everything in the calling process. Default: the number of CPU cores.
+        num_workers (int | None): CPU processes, forked from vidloader's fork server (they
+            start in a fraction of a second and never re-run your script). With ``"cpu"`` they
+            decode; with ``"nvdec"`` they only demux (separation mode) and this process
+            decodes. 0 does everything in the calling process. Default: the number of CPU cores.
         prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
             prefetch − 1)`` staging slots of one batch each, in shared memory.
         lookahead (int | None): consecutive batches a worker plans and decodes together, so

@@ -102,13 +102,16 @@ class Scheduler:
         reused as soon as the consumer asks for the next one: copy out of it before that.
 
         Args:
-            lookahead: consecutive whole batches per unit (ignored with ``blocks``).
+            lookahead: consecutive whole batches per unit, once ramped up (ignored with
+                ``blocks``; see :func:`~._units.whole_batch_units`).
             blocks: hand out the plan's own GOP-local blocks (``plan.decode_units``).
         """
         pool, n = self.pool, len(plan)
         free = list(range(len(pool.slots)))[::-1]
         open_batches: dict[int, OpenBatch] = {}  # dispatched, not yet yielded
-        units = block_units(plan, start) if blocks else whole_batch_units(start, n, lookahead)
+        units = (block_units(plan, start) if blocks else
+                 whole_batch_units(start, n, lookahead, ways=pool.ways,
+                                   first_rows=plan.batch(start).batch_size if start < n else 0))
         unit, self.outstanding = next(units, None), 0
         for b in range(start, n):
             # Hand out units while slots are free. A unit needs a slot for each batch it
