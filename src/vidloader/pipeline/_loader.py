@@ -32,6 +32,7 @@ from ._config import (
     LoaderConfig,
     backend_uses_nvdec,
     check_options,
+    resolve_device,
     resolve_nvdec_options,
     staging_shapes,
 )
@@ -130,11 +131,21 @@ class VideoLoader:
         fallback: Literal["cpu", "error"] = "cpu",
         combo_share: float | None = None,
     ) -> None:
+        if not isinstance(index, VideoIndex):
+            raise ConfigError(f"index must be a vidloader.VideoIndex (from vidloader.build_index "
+                              f"or VideoIndex.load), got {type(index).__name__}")
         if len(index) == 0:
             raise ConfigError("the index holds no readable videos" + _rejected_hint(index))
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise ConfigError(f"sampler must be a vidloader sampler (RandomFrames(), Clips(...), "
+                              f"GopShuffle(), ...), got {sampler!r}")
         check_options(batch_size=batch_size, prefetch=prefetch, on_error=on_error,
                       backend=backend, lookahead=lookahead, fallback=fallback,
-                      combo_share=combo_share)
+                      combo_share=combo_share, num_workers=num_workers, pin_memory=pin_memory,
+                      drop_last=drop_last, persistent_workers=persistent_workers,
+                      decoder_threads=decoder_threads, nvdec_decoders=nvdec_decoders,
+                      nvdec_options=nvdec_options)
+        device = resolve_device(device)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
         self.batch_size, self.drop_last = batch_size, drop_last
@@ -169,7 +180,7 @@ class VideoLoader:
             prefetch=prefetch, lookahead=lookahead, persistent_workers=persistent_workers,
             cpu_options={"thread_count": decoder_threads}, nvdec_options=nv_options,
             units_decoding=units_decoding,
-            device=torch.device(device) if device is not None else None, pin_memory=pin_memory,
+            device=device, pin_memory=pin_memory,
             cpu_only=cpu_only_mask(index, self.nvdec_refusals) if uses_nvdec and fallback == "cpu" else None,
             combo_share=None if combo_share is None else float(combo_share),
         )
