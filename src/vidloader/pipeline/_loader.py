@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from .._utils._procs import start_server
 from ..constants import (
     DEFAULT_DECODER_THREADS,
     DEFAULT_LOOKAHEAD_BATCHES,
@@ -188,6 +189,10 @@ class VideoLoader:
         self._scheduler: Scheduler | None = None
         self._collector = Collector(self.config)
         _LIVE_LOADERS.add(self)
+        if self.config.num_workers > 0:
+            # The workers start at the first batch; the fork server they come from imports
+            # torch and PyAV meanwhile (once per program), while the caller builds its model.
+            start_server()
 
     # -- the resolved options, by name -------------------------------------------------
 
