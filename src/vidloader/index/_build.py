@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -12,6 +13,7 @@ from .._utils._procs import worker_context
 from ..errors import ConfigError, MediaError
 from ._probe import probe_video
 from ._record import RejectedVideo, VideoIndex, VideoRecord
+from ._streams import StreamChoice, check_stream_choice
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ def build_index(
     extensions: Sequence[str] = DEFAULT_EXTENSIONS,
     progress: bool = True,
     recursive: bool = True,
+    stream: StreamChoice = "best",
 ) -> VideoIndex:
     """Probe every video under the given paths and return the index.
 
@@ -55,15 +58,20 @@ def build_index(
         extensions: file extensions collected from directories.
         progress: show a tqdm progress bar (only on a terminal).
         recursive: also search the sub-directories of directories.
+        stream: which video stream of each file: ``"best"`` (the ``ffmpeg`` command line's
+            choice: the largest, a *default* one preferred, never cover art), ``"first"``, or
+            a stream index (a file without that video stream is rejected). Each record's
+            :attr:`~VideoRecord.stream_index` says which one was indexed.
 
     Returns:
         The :class:`VideoIndex`.
 
     Raises:
-        ConfigError: ``num_workers`` is negative.
+        ConfigError: ``num_workers`` is negative, or ``stream`` is not a stream choice.
     """
+    probe = functools.partial(probe_video, stream=check_stream_choice(stream))
     files, missing = _expand(paths_or_dirs, extensions, recursive)
-    results = _probe_all(files, _resolve_workers(num_workers, len(files)), progress)
+    results = _probe_all(files, _resolve_workers(num_workers, len(files)), progress, probe)
     records = [r for r in results if isinstance(r, VideoRecord)]
     rejected = sorted(
         missing + [r for r in results if isinstance(r, RejectedVideo)], key=lambda r: r.path
