@@ -16,6 +16,7 @@ import torch
 import vidloader
 from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
 from vidloader._utils._procs import worker_context
+from vidloader.pipeline._units import Part
 
 from .media import (
     ArgsRecordingProcess,
@@ -377,3 +378,14 @@ def test_upright_portrait_and_landscape_videos_share_a_batch_only_with_a_size(ro
         VideoLoader(index, sampler=SequentialFrames(), batch_size=5, num_workers=0)
     loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=5, size=(16, 16), num_workers=0)
     assert all(b["frames"].shape == (5, 16, 16, 3) for b in collect_batches(loader))
+
+
+def test_units_split_the_first_batch_over_the_workers_then_ramp_up_to_lookahead():
+    from vidloader.pipeline._units import whole_batch_units
+
+    units = list(whole_batch_units(3, 30, 4, ways=2, first_rows=16))
+    assert units[:2] == [[Part(3, 0, 8)], [Part(3, 8, 16)]]  # both workers fill batch 3 at once
+    sizes = [len(u) for u in units[2:]]
+    assert sizes[:6] == [1, 1, 2, 2, 4, 4] and max(sizes) == 4
+    assert [p.batch for u in units[2:] for p in u] == list(range(4, 30))  # each batch once, in order
+    assert [len(u) for u in whole_batch_units(0, 5, 4)] == [1, 2, 2]  # one way: no split
