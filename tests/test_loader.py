@@ -381,7 +381,6 @@ def test_upright_portrait_and_landscape_videos_share_a_batch_only_with_a_size(ro
 
 
 def test_units_split_the_first_batch_over_the_workers_then_ramp_up_to_lookahead():
-
     units = list(whole_batch_units(3, 30, 4, ways=2, first_rows=16))
     assert units[:2] == [[Part(3, 0, 8)], [Part(3, 8, 16)]]  # both workers fill batch 3 at once
     sizes = [len(u) for u in units[2:]]
