@@ -62,8 +62,8 @@ def run_demo(args) -> int:
     try:
         frames, seconds, first, window = _measure(loader, args.batches)
     finally:
+        monitor.stop()  # first: its last sample must still see the workers
         loader.shutdown()
-        monitor.stop()
     _report(loader, frames, seconds, first, args, _load_line(monitor.summary(*window), monitor.load))
     return 0
 
