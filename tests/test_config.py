@@ -56,6 +56,7 @@ LOADER_ROWS = [
     ("persistent_workers", 1, ConfigError, "persistent_workers must be True or False"),
     ("decoder_threads", -1, ConfigError, "decoder_threads must be >= 0"),
     ("nvdec_decoders", "16", ConfigError, "nvdec_decoders must be an int"),
+    ("nvdec_decoders", 17, ConfigError, "nvdec_decoders must be in 1..16"),
     ("nvdec_options", {"frame_cache": 1}, ConfigError, "unknown keys ['frame_cache']"),
     ("fallback", "gpu", ConfigError, "fallback must be one of"),
     ("combo_share", 0.5, ConfigError, "combo_share"),

@@ -122,7 +122,9 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
     check_optional_int("lookahead", lookahead, minimum=1,
                        fix="consecutive batches planned together; None for the sampler's choice")
     check_int("decoder_threads", decoder_threads, minimum=0, fix="FFmpeg threads per decode; 0 lets FFmpeg decide")
-    check_int("nvdec_decoders", nvdec_decoders, minimum=1, fix=f"NVDEC decoder threads, 1..{MAX_DECODERS_PER_GPU}")
+    if not 1 <= check_int("nvdec_decoders", nvdec_decoders) <= MAX_DECODERS_PER_GPU:
+        raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
+                          f"per GPU), got {nvdec_decoders}")
     for name, value in (("pin_memory", pin_memory), ("drop_last", drop_last),
                         ("persistent_workers", persistent_workers)):
         check_bool(name, value)
@@ -198,10 +200,9 @@ def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_s
 def resolve_nvdec_options(index: VideoIndex, device, decoders: int,
                           extra: Mapping | None) -> tuple[dict, int]:
     """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
-    decoder per codec is reconfigured, never recreated) and the units to queue at once."""
-    if not 1 <= decoders <= MAX_DECODERS_PER_GPU:  # here, not on first use in the GPU process
-        raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
-                          f"per GPU), got {decoders}")
+    decoder per codec is reconfigured, never recreated) and the units to queue at once.
+    ``decoders`` was checked by :func:`check_options` (here, not on first use in the GPU
+    process, where it would surface only after the workers started)."""
     if device is not None and device.type == "cuda":
         gpu = device.index or 0
     else:
