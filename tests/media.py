@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import av
 import numpy as np
 
+from vidloader._utils._procs import WorkerProcess
 from vidloader.decoding.cpu._frame import swscale_flags
 from vidloader.synthetic import VideoSpec, make_dataset
 
@@ -112,11 +112,28 @@ def echo_sum_worker(start: tuple, task_q, result_q) -> None:
         result_q.put(("sum", worker_id, int(array.sum())))
 
 
-class ArgsRecordingProcess(multiprocessing.get_context("spawn").Process):
-    """A spawn ``Process`` that records the arguments it was created with (in the parent)."""
+class ArgsRecordingProcess(WorkerProcess):
+    """A worker ``Process`` that records the arguments it was created with (in the parent)."""
 
     created_with: list = []
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         ArgsRecordingProcess.created_with.append(kwargs.get("args", ()))
+
+
+def isolation_report_worker(start, task_q, result_q) -> None:
+    """A worker for pool tests that reports what it inherited: ``(pid, parent pid, whether
+    the module ``start`` names is imported, the file its ``__main__`` module ran, whether CUDA
+    is initialised)``."""
+    import os
+    import sys
+
+    import torch
+
+    from vidloader.pipeline._messages import Ready
+
+    result_q.put(Ready(0))
+    result_q.put((os.getpid(), os.getppid(), start in sys.modules, getattr(sys.modules["__main__"], "__file__", None),
+                  torch.cuda.is_initialized()))
+    task_q.get()

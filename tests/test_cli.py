@@ -54,6 +54,9 @@ def test_demo_on_synthetic_data_prints_throughput_and_machine(tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "throughput:" in out and "frames/s" in out and "CPU:" in out and "GPU:" in out
+    load = next(line for line in out.splitlines() if line.startswith("machine load:"))
+    assert "load average (1 min)" in load and "other processes used" in load
+    assert "this demo gives about 275 frames/s" in out  # what to expect on an idle machine
 
 
 def test_help_and_info_import_no_torch(tmp_path):

@@ -15,6 +15,8 @@ import torch
 
 import vidloader
 from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
+from vidloader._utils._procs import worker_context
+from vidloader.pipeline._units import Part, whole_batch_units
 
 from .media import (
     ArgsRecordingProcess,
@@ -218,13 +220,14 @@ def test_killed_worker_raises_instead_of_hanging(dataset):
     assert _children() == set()
 
 
-def test_worker_arguments_travel_through_the_task_queue_not_the_spawn_pipe(monkeypatch):
-    """Process arguments are written into a pipe the child reads only after importing the main
-    module: over 64 KiB, the parent waited for each child in turn (45 s for 16 workers on the
-    H200). They now come as the first task message; a 2 MB argument arrives whole."""
+def test_worker_arguments_travel_through_the_task_queue_not_the_start_pipe(monkeypatch):
+    """Process arguments are written into a pipe the child reads only once it runs (spawned,
+    after importing torch): over 64 KiB, the parent waited for each child in turn (45 s for
+    16 workers on the H200). They come as the first task message; a 2 MB argument arrives
+    whole."""
     from vidloader.pipeline._pool import WorkerProcesses
 
-    monkeypatch.setattr(torch.multiprocessing.get_context("spawn"), "Process", ArgsRecordingProcess)
+    monkeypatch.setattr(worker_context(), "Process", ArgsRecordingProcess)
     monkeypatch.setattr(ArgsRecordingProcess, "created_with", [])
     big = np.arange(1 << 18, dtype=np.int64)
     pool = WorkerProcesses(echo_sum_worker, [(i, big) for i in range(2)], 2)
@@ -375,3 +378,12 @@ def test_upright_portrait_and_landscape_videos_share_a_batch_only_with_a_size(ro
         VideoLoader(index, sampler=SequentialFrames(), batch_size=5, num_workers=0)
     loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=5, size=(16, 16), num_workers=0)
     assert all(b["frames"].shape == (5, 16, 16, 3) for b in collect_batches(loader))
+
+
+def test_units_split_the_first_batch_over_the_workers_then_ramp_up_to_lookahead():
+    units = list(whole_batch_units(3, 30, 4, ways=2, first_rows=16))
+    assert units[:2] == [[Part(3, 0, 8)], [Part(3, 8, 16)]]  # both workers fill batch 3 at once
+    sizes = [len(u) for u in units[2:]]
+    assert sizes[:6] == [1, 1, 2, 2, 4, 4] and max(sizes) == 4
+    assert [p.batch for u in units[2:] for p in u] == list(range(4, 30))  # each batch once, in order
+    assert [len(u) for u in whole_batch_units(0, 5, 4)] == [1, 2, 2]  # one way: no split

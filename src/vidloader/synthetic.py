@@ -8,7 +8,6 @@ returns the wrong frame is caught by comparing pixels.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -16,6 +15,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+
+from ._utils._procs import worker_context
 
 _CODEC_LIBS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
 
@@ -215,9 +216,9 @@ def _run_jobs(todo, workers: int, progress: bool) -> None:
             _make_one(job)
             bar.update()
     else:
-        # spawn, never fork: the caller may already hold CUDA or threads (a fork would copy
-        # their locks into the children and hang them).
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # Never a fork of this process: the caller may already hold CUDA or threads (a fork
+        # would copy their locks into the children and hang them). Forks of the fork server.
+        with ProcessPoolExecutor(workers, mp_context=worker_context()) as pool:
             for _ in pool.map(_make_one, todo):
                 bar.update()
     bar.close()

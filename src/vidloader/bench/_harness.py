@@ -189,8 +189,8 @@ def measure(peer: Peer, job: Job, lengths: RunLengths, max_seconds: float | None
                 arrivals.pop()  # it opened a new burst: the window ends before it
                 break
     finally:
+        monitor.stop()  # first: its last sample must still see the workers (closing stops them)
         gen.close()
-        monitor.stop()
     s, e = steady_window(arrivals, warmup)
     frames, seconds = sum(counts[s + 1 : e + 1]), arrivals[e] - arrivals[s]
     out = {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds,

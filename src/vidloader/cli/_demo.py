@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._utils._sysinfo import describe_machine, format_machine
+from ..bench._monitor import Monitor
 from ..index import build_index
 from ..sampling import RandomFrames
 from ..synthetic import demo_specs, make_dataset
@@ -63,39 +64,62 @@ def run_demo(args) -> int:
         size=(args.size, args.size), labels=labels, num_workers=args.workers,
         persistent_workers=True,
     )
+    monitor = Monitor().start()  # this process and its workers, and the whole machine
     try:
-        frames, seconds, first = _measure(loader, args.batches)
+        frames, seconds, first, window = _measure(loader, args.batches)
     finally:
+        monitor.stop()  # first: its last sample must still see the workers
         loader.shutdown()
-    _report(loader, frames, seconds, first, args)
+    _report(loader, frames, seconds, first, args, _load_line(monitor.summary(*window), monitor.load))
     return 0
 
 
-def _measure(loader: VideoLoader, batches: int) -> tuple[int, float, float]:
-    """Frames and seconds after the first batch (start-up excluded), and the first batch's time."""
+def _measure(loader: VideoLoader, batches: int) -> tuple[int, float, float, tuple[float, float]]:
+    """Frames and seconds after the first batch (start-up excluded), the first batch's time,
+    and the timed window in ``time.monotonic()`` (for the monitor)."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=batches, desc="loading", unit="batch")
-    frames, start, t0, first = 0, time.perf_counter(), None, 0.0
+    frames, start, t0, first = 0, time.monotonic(), None, 0.0
     while bar.n < batches:
         for batch in loader:
             if t0 is None:
-                t0, first = time.perf_counter(), time.perf_counter() - start
+                t0, first = time.monotonic(), time.monotonic() - start
             else:
                 frames += batch["frames"].shape[0]
             bar.update()
             if bar.n >= batches:
                 break
     bar.close()
-    return frames, time.perf_counter() - (t0 or start), first
+    end = time.monotonic()
+    return frames, end - (t0 or start), first, (t0 or start, end)
 
 
-def _report(loader: VideoLoader, frames: int, seconds: float, first: float, args) -> None:
+#: What this demo gives on an idle machine (README, "vidloader demo"): frames/s and the machine.
+IDLE_REFERENCE = (275, "an idle 2-core AMD EPYC (the CI machine)")
+
+
+def _load_line(figures: dict, load: list) -> str:
+    """The machine's load while the demo ran, and what to expect without it."""
+    load_1m = load[-1][0] if load and load[-1] else None
+    other = figures.get("other_cpu_pct")
+    parts = [f"load average (1 min) {load_1m:.2f} on {os.cpu_count()} cores" if load_1m is not None
+             else "load average unknown"]
+    if other is not None:
+        parts.append(f"other processes used {other:.0f}% of the CPU meanwhile "
+                     f"(this demo {figures['cpu_util_pct']:.0f}%)")
+    fps, machine = IDLE_REFERENCE
+    return ("machine load: " + "; ".join(parts) + f".\nOn {machine} this demo gives about "
+            f"{fps} frames/s; other processes' CPU share lowers it about in proportion.")
+
+
+def _report(loader: VideoLoader, frames: int, seconds: float, first: float, args, load: str) -> None:
     ds = loader.decode_stats
     print(f"\nuniform random frames, batch {args.batch_size}, {args.size}x{args.size}, "
           f"{loader.num_workers} workers, backend {loader.backend}")
     print(f"throughput: {frames / seconds:,.0f} frames/s ({frames} frames in {seconds:.1f} s; "
           f"start-up and first batch {first:.1f} s)")
+    print(load)
     print(f"decoded frames per delivered frame: {ds.decoded_per_delivered:.2f} "
           f"({ds.skipped} non-reference frames skipped, {ds.seeks} seeks)")
     print(format_machine(describe_machine()))

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..index import VideoRecord, probe_video
+from ..index import StreamChoice, VideoRecord, probe_video
 from ..processing import Geometry, Process, geometry, upright
 from ._base import DecodeTask
 from ._registry import get_executor
@@ -24,6 +24,7 @@ def decode_frames(
     size: tuple[int, int] | None = None,
     index_record: VideoRecord | None = None,
     autorotate: bool = True,
+    stream: StreamChoice = "best",
 ) -> torch.Tensor:
     """Decode frames ``indices`` (display order, any order, repeats allowed) of one video.
 
@@ -41,6 +42,9 @@ def decode_frames(
         autorotate: turn frames upright by the video's display rotation
             (``VideoRecord.rotation``), as players do; ``size`` is then the upright size.
             ``False``: frames as coded.
+        stream: which video stream: ``"best"`` (the ``ffmpeg`` command line's choice),
+            ``"first"`` or a stream index in the container (as :func:`vidloader.build_index`);
+            ignored with ``index_record``, which names its stream.
 
     Returns:
         uint8 tensor ``N×H×W×3`` RGB (on the GPU for ``"nvdec"``).
@@ -49,7 +53,7 @@ def decode_frames(
         FrameIndexError: an index is negative or ``>= num_frames`` (names the file).
         VideoNotFoundError, CorruptVideoError, UnsupportedCodecError: naming the file.
     """
-    record = _record_for(path, index_record)
+    record = _record_for(path, index_record, stream)
     idx = np.asarray(indices, np.int64).ravel()
     record.check_frames(idx)
     geom = geometry(Process(size=size, autorotate=autorotate), record.height, record.width,
@@ -69,10 +73,10 @@ def decode_frames(
     return frames[torch.from_numpy(order).to(frames.device)]
 
 
-def _record_for(path: str | os.PathLike, record: VideoRecord | None) -> VideoRecord:
+def _record_for(path: str | os.PathLike, record: VideoRecord | None, stream) -> VideoRecord:
     path = os.path.abspath(os.fspath(path))
     if record is None:
-        return probe_video(path)
+        return probe_video(path, stream=stream)
     return record if record.path == path else dataclasses.replace(record, path=path)
 
 

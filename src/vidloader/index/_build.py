@@ -1,24 +1,26 @@
-"""Build a :class:`VideoIndex` over files and directories, probing in spawned worker processes."""
+"""Build a :class:`VideoIndex` over files and directories, probing in worker processes."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from .._utils._procs import worker_context
 from ..errors import ConfigError, MediaError
 from ._probe import probe_video
 from ._record import RejectedVideo, VideoIndex, VideoRecord
+from ._streams import StreamChoice, check_stream_choice
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 
-#: Below this many files, ``num_workers=None`` probes in-process: starting spawned workers
-#: (each imports numpy and PyAV) costs more than probing a few files.
+#: Below this many files, ``num_workers=None`` probes in-process: starting the workers costs
+#: more than probing a few files.
 _IN_PROCESS_BELOW = 16
 
 #: Most files one worker task probes; small enough for a smooth progress bar.
@@ -36,6 +38,7 @@ def build_index(
     extensions: Sequence[str] = DEFAULT_EXTENSIONS,
     progress: bool = True,
     recursive: bool = True,
+    stream: StreamChoice = "best",
     executor: Executor | None = None,
     shard_dir: str | os.PathLike | None = None,
     chunk_files: int = 256,
@@ -52,12 +55,16 @@ def build_index(
 
     Args:
         paths_or_dirs: a file, a directory, or an iterable of them.
-        num_workers: probing processes (started with ``spawn``); ``0`` probes in this process;
-            ``None`` uses one per CPU, or probes in-process for fewer than 16 files. Scripts
-            that use workers need the usual ``if __name__ == "__main__":`` guard.
+        num_workers: probing processes (forks of vidloader's fork server, which never re-run
+            your script); ``0`` probes in this process; ``None`` uses one per CPU, or probes
+            in-process for fewer than 16 files.
         extensions: file extensions collected from directories.
         progress: show a tqdm progress bar (only on a terminal).
         recursive: also search the sub-directories of directories.
+        stream: which video stream of each file: ``"best"`` (the ``ffmpeg`` command line's
+            choice: the largest, a *default* one preferred, never cover art), ``"first"``, or
+            a stream index (a file without that video stream is rejected). Each record's
+            :attr:`~VideoRecord.stream_index` says which one was indexed.
         executor: probe on this ``concurrent.futures.Executor`` instead (a Dask
             ``Client.get_executor()``, Ray's ``RayExecutor``, a process pool), in tasks of
             ``chunk_files`` files; ``num_workers`` is then unused.
@@ -70,13 +77,14 @@ def build_index(
         The :class:`VideoIndex`.
 
     Raises:
-        ConfigError: ``num_workers`` is negative.
+        ConfigError: ``num_workers`` is negative, or ``stream`` is not a stream choice.
     """
+    probe = functools.partial(probe_video, stream=check_stream_choice(stream))
     files, missing = _expand(paths_or_dirs, extensions, recursive)
     if executor is not None:  # a cluster engine's executor: chunks, shards, resume
-        results = _probe_on(executor, files, progress, shard_dir, chunk_files)
+        results = _probe_on(executor, files, progress, shard_dir, chunk_files, probe)
     else:
-        results = _probe_all(files, _resolve_workers(num_workers, len(files)), progress)
+        results = _probe_all(files, _resolve_workers(num_workers, len(files)), progress, probe)
     records = [r for r in results if isinstance(r, VideoRecord)]
     rejected = sorted(
         missing + [r for r in results if isinstance(r, RejectedVideo)], key=lambda r: r.path
@@ -90,11 +98,11 @@ def build_index(
 
 
 def _probe_on(executor: Executor, files: list[str], progress: bool,
-              shard_dir: str | os.PathLike | None, chunk_files: int) -> list[Result]:
+              shard_dir: str | os.PathLike | None, chunk_files: int, probe: Probe) -> list[Result]:
     from ._distributed_build import probe_with_executor
 
     with _progress_bar(len(files), progress) as bar:
-        return probe_with_executor(files, executor, chunk_files=chunk_files, on_done=bar.update,
+        return probe_with_executor(files, executor, chunk_files=chunk_files, on_done=bar.update, probe=probe,
                                    shard_dir=os.fspath(shard_dir) if shard_dir else None)
 
 
@@ -179,7 +187,7 @@ def _probe_all(
 
 
 def _probe_in_workers(files: list[str], workers: int, bar, probe: Probe) -> dict[str, Result]:
-    """Probe in spawned processes; survive a worker that crashes (e.g. an FFmpeg segfault).
+    """Probe in worker processes; survive a worker that crashes (e.g. an FFmpeg segfault).
 
     A crash breaks the whole pool and leaves the unfinished files over, in submission order,
     the culprit among the first. So the first leftover is probed in a pool of its own (a crash
@@ -206,11 +214,11 @@ def _probe_in_workers(files: list[str], workers: int, bar, probe: Probe) -> dict
 def _run_pool(
     files: list[str], workers: int, chunk: int, bar, probe: Probe
 ) -> tuple[dict[str, Result], list[str]]:
-    """Probe ``files`` in one spawn pool; return the results and the files a crash left over."""
+    """Probe ``files`` in one process pool; return the results and the files a crash left over."""
     chunks = [files[i : i + chunk] for i in range(0, len(files), chunk)]
     done: dict[str, Result] = {}
-    ctx = multiprocessing.get_context("spawn")  # no fork: the parent may hold CUDA/threads
-    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx) as pool:
+    # Never a fork of this process (it may hold CUDA or threads): forks of the fork server.
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=worker_context()) as pool:
         pending = {pool.submit(_probe_chunk, c, probe): c for c in chunks}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -30,11 +30,11 @@ def shard_name(number: int, paths: list[str]) -> str:
     return f"shard-{number:06d}-{digest}.vlindex.npz"
 
 
-def probe_shard(paths: list[str], shard_path: str | None) -> list[Result]:
+def probe_shard(paths: list[str], shard_path: str | None, probe: Callable = probe_video) -> list[Result]:
     """Probe ``paths`` (a task on the executor); write the shard atomically when asked."""
     from ._build import _probe_one  # the same per-file rule (failures become rejections)
 
-    results = [_probe_one(p, probe_video) for p in paths]
+    results = [_probe_one(p, probe) for p in paths]
     if shard_path is not None:
         partial = f"{shard_path}.{os.getpid()}.partial.npz"
         _as_index(results).save(partial)
@@ -61,7 +61,7 @@ def _read_shard(path: str, paths: list[str]) -> list[Result] | None:
 
 def probe_with_executor(
     files: list[str], executor: Executor, *, chunk_files: int, shard_dir: str | None,
-    on_done: Callable[[int], None],
+    on_done: Callable[[int], None], probe: Callable = probe_video,
 ) -> list[Result]:
     """Results in the order of ``files``; chunks with a finished shard are not probed again."""
     if chunk_files < 1:
@@ -77,7 +77,7 @@ def probe_with_executor(
             results[k] = done
             on_done(len(chunk))
             continue
-        pending[executor.submit(probe_shard, chunk, shard)] = k
+        pending[executor.submit(probe_shard, chunk, shard, probe)] = k
     for future in as_completed(pending):
         k = pending[future]
         try:

@@ -25,6 +25,7 @@ from ..errors import CorruptVideoError, VideoNotFoundError
 from ._codecs import codec_name
 from ._record import VideoRecord
 from ._rotation import mp4_rotation
+from ._streams import StreamChoice, check_stream_choice, select_video_stream
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +38,14 @@ _COLOR_SPACES = {
 _COLOR_RANGES = {0: "unknown", 1: "tv", 2: "pc"}
 
 
-def probe_video(path: str | os.PathLike) -> VideoRecord:
-    """Demux a video file and describe its first video stream.
+def probe_video(path: str | os.PathLike, *, stream: StreamChoice = "best") -> VideoRecord:
+    """Demux a video file and describe one of its video streams.
 
     Args:
         path: the video file.
+        stream: which video stream: ``"best"`` (as the ``ffmpeg`` command line picks: the
+            largest, a *default* one preferred, never cover art), ``"first"``, or a stream
+            index in the container. Recorded as :attr:`VideoRecord.stream_index`.
 
     Returns:
         A :class:`VideoRecord` with the exact frame count, the pts of every frame in display
@@ -49,11 +53,14 @@ def probe_video(path: str | os.PathLike) -> VideoRecord:
 
     Raises:
         VideoNotFoundError: ``path`` does not exist.
-        CorruptVideoError: the file is empty, truncated, corrupt, has no video stream or no
-            frames, has duplicate timestamps, or does not start with a keyframe.
+        CorruptVideoError: the file is empty, truncated, corrupt, has no video stream (or
+            ``stream`` is not one) or no frames, has duplicate timestamps, or does not start
+            with a keyframe.
+        ConfigError: ``stream`` is not ``"best"``, ``"first"`` or an int >= 0.
     """
     import av  # core dependency, imported lazily so `import vidloader` stays cheap
 
+    choice = check_stream_choice(stream)
     path = os.path.abspath(os.fspath(path))
     # Stat before reading: a file rewritten while we probe then looks changed at decode time.
     size, mtime_ns = _check_file(path)
@@ -63,7 +70,7 @@ def probe_video(path: str | os.PathLike) -> VideoRecord:
         reason = f"FFmpeg cannot open it ({exc.strerror or exc}); is it a video file?"
         raise CorruptVideoError(path, reason) from exc
     try:
-        record = _probe_container(container, path, size)
+        record = _probe_container(container, path, size, choice)
     except av.FFmpegError as exc:
         reason = f"demuxing failed ({exc.strerror or exc}); the file is corrupt or truncated"
         raise CorruptVideoError(path, reason) from exc
@@ -94,10 +101,8 @@ def _check_file(path: str) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def _probe_container(container, path: str, size: int) -> VideoRecord:
-    if not container.streams.video:
-        raise CorruptVideoError(path, "the file has no video stream")
-    stream = container.streams.video[0]
+def _probe_container(container, path: str, size: int, choice: StreamChoice) -> VideoRecord:
+    stream = select_video_stream(container, choice, path)
     if stream.time_base is None:
         raise CorruptVideoError(path, "the video stream has no time base")
     _check_not_truncated(stream, path, size)

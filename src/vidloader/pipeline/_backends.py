@@ -14,7 +14,7 @@ from ._pool import InlinePool, ProcessPool, SeparationPool
 def make_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
     """The pool for ``config``, with ``num_slots`` staging slots.
 
-    - ``"cpu"``: spawned workers decoding into shared memory (:class:`ProcessPool`), or the
+    - ``"cpu"``: worker processes decoding into shared memory (:class:`ProcessPool`), or the
       calling process (``num_workers=0``);
     - ``"nvdec"``: workers demux, this process decodes on the GPU (:class:`SeparationPool`),
       or the calling process does both (``num_workers=0``);
@@ -42,8 +42,8 @@ def _nvdec_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
         executor = get_executor("nvdec", **config.executor_options("nvdec"))
         return InlinePool(_nvdec_assembler(config, executor), config.shapes, num_slots,
                           device=config.gpu)
-    # Demux workers start first (spawn): CUDA is initialised here only afterwards, and never
-    # in a worker.
+    # Demux workers start first: CUDA is initialised here only afterwards, and never in a
+    # worker (they are forks of the fork server, a fresh interpreter that never imports it).
     assembler = _nvdec_assembler(config, LazyExecutor(config.executor_options("nvdec")))
     return SeparationPool(config, assembler, num_slots)
 
@@ -56,7 +56,7 @@ def _nvdec_assembler(config: LoaderConfig, executor) -> BatchAssembler:
 
 
 class LazyExecutor:
-    """Creates the NVDEC executor on first use, i.e. after the demux workers were spawned,
+    """Creates the NVDEC executor on first use, i.e. after the demux workers started,
     so CUDA is never initialised before a process start."""
 
     name = "nvdec"

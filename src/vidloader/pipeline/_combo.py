@@ -31,13 +31,13 @@ CPU_UNITS_PER_WORKER = 2
 
 
 class ComboPool(BatchPool):
-    """CPU decoding in spawned workers and NVDEC decoding here, pulling from one queue.
+    """CPU decoding in worker processes and NVDEC decoding here, pulling from one queue.
 
     Args:
         config: the loader's config (``backend="combo"``).
         num_slots: staging slots (each with a CPU and a GPU buffer set).
         nvdec_executor: the NVDEC executor, or a lazy stand-in that creates it on first use
-            (after the workers were spawned).
+            (after the workers started).
         gpu_device: where the GPU buffers live (default the config's GPU).
     """
 

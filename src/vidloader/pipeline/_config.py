@@ -16,8 +16,9 @@ from typing import Literal
 import numpy as np
 import torch
 
+from .._utils._args import check_bool, check_choice, check_int, check_optional_int
 from ..constants import MAX_DECODERS_PER_GPU
-from ..errors import ConfigError
+from ..errors import BackendUnavailableError, ConfigError
 from ..index import VideoIndex
 from ..processing import Process, geometry
 
@@ -103,26 +104,78 @@ def backend_uses_nvdec(backend: str) -> bool:
     return backend in ("nvdec", "combo")
 
 
-def check_options(*, batch_size: int, prefetch: int, on_error: str, backend: str,
-                  lookahead: int | None, fallback: str = "cpu",
-                  combo_share: float | None = None) -> None:
-    """The checks that need nothing but the arguments."""
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    if prefetch < 1:
-        raise ConfigError(f"prefetch must be >= 1, got {prefetch}")
-    if on_error not in ON_ERROR:
-        raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if lookahead is not None and lookahead < 1:
-        raise ConfigError(f"lookahead must be >= 1, got {lookahead}")
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend must be 'cpu', 'nvdec' or 'combo', got {backend!r}")
-    if fallback not in FALLBACKS:
-        raise ConfigError(f"fallback must be 'cpu' (files NVDEC cannot decode go to the CPU) "
-                          f"or 'error', got {fallback!r}")
-    if combo_share is not None and (backend != "combo" or not 0.0 <= float(combo_share) <= 1.0):
+#: The keys ``nvdec_options`` may hold: ``NvdecExecutor`` options the loader does not set
+#: itself, and ``units_decoding``.
+NVDEC_OPTION_KEYS = ("frame_cache_bytes", "packet_cache_bytes", "skip_nonref", "units_decoding")
+
+
+def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallback="cpu",
+                  combo_share=None, num_workers=None, pin_memory=False, drop_last=False,
+                  persistent_workers=False, decoder_threads=1, nvdec_decoders=1,
+                  nvdec_options=None) -> None:
+    """The checks that need nothing but the arguments: types, ranges and choices, each a
+    :class:`ConfigError` naming the argument, the value and the fix."""
+    check_int("batch_size", batch_size, minimum=1, fix="the samples per batch")
+    check_optional_int("num_workers", num_workers, minimum=0,
+                       fix="worker processes; 0 decodes in this process, None one per core")
+    check_int("prefetch", prefetch, minimum=1, fix="units of work in flight beyond one per worker")
+    check_optional_int("lookahead", lookahead, minimum=1,
+                       fix="consecutive batches planned together; None for the sampler's choice")
+    check_int("decoder_threads", decoder_threads, minimum=0, fix="FFmpeg threads per decode; 0 lets FFmpeg decide")
+    if not 1 <= check_int("nvdec_decoders", nvdec_decoders) <= MAX_DECODERS_PER_GPU:
+        raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
+                          f"per GPU), got {nvdec_decoders}")
+    for name, value in (("pin_memory", pin_memory), ("drop_last", drop_last),
+                        ("persistent_workers", persistent_workers)):
+        check_bool(name, value)
+    check_choice("on_error", on_error, ON_ERROR, fix="'raise' stops at a bad file, 'skip' drops its samples")
+    check_choice("backend", backend, BACKENDS)
+    check_choice("fallback", fallback, FALLBACKS,
+                 fix="'cpu': files NVDEC cannot decode go to the CPU; 'error' refuses them")
+    _check_nvdec_options(nvdec_options)
+    if combo_share is not None and (backend != "combo" or isinstance(combo_share, (bool, str))
+                                    or not 0.0 <= float(combo_share) <= 1.0):
         raise ConfigError(f"combo_share must be a number in [0, 1] with backend='combo' (the "
                           f"share of units NVDEC takes), got {combo_share!r} with backend={backend!r}")
+
+
+def _check_nvdec_options(options) -> None:
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"nvdec_options must be a dict, got {options!r} ({type(options).__name__})")
+    unknown = sorted(set(options) - set(NVDEC_OPTION_KEYS), key=str)
+    if unknown:
+        raise ConfigError(f"nvdec_options has unknown keys {unknown}; the known ones are "
+                          f"{', '.join(NVDEC_OPTION_KEYS)}")
+
+
+def resolve_device(device) -> torch.device | None:
+    """``device`` as a ``torch.device``, checked here rather than at the first batch: a GPU
+    that is not there is a :class:`BackendUnavailableError`, not torch's ``AssertionError``.
+
+    ``torch.cuda.is_available`` and ``device_count`` initialise no CUDA context, and workers
+    are forks of the fork server anyway, never of this process.
+    """
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendUnavailableError(
+                f"device={device!r} needs a CUDA GPU, but none is visible to torch "
+                f"(torch {torch.__version__}, torch.cuda.is_available() is False); "
+                "leave device=None (batches on the CPU) or install a CUDA build of torch")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(f"device={device!r}: this machine has {count} CUDA GPU(s), "
+                              f"cuda:0..cuda:{count - 1}")
+    elif dev.type != "cpu":
+        raise ConfigError(f"device must be 'cpu' or a CUDA device, got {device!r}")
+    return dev
 
 
 def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_size: int,
@@ -147,12 +200,11 @@ def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_s
 def resolve_nvdec_options(index: VideoIndex, device, decoders: int,
                           extra: Mapping | None) -> tuple[dict, int]:
     """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
-    decoder per codec is reconfigured, never recreated) and the units to queue at once."""
-    if not 1 <= int(decoders) <= MAX_DECODERS_PER_GPU:  # here, not on first use in the GPU process
-        raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
-                          f"per GPU), got {decoders}")
-    if device is not None and torch.device(device).type == "cuda":
-        gpu = torch.device(device).index or 0
+    decoder per codec is reconfigured, never recreated) and the units to queue at once.
+    ``decoders`` was checked by :func:`check_options` (here, not on first use in the GPU
+    process, where it would surface only after the workers started)."""
+    if device is not None and device.type == "cuda":
+        gpu = device.index or 0
     else:
         gpu = int(os.environ.get("LOCAL_RANK", "0"))
     extra = dict(extra or {})

@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from .._utils._procs import start_server
 from ..constants import (
     DEFAULT_DECODER_THREADS,
     DEFAULT_LOOKAHEAD_BATCHES,
@@ -32,6 +33,7 @@ from ._config import (
     LoaderConfig,
     backend_uses_nvdec,
     check_options,
+    resolve_device,
     resolve_nvdec_options,
     staging_shapes,
 )
@@ -75,9 +77,10 @@ class VideoLoader:
             on the path.
         backend ("cpu" | "nvdec"): decoding backend. ``"nvdec"`` decodes on the GPU given by
             ``device`` (default ``cuda:$LOCAL_RANK``) in this process; frames never leave it.
-        num_workers (int | None): CPU processes (``spawn``). With ``"cpu"`` they decode; with
-            ``"nvdec"`` they only demux (separation mode) and this process decodes. 0 does
-            everything in the calling process. Default: the number of CPU cores.
+        num_workers (int | None): CPU processes, forked from vidloader's fork server (they
+            start in a fraction of a second and never re-run your script). With ``"cpu"`` they
+            decode; with ``"nvdec"`` they only demux (separation mode) and this process
+            decodes. 0 does everything in the calling process. Default: the number of CPU cores.
         prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
             prefetch − 1)`` staging slots of one batch each, in shared memory.
         lookahead (int | None): consecutive batches a worker plans and decodes together, so
@@ -129,11 +132,21 @@ class VideoLoader:
         fallback: Literal["cpu", "error"] = "cpu",
         combo_share: float | None = None,
     ) -> None:
+        if not isinstance(index, VideoIndex):
+            raise ConfigError(f"index must be a vidloader.VideoIndex (from vidloader.build_index "
+                              f"or VideoIndex.load), got {type(index).__name__}")
         if len(index) == 0:
             raise ConfigError("the index holds no readable videos" + _rejected_hint(index))
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise ConfigError(f"sampler must be a vidloader sampler (RandomFrames(), Clips(...), "
+                              f"GopShuffle(), ...), got {sampler!r}")
         check_options(batch_size=batch_size, prefetch=prefetch, on_error=on_error,
                       backend=backend, lookahead=lookahead, fallback=fallback,
-                      combo_share=combo_share)
+                      combo_share=combo_share, num_workers=num_workers, pin_memory=pin_memory,
+                      drop_last=drop_last, persistent_workers=persistent_workers,
+                      decoder_threads=decoder_threads, nvdec_decoders=nvdec_decoders,
+                      nvdec_options=nvdec_options)
+        device = resolve_device(device)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
         self.batch_size, self.drop_last = batch_size, drop_last
@@ -168,7 +181,7 @@ class VideoLoader:
             prefetch=prefetch, lookahead=lookahead, persistent_workers=persistent_workers,
             cpu_options={"thread_count": decoder_threads}, nvdec_options=nv_options,
             units_decoding=units_decoding,
-            device=torch.device(device) if device is not None else None, pin_memory=pin_memory,
+            device=device, pin_memory=pin_memory,
             cpu_only=cpu_only_mask(index, self.nvdec_refusals) if uses_nvdec and fallback == "cpu" else None,
             combo_share=None if combo_share is None else float(combo_share),
         )
@@ -176,6 +189,10 @@ class VideoLoader:
         self._scheduler: Scheduler | None = None
         self._collector = Collector(self.config)
         _LIVE_LOADERS.add(self)
+        if self.config.num_workers > 0:
+            # The workers start at the first batch; the fork server they come from imports
+            # torch and PyAV meanwhile (once per program), while the caller builds its model.
+            start_server()
 
     # -- the resolved options, by name -------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Where batches are filled: spawned CPU workers, the calling process, or separation mode.
+"""Where batches are filled: CPU worker processes, the calling process, or separation mode.
 
 Every pool implements :class:`~._contract.BatchPool`: ``submit(worker, task)`` hands over a
 :class:`~._messages.FillTask` (whole batches, or row ranges of batches), and ``get()``
@@ -15,10 +15,12 @@ import dataclasses
 import itertools
 import queue
 import time
+import traceback
 
 import numpy as np
 import torch
 
+from .._utils._procs import guard_hint, worker_context
 from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SECONDS
 from ..errors import WorkerError
 from ..planning import plan_tasks
@@ -41,12 +43,6 @@ from ._worker import (
     start_unit_messages,
     unpack_payloads,
     worker_main,
-)
-
-_SPAWN_HINT = (
-    ". A worker that dies while starting usually means the script that creates the loader "
-    "has no `if __name__ == \"__main__\":` guard: workers are started with 'spawn', which "
-    "re-imports the main module"
 )
 
 
@@ -84,23 +80,30 @@ class InlinePool(BatchPool):
 
 def _bootstrap(target, task_q, result_q) -> None:
     """A worker's entry point: its arguments come as the first message of its task queue."""
-    target(task_q.get(), task_q, result_q)
+    try:
+        start = task_q.get()
+    except BaseException as exc:  # e.g. an argument whose class this process cannot import
+        result_q.put(Failure(-1, -1, f"cannot read the worker's arguments: {exc!r}",
+                             traceback.format_exc()))
+        return
+    target(start, task_q, result_q)
 
 
 class WorkerProcesses:
-    """``num_workers`` spawned processes, each with its own task queue and one shared result
+    """``num_workers`` processes forked from vidloader's fork server (:mod:`.._utils._procs`:
+    a clean interpreter that imported torch, numpy and PyAV once, never CUDA, and never runs
+    the user's main module), each with its own task queue and one shared result
     queue. ``get`` never hangs: it notices a dead worker and raises :class:`WorkerError`.
 
     A worker's arguments (the index, the staging slots) travel as the first message of its task
     queue, not as ``Process`` arguments: ``Process.start()`` writes those into a pipe that the
-    child reads only after it has imported the main module (torch and all, seconds), so when
-    they pass the pipe's 64 KiB the parent waited for each child in turn. With 16 workers and
-    a 100-video index that was 45 s before the first batch on the H200; through the queue, a
-    feeder thread per worker writes them while every child imports at once.
+    child reads only once it runs, so when they passed the pipe's 64 KiB the parent waited for
+    each child in turn (with spawned workers importing torch, 45 s for 16 workers on the H200);
+    through the queue, a feeder thread per worker writes them while the workers start.
     """
 
     def __init__(self, target, args: list, num_workers: int) -> None:
-        ctx = torch.multiprocessing.get_context("spawn")
+        ctx = worker_context()
         self.num_workers = num_workers
         self.result_q = ctx.Queue()
         self._backlog: collections.deque = collections.deque()
@@ -129,7 +132,7 @@ class WorkerProcesses:
             try:
                 msg = self.get(deadline=deadline)
             except WorkerError as exc:
-                raise WorkerError(f"{exc}{_SPAWN_HINT}") from None
+                raise WorkerError(f"{guard_hint()}{exc}") from None
             if isinstance(msg, Ready):
                 ready += 1
             elif isinstance(msg, Failure):
@@ -206,7 +209,7 @@ class WorkerProcesses:
 
 
 class ProcessPool(WorkerProcesses, BatchPool):
-    """CPU decoding in spawned workers that write into shared-memory staging slots.
+    """CPU decoding in worker processes that write into shared-memory staging slots.
 
     Slots are torch tensors in shared memory (``share_memory_``): torch frees them when the
     last process lets go, so no named segment can outlive the loader.

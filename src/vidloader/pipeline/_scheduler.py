@@ -102,8 +102,9 @@ class Scheduler:
         reused as soon as the consumer asks for the next one: copy out of it before that.
 
         Args:
-            lookahead: consecutive whole batches per unit (ignored with ``blocks`` and with a
-                pool that wants row units, :attr:`~._contract.BatchPool.rows_per_unit`).
+            lookahead: consecutive whole batches per unit, once ramped up (ignored with
+                ``blocks`` and with a pool that wants row units,
+                :attr:`~._contract.BatchPool.rows_per_unit`; see :func:`~._units.whole_batch_units`).
             blocks: hand out the plan's own GOP-local blocks (``plan.decode_units``).
         """
         pool, n = self.pool, len(plan)
@@ -114,7 +115,8 @@ class Scheduler:
         elif pool.rows_per_unit:
             units = row_units(plan, start, pool.rows_per_unit)
         else:
-            units = whole_batch_units(start, n, lookahead)
+            units = whole_batch_units(start, n, lookahead, ways=pool.ways,
+                                      first_rows=plan.batch(start).batch_size if start < n else 0)
         unit, self.outstanding = next(units, None), 0
         for b in range(start, n):
             # Hand out units while slots are free. A unit needs a slot for each batch it

@@ -50,10 +50,29 @@ def has_block_units(plan) -> bool:
     return callable(getattr(plan, "decode_units", None))
 
 
-def whole_batch_units(start: int, num_batches: int, lookahead: int) -> Iterator[list[Part]]:
-    """Units of ``lookahead`` consecutive whole batches from ``start`` on."""
-    for first in range(start, num_batches, lookahead):
-        yield [Part(b) for b in range(first, min(first + lookahead, num_batches))]
+def whole_batch_units(start: int, num_batches: int, lookahead: int, *, ways: int = 1,
+                      first_rows: int = 0) -> Iterator[list[Part]]:
+    """Units of consecutive whole batches from ``start`` on, ramping up to ``lookahead``.
+
+    The first batch waits for the unit that holds it, and a unit of ``lookahead`` batches in
+    one worker took seconds (4 × 128 frames at about 130 frames/s per core): the first batch
+    came 4 s after the workers were ready. So batch ``start``'s ``first_rows`` rows are cut
+    into ``ways`` units of contiguous rows (every executor fills a share of it at once), and
+    the following rounds of ``ways`` units hold 1, 2, 4 … batches, up to ``lookahead``.
+    """
+    b = start
+    if ways > 1 and first_rows >= 2 * ways and start < num_batches:
+        cuts = np.linspace(0, first_rows, ways + 1).round().astype(int).tolist()
+        yield from ([Part(start, a, z)] for a, z in zip(cuts[:-1], cuts[1:]))
+        b += 1
+    size = 1
+    while b < num_batches:
+        for _ in range(max(1, ways)):
+            yield [Part(k) for k in range(b, min(b + size, num_batches))]
+            b += size
+            if b >= num_batches:
+                return
+        size = min(lookahead, 2 * size)
 
 
 def block_units(plan, start: int) -> Iterator[list[Part]]:

@@ -1,7 +1,7 @@
 """Worker processes (CPU decode, separation-mode demux) and the unit-filling they share with
 the in-process pools.
 
-Workers are started with ``spawn`` and never touch CUDA. They never raise: a failure is sent
+Workers are forks of vidloader's fork server (``_utils._procs``) and never touch CUDA. They never raise: a failure is sent
 to the loader as a :class:`~._messages.Failure` with its traceback and the file name
 (torchdata.nodes style). Every message is a dataclass of :mod:`._messages`.
 """

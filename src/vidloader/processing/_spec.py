@@ -12,19 +12,41 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+import numpy as np
+
+from .._utils._args import check_bool, check_choice, check_int, check_positive_number
 from ..errors import ConfigError
 
 _DTYPES = ("uint8", "float32", "float16")
 
+#: Keys every batch holds besides the outputs: no output may take these names.
+RESERVED_OUTPUT_NAMES = ("video_index", "frame_index", "label")
+
 
 def _pair(value, name: str) -> tuple[int, int] | None:
+    """``(height, width)`` from an int or a pair of ints, all > 0."""
     if value is None:
         return None
-    if isinstance(value, int):
+    if _is_int(value):
         value = (value, value)
-    if len(value) != 2 or min(value) <= 0:
-        raise ConfigError(f"{name} must be (height, width) of positive ints, got {value!r}")
+    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != 2 \
+            or not all(_is_int(v) and v > 0 for v in value):
+        raise ConfigError(f"{name} must be (height, width) of positive ints (or one int for a "
+                          f"square), got {value!r}")
     return int(value[0]), int(value[1])
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _floats(name: str, value) -> tuple[float, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ConfigError(f"{name} must be a sequence of 1 or 3 numbers, got {value!r}")
+    try:
+        return tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a sequence of 1 or 3 numbers, got {value!r}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,27 +96,34 @@ class Process:
     autorotate: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.autorotate, bool):
-            raise ConfigError(f"autorotate must be True or False, got {self.autorotate!r}")
+        for name in ("random_flip", "normalized", "autorotate"):
+            check_bool(name, getattr(self, name))
         object.__setattr__(self, "size", _pair(self.size, "size"))
-        if self.scale is not None and not isinstance(self.scale, float):
-            object.__setattr__(self, "scale", _pair(self.scale, "scale"))
-        if self.scale is not None and self.short_side is not None:
-            raise ConfigError("give either scale= or short_side=, not both")
-        if self.crop not in ("center", "random"):
-            raise ConfigError(f"crop must be 'center' or 'random', got {self.crop!r}")
-        if self.dtype not in _DTYPES:
-            raise ConfigError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        self._check_resize()
+        check_choice("crop", self.crop, ("center", "random"))
+        check_choice("dtype", self.dtype, _DTYPES)
         self._check_normalisation()
-        layout = self.layout.lower().replace("f", "t")
-        if sorted(layout) != sorted("thwc"):
-            raise ConfigError(f"layout must be a permutation of 'thwc', got {self.layout!r}")
+        layout = self.layout.lower().replace("f", "t") if isinstance(self.layout, str) else None
+        if layout is None or sorted(layout) != sorted("thwc"):
+            raise ConfigError(f"layout must be a permutation of 'thwc' (e.g. 'cthw'), got {self.layout!r}")
         object.__setattr__(self, "layout", layout)
         if self.index_map is not None:
-            imap = tuple(int(i) for i in self.index_map)
-            if not imap or max(imap) < 0 or min(imap) < -1:
-                raise ConfigError(f"index_map needs slots >= 0 (or -1 to drop), got {imap}")
-            object.__setattr__(self, "index_map", imap)
+            imap = self.index_map
+            if isinstance(imap, str) or not isinstance(imap, Sequence) or not imap \
+                    or not all(_is_int(i) and i >= -1 for i in imap) or max(imap) < 0:
+                raise ConfigError(f"index_map must be a sequence of ints, the output slot of each "
+                                  f"clip frame (>= 0, or -1 to drop it), got {imap!r}")
+            object.__setattr__(self, "index_map", tuple(int(i) for i in imap))
+
+    def _check_resize(self) -> None:
+        if isinstance(self.scale, float):
+            check_positive_number("scale", self.scale, fix="a factor, or (height, width)")
+        elif self.scale is not None:
+            object.__setattr__(self, "scale", _pair(self.scale, "scale"))
+        if self.short_side is not None:
+            check_int("short_side", self.short_side, minimum=1, fix="pixels of the shorter side")
+        if self.scale is not None and self.short_side is not None:
+            raise ConfigError("give either scale= or short_side=, not both")
 
     def _check_normalisation(self) -> None:
         photometric = self.normalized or self.mean is not None or self.std is not None
@@ -103,7 +132,7 @@ class Process:
         for name in ("mean", "std"):
             value = getattr(self, name)
             if value is not None:
-                value = tuple(float(v) for v in value)
+                value = _floats(name, value)
                 if len(value) not in (1, 3):
                     raise ConfigError(f"{name} needs 1 or 3 values, got {value}")
                 object.__setattr__(self, name, value)
@@ -140,8 +169,14 @@ def as_outputs(processing: Process | Mapping[str, Process] | None, *, size=None)
     if isinstance(processing, Mapping) and processing:
         out = {}
         for name, proc in processing.items():
+            if not isinstance(name, str) or name in RESERVED_OUTPUT_NAMES:
+                raise ConfigError(f"processing has the output name {name!r}: names are strings "
+                                  f"other than {', '.join(RESERVED_OUTPUT_NAMES)} (the batch "
+                                  "holds those already); rename the output")
             if not isinstance(proc, Process):
-                raise ConfigError(f"processing[{name!r}] must be a vidloader.Process, got {type(proc).__name__}")
+                raise ConfigError(f"processing[{name!r}] must be a vidloader.Process, got "
+                                  f"{type(proc).__name__}: processing maps output names to "
+                                  "Process(...), e.g. {'frames': Process(size=224)}")
             out[str(name)] = proc
         return out
     raise ConfigError(f"processing must be a Process or a dict of them, got {processing!r}")

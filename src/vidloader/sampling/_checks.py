@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-
+from .._utils._args import check_bool, check_int, check_optional_int
 from ..errors import ConfigError
 
-
-def check_int(name: str, value: object, *, minimum: int | None = None, fix: str = "") -> int:
-    """``value`` as an ``int``; :class:`ConfigError` if it is not an integer or below ``minimum``.
-
-    ``bool`` is refused although it subclasses ``int``: ``batch_size=True`` is a mistake.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if minimum is not None and value < minimum:
-        hint = f"; {fix}" if fix else ""
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}{hint}")
-    return int(value)
-
-
-def check_optional_int(name: str, value: object, *, minimum: int) -> int | None:
-    """Like :func:`check_int`, with ``None`` passed through (meaning "the default")."""
-    return None if value is None else check_int(name, value, minimum=minimum)
-
-
-def check_bool(name: str, value: object) -> bool:
-    """``value`` if it is a ``bool``; :class:`ConfigError` otherwise (``"false"`` is truthy)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
-    return bool(value)
+__all__ = ["check_bool", "check_int", "check_optional_int", "check_plan_args"]
 
 
 def check_plan_args(

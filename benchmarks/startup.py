@@ -1,0 +1,75 @@
+"""Start-up of a loader: seconds from ``VideoLoader(...)`` to its workers being ready and to
+its first batch, for several loaders created one after the other in one fresh process (the
+first pays the fork server's start, the others find it warm), as a training script that
+builds loaders per epoch, or a notebook, does. Issue 14, item 2.
+
+    PYTHONPATH=$PWD/src python benchmarks/startup.py --workers 2 --out start.json   # CPU
+    PYTHONPATH=$PWD/src:$PWD/.site python benchmarks/startup.py --backend nvdec \\
+        --workers 16 --scale gpu-quick --out $OUT/startup.json                    # GPU
+
+Workload ``random`` of ``vidloader bench`` (RandomFrames, batch 128, 224x224) on dataset W1.
+The JSON holds every loader's ``workers_ready_s`` and ``first_batch_s``, the machine and its
+load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _one_loader(index, args) -> dict:
+    import torch
+
+    import vidloader
+
+    created = time.monotonic()
+    loader = vidloader.VideoLoader(index, sampler=vidloader.RandomFrames(seed=0),
+                                   batch_size=args.batch_size, size=(args.size, args.size),
+                                   backend=args.backend, num_workers=args.workers)
+    try:
+        loader._start()  # the pool: workers started and Ready (iteration would do it)
+        ready = time.monotonic() - created
+        batch = next(iter(loader))
+        if batch["frames"].is_cuda:
+            torch.cuda.synchronize()
+        first = time.monotonic() - created
+    finally:
+        loader.shutdown()
+    return {"workers_ready_s": round(ready, 3), "first_batch_s": round(first, 3)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="cpu", choices=["cpu", "nvdec", "combo"])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--loaders", type=int, default=3, help="loaders created one after the other")
+    p.add_argument("--scale", default="small", help="dataset W1's scale (small, gpu-quick, ...)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--out", default=None, help="JSON file")
+    args = p.parse_args(argv)
+
+    from vidloader._utils._sysinfo import describe_machine, load_average
+    from vidloader.bench._datasets import load_index, prepare_dataset
+
+    index = load_index(prepare_dataset("W1", args.scale, progress=True))
+    result = {"command": " ".join(sys.argv), "machine": describe_machine(),
+              "dataset": f"W1-{args.scale} ({len(index)} videos)", "backend": args.backend,
+              "workers": args.workers, "load_avg_before": load_average(), "loaders": []}
+    for k in range(args.loaders):
+        result["loaders"].append(_one_loader(index, args))
+        print(f"loader {k}: {result['loaders'][-1]}", flush=True)
+    result["load_avg_after"] = load_average()
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
