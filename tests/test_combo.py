@@ -222,3 +222,24 @@ def test_row_units_cut_each_batch_and_a_short_last_one():
 
     cuts = [(u[0].batch, *u[0].rows(5 if u[0].batch < 2 else 3)) for u in row_units(Plan(), 1, 2)]
     assert cuts == [(1, 0, 2), (1, 2, 4), (1, 4, 5), (2, 0, 2), (2, 2, 3)]
+
+
+def test_combo_completes_the_epoch_on_nvdec_when_a_cpu_worker_is_killed(dataset, fake):
+    """Item 5 of the combo issue: one executor dies, the epoch completes on the other; every
+    sample once, in the CPU stream's order, and every process joined at shutdown."""
+    import os
+    import signal
+
+    index, refs = dataset
+    want = _seen(collect_batches(_loader(index, "cpu")))
+    loader = _loader(index, "combo", num_workers=2)
+    it = iter(loader)
+    got = [next(it)]
+    pool = loader._pool
+    os.kill(pool.cpu.procs[0].pid, signal.SIGKILL)
+    got += list(it)
+    assert _seen(got) == want
+    _assert_close(got, refs)
+    assert len(pool.lost_workers) == 1 and "killed by signal 9" in pool.lost_workers[0]
+    loader.shutdown()
+    assert not any(p.is_alive() for p in pool.cpu.procs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import logging
 import math
 
 from ..decoding import get_executor
@@ -23,8 +24,10 @@ from ._assemble import BatchAssembler
 from ._config import LoaderConfig
 from ._contract import BatchPool
 from ._messages import Failure, FillTask, RowsFilled
-from ._pool import ProcessPool, _allocate
+from ._pool import ProcessPool, WorkerDied, _allocate
 from ._worker import UnitMessages, start_unit_messages
+
+log = logging.getLogger(__name__)
 
 #: Units a CPU worker holds at once: one decoding, one waiting, so it never idles between.
 CPU_UNITS_PER_WORKER = 2
@@ -58,7 +61,9 @@ class ComboPool(BatchPool):
         self._cpu_queue: collections.deque[FillTask] = collections.deque()  # CPU workers only
         self._gpu_queue: collections.deque[FillTask] = collections.deque()  # NVDEC only (share)
         self._cpu_load = [0] * self.cpu.num_workers  # units each worker holds
-        self._cpu_units: dict[int, list] = {}  # unit -> [worker, messages still owed]
+        self._cpu_units: dict[int, _CpuUnit] = {}  # units the CPU workers hold
+        #: Workers that died mid-epoch: their units went to NVDEC, they get no more.
+        self.lost_workers: list[str] = []
         self._gpu: collections.deque[UnitMessages] = collections.deque()  # decoding, in order
         self._done: collections.deque = collections.deque()
 
@@ -93,7 +98,7 @@ class ComboPool(BatchPool):
         """Queue ``task`` (``worker`` is ignored: whichever executor frees up takes it)."""
         unit = next(self._unit_ids)
         task = dataclasses.replace(task, unit=unit)
-        if self._needs_cpu(task):
+        if self._needs_cpu(task) and len(self.cpu.retired) < self.cpu.num_workers:
             self._cpu_queue.append(task)
         elif self.config.combo_share is not None:
             share = float(self.config.combo_share)
@@ -114,7 +119,28 @@ class ComboPool(BatchPool):
             if self._gpu:  # wait for NVDEC's oldest unit; CPU workers keep their queue
                 self._done.extend(self._gpu.popleft().finish())
                 continue
-            return self._from_cpu(self.cpu.get())
+            try:
+                return self._from_cpu(self.cpu.get())
+            except WorkerDied as dead:
+                self._carry_on_without(dead)
+
+    def _carry_on_without(self, dead: WorkerDied) -> None:
+        """A CPU worker died: NVDEC takes the parts of its units not yet reported, and the
+        epoch completes (the combo's point: two executors, so one can fail). Messages the
+        worker sent before dying are taken first, so no part is filled twice."""
+        self.cpu.retire(dead.worker)
+        self.lost_workers.append(str(dead))
+        log.warning("%s; the combo carries on: NVDEC takes its units", dead)
+        self._done.extend(self._from_cpu(m) for m in self.cpu.drain_ready())
+        self._cpu_load[dead.worker] = math.inf  # never picked again
+        for unit in sorted(u for u, held in self._cpu_units.items() if held.worker == dead.worker):
+            rest = self._cpu_units.pop(unit).unreported()
+            if rest is not None:
+                self._gpu_queue.append(rest)
+        if len(self.cpu.retired) == self.cpu.num_workers:  # no CPU worker left
+            self._gpu_queue.extend(self._cpu_queue)
+            self._cpu_queue.clear()
+        self._gpu_queue = collections.deque(sorted(self._gpu_queue, key=lambda t: t.unit))
 
     def shutdown(self) -> None:
         while self._gpu:
@@ -181,7 +207,7 @@ class ComboPool(BatchPool):
 
     def _to_cpu(self, worker: int, task: FillTask) -> None:
         self._cpu_load[worker] += 1
-        self._cpu_units[task.unit] = [worker, len(task.plans)]
+        self._cpu_units[task.unit] = _CpuUnit(worker, task)
         self.cpu.submit(worker, task)
 
     def _to_gpu(self, task: FillTask) -> None:
@@ -189,12 +215,32 @@ class ComboPool(BatchPool):
 
     def _from_cpu(self, msg):
         if isinstance(msg, RowsFilled):
-            owed = self._cpu_units[msg.unit]
-            owed[1] -= 1
-            if owed[1] == 0:
+            held = self._cpu_units[msg.unit]
+            held.reported.add((msg.batch_index, msg.row_start))
+            if len(held.reported) == len(held.task.plans):
                 del self._cpu_units[msg.unit]
-                self._cpu_load[owed[0]] -= 1
+                self._cpu_load[held.worker] -= 1
         return msg
+
+
+@dataclasses.dataclass
+class _CpuUnit:
+    """A unit a CPU worker holds, and which of its parts it has reported."""
+
+    worker: int
+    task: FillTask
+    reported: set = dataclasses.field(default_factory=set)  # (batch_index, row_start)
+
+    def unreported(self) -> FillTask | None:
+        """The task's parts not reported yet, as a task of their own (``None``: all were)."""
+        keep = [k for k, (p, a) in enumerate(zip(self.task.plans, self.task.row_starts))
+                if (p.batch_index, a) not in self.reported]
+        if not keep:
+            return None
+        t = self.task
+        return dataclasses.replace(t, slot_ids=[t.slot_ids[k] for k in keep],
+                                   plans=[t.plans[k] for k in keep],
+                                   row_starts=[t.row_starts[k] for k in keep])
 
 
 def _rows(task: FillTask) -> int:

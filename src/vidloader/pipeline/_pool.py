@@ -89,6 +89,15 @@ def _bootstrap(target, task_q, result_q) -> None:
     target(start, task_q, result_q)
 
 
+class WorkerDied(WorkerError):
+    """A worker process died (killed, out of memory, crashed in FFmpeg); ``worker`` is its
+    number. A pool with another executor (the combo) can retire it and carry on."""
+
+    def __init__(self, message: str, *, worker: int) -> None:
+        super().__init__(message)
+        self.worker = worker
+
+
 class WorkerProcesses:
     """``num_workers`` processes forked from vidloader's fork server (:mod:`.._utils._procs`:
     a clean interpreter that imported torch, numpy and PyAV once, never CUDA, and never runs
@@ -116,6 +125,7 @@ class WorkerProcesses:
             for i in range(num_workers)
         ]
         self._closed = False
+        self.retired: set[int] = set()  # dead workers a pool chose to carry on without
         try:
             for q, a in zip(self.task_qs, args):
                 q.put(a)
@@ -173,14 +183,27 @@ class WorkerProcesses:
         return msg
 
     def _check_alive(self) -> None:
-        for p in self.procs:
-            if not p.is_alive():
+        for i, p in enumerate(self.procs):
+            if i not in self.retired and not p.is_alive():
                 code = p.exitcode
                 how = f"was killed by signal {-code}" if code and code < 0 else f"exited with code {code}"
-                raise WorkerError(
+                raise WorkerDied(
                     f"loader worker {p.name} (pid {p.pid}) {how}; it may have run out of memory "
-                    "or crashed inside FFmpeg"
+                    "or crashed inside FFmpeg", worker=i,
                 )
+
+    def retire(self, worker: int) -> None:
+        """Carry on without dead worker ``worker``: :meth:`get` no longer raises for it."""
+        self.retired.add(worker)
+
+    def drain_ready(self) -> list:
+        """Every message already in the result queue, without blocking (after a worker died:
+        what it sent before dying)."""
+        out = list(self._backlog)
+        self._backlog.clear()
+        while (msg := self.poll()) is not None:
+            out.append(msg)
+        return out
 
     def shutdown(self) -> None:
         """Stop every worker: ask, wait, then terminate; close the queues. Idempotent."""
