@@ -50,7 +50,7 @@ def _as_index(results: list[Result]) -> VideoIndex:
 def _read_shard(path: str, paths: list[str]) -> list[Result] | None:
     """The shard's results in the order of ``paths``, or None if it is unreadable."""
     try:
-        shard = VideoIndex.load(path)
+        shard = VideoIndex.load(path, allow_outside_root=True)  # shards name files anywhere
     except (IndexFormatError, OSError, ValueError):
         return None
     by_path: dict[str, Result] = {r.path: r for r in [*shard, *shard.rejected]}

@@ -44,3 +44,12 @@ def last_ffmpeg_error() -> str:
 
     last = av.logging.get_last_error()[1]
     return last[2].strip() if last else ""
+
+
+def last_ffmpeg_error_source() -> str:
+    """Which FFmpeg component logged the last ERROR-level message: a decoder's name
+    (``"h264"``), a demuxer's (``"matroska,webm"``), ... (``""`` if none)."""
+    import av.logging
+
+    last = av.logging.get_last_error()[1]
+    return str(last[1] or "") if last else ""

@@ -21,7 +21,7 @@ from ... import constants
 from ...errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
-from ._errors import count_ffmpeg_errors, ffmpeg_errors, last_ffmpeg_error
+from ._errors import count_ffmpeg_errors, ffmpeg_errors, last_ffmpeg_error, last_ffmpeg_error_source
 from ._frame import CpuFrame
 
 _THREAD_TYPES = ("AUTO", "FRAME", "SLICE")
@@ -262,7 +262,7 @@ class CpuExecutor(Executor):
             out = decode(packet)
             # Only after a packet with data: at the flush packet a demuxer's end-of-file
             # complaint ("File ended prematurely") is better told as the missing frames.
-            if self.detect_errors and packet.size and ffmpeg_errors() != video.errors_at:
+            if self.detect_errors and packet.size and self._damage_logged(video):
                 raise CorruptVideoError(
                     video.path,
                     f"FFmpeg reported damage while decoding the packet at pts {packet.pts} "
@@ -274,6 +274,21 @@ class CpuExecutor(Executor):
             while leftover:
                 yield leftover.popleft()
         video.packets = None  # demuxer exhausted, decoder drained
+
+    @staticmethod
+    def _damage_logged(video: _OpenVideo) -> bool:
+        """Whether FFmpeg logged an error since the GOP began, from the decoder. The
+        demuxer's complaints are not damage in the pictures (Matroska logs "keyframes not
+        correctly marked" on seeks into valid files): they move the baseline instead. Only
+        the last message's source is known; a decoder error followed by a demuxer one in the
+        same packet is missed (never a false alarm)."""
+        count = ffmpeg_errors()
+        if count == video.errors_at:
+            return False
+        if last_ffmpeg_error_source() != video.stream.codec_context.name:
+            video.errors_at = count
+            return False
+        return True
 
     def _frame_index(self, video: _OpenVideo, record: VideoRecord, frame: Any) -> int:
         """Display index of a decoded frame by its pts (-1 if unknown); tracks the position."""
