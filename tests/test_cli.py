@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 import vidloader
 from vidloader.cli.__main__ import main
 from vidloader.synthetic import VideoSpec, make_video
@@ -57,6 +59,24 @@ def test_demo_on_synthetic_data_prints_throughput_and_machine(tmp_path, capsys):
     load = next(line for line in out.splitlines() if line.startswith("machine load:"))
     assert "load average (1 min)" in load and "other processes used" in load
     assert "this demo gives about 275 frames/s" in out  # what to expect on an idle machine
+
+
+def test_demo_with_the_combo_prints_each_executors_share(tmp_path, capsys, monkeypatch):
+    """``vidloader demo --backend combo`` on the stand-in NVDEC (batches kept on the CPU)."""
+    import vidloader.pipeline
+    from vidloader.pipeline._config import LoaderConfig
+
+    from . import _fake_nvc
+
+    _fake_nvc.install(monkeypatch, _fake_nvc.FakeNvc())
+    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    real = vidloader.pipeline.VideoLoader
+    monkeypatch.setattr(vidloader.pipeline, "VideoLoader", lambda *a, **k: real(*a, device="cpu", **k))
+    args = ["demo", "--videos", "2", "--batches", "4", "--batch-size", "8", "--size", "32",
+            "--workers", "1", "--data-dir", str(tmp_path), "--backend", "combo"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "backend combo" in out and "rows by executor: " in out and "nvdec" in out
 
 
 def test_help_and_info_import_no_torch(tmp_path):

@@ -33,6 +33,9 @@ def register_demo(sub) -> None:
     p.add_argument("--videos", type=int, default=32, help="synthetic videos to generate")
     p.add_argument("--data-dir", default=None, help="where to put the synthetic videos")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", choices=["cpu", "nvdec", "combo"], default="cpu",
+                   help="cpu (PyAV workers), nvdec (GPU decoding) or combo (both at once; "
+                        "prints each executor's share)")
     p.add_argument("--images", action="store_true",
                    help="images instead: a generated CIFAR-10-format set and a JPEG folder")
     p.set_defaults(func=run_demo)
@@ -62,7 +65,7 @@ def run_demo(args) -> int:
     loader = VideoLoader(
         index, sampler=RandomFrames(seed=args.seed), batch_size=args.batch_size,
         size=(args.size, args.size), labels=labels, num_workers=args.workers,
-        persistent_workers=True,
+        persistent_workers=True, backend=args.backend,
     )
     monitor = Monitor().start()  # this process and its workers, and the whole machine
     try:
@@ -113,6 +116,19 @@ def _load_line(figures: dict, load: list) -> str:
             f"{fps} frames/s; other processes' CPU share lowers it about in proportion.")
 
 
+def _report_split(loader: VideoLoader) -> None:
+    """Which executor filled how many rows, and the files NVDEC handed to the CPU."""
+    stats = loader.stats
+    rows = stats["rows_by_executor"]
+    total = sum(rows.values()) or 1
+    print("rows by executor: " + ", ".join(f"{k} {v} ({100 * v / total:.0f}%)" for k, v in sorted(rows.items())))
+    if loader.nvdec_refusals:
+        print(f"{len(loader.nvdec_refusals)} files decoded on the CPU (NVDEC cannot): "
+              + next(iter(loader.nvdec_refusals.values())))
+    if stats["cpu_fallback_files"]:
+        print(f"{len(stats['cpu_fallback_files'])} files retried on the CPU after NVDEC failed")
+
+
 def _report(loader: VideoLoader, frames: int, seconds: float, first: float, args, load: str) -> None:
     ds = loader.decode_stats
     print(f"\nuniform random frames, batch {args.batch_size}, {args.size}x{args.size}, "
@@ -122,4 +138,6 @@ def _report(loader: VideoLoader, frames: int, seconds: float, first: float, args
     print(load)
     print(f"decoded frames per delivered frame: {ds.decoded_per_delivered:.2f} "
           f"({ds.skipped} non-reference frames skipped, {ds.seeks} seeks)")
+    if loader.backend != "cpu":
+        _report_split(loader)
     print(format_machine(describe_machine()))
