@@ -41,6 +41,15 @@ from ._spec import ImageProcess
 _TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
 
 
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A small host array on ``device`` without blocking the host: a copy from pageable
+    memory would wait for the stream, i.e. for the decode this batch waits on."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def resize_weights(out_size: int, in_sizes: np.ndarray, width: int, flip: np.ndarray,
                    device: torch.device) -> torch.Tensor:
     """float32 ``[B, out_size, width]``: row ``i`` of sample ``b`` holds the antialiased
@@ -49,7 +58,8 @@ def resize_weights(out_size: int, in_sizes: np.ndarray, width: int, flip: np.nda
     sizes = np.asarray(in_sizes, dtype=np.int64)
     # Enough taps for the widest tent (2·support + the two partial pixels at its ends).
     taps = int(math.ceil(2 * max(1.0, sizes.max() / out_size))) + 2
-    packed = torch.from_numpy(np.stack([sizes, np.asarray(flip, np.int64)])).to(device)
+    flip = np.asarray(flip, bool)
+    packed = to_device(np.stack([sizes, flip.astype(np.int64)]), device)
     n, flips = packed[0].double()[:, None, None], packed[1].bool()
     scale = n / out_size
     support = torch.clamp(scale, min=1.0)  # interp_size/2 = 1, widened when shrinking
@@ -62,7 +72,7 @@ def resize_weights(out_size: int, in_sizes: np.ndarray, width: int, flip: np.nda
     w = torch.clamp(1.0 - ((x - center + 0.5) * invscale).abs(), min=0.0) * (x < xmax)
     w = w / w.sum(-1, keepdim=True)
     index = x.clamp(max=width - 1).long()
-    if flips.any():
+    if flip.any():  # tested on the host: a device tensor's truth value would sync
         w = torch.where(flips[:, None, None], w.flip(1), w)
         index = torch.where(flips[:, None, None], index.flip(1), index)
     dense = torch.zeros((len(sizes), out_size, width), dtype=torch.float32, device=device)
@@ -84,16 +94,40 @@ def scaled_windows(windows: Windows, scales: np.ndarray | None):
 
 def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tuple[int, int],
                        scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
-                       out: torch.Tensor | None = None) -> torch.Tensor:
+                       out: torch.Tensor | None = None, groups: int | None = None) -> torch.Tensor:
     """The batch's windows (uint8 ``[H_b, W_b, 3]`` images, one device), resized to
     ``out_hw``, flipped, and finished as ``proc`` says (dtype, normalisation, layout; uint8
-    HWC without ``proc``). Written into ``out`` when given (e.g. a staging slot)."""
+    HWC without ``proc``). Written into ``out`` when given (e.g. a staging slot).
+
+    ``groups``: the images, sorted by window area, are cut into this many groups, each
+    padded to its own largest window: random resized crops of 500×375 images padded to the
+    batch's largest window do 2.2× the multiply-adds of their own windows, in 4 groups 1.4×.
+    Default ``min(4, B // 16)``, at least 1 (each group costs about 20 small launches).
+    """
+    b = len(images)
+    top, left, ch, cw = scaled_windows(windows, scales)
+    groups = max(1, min(4, b // 16)) if groups is None else max(1, min(groups, b))
+    if groups == 1:
+        res = _resize_group(images, top, left, ch, cw, windows.flip, out_hw)
+        return finish(res, proc, out)
+    res = None
+    for rows in np.array_split(np.argsort(ch * cw, kind="stable"), groups):
+        part = _resize_group([images[r] for r in rows], top[rows], left[rows], ch[rows], cw[rows],
+                             windows.flip[rows], out_hw)
+        if res is None:
+            res = part.new_empty((b, *part.shape[1:]))
+        res.index_copy_(0, to_device(rows, res.device), part)
+    return finish(res, proc, out)
+
+
+def _resize_group(images, top, left, ch, cw, flip, out_hw) -> torch.Tensor:
+    """float ``[G, oh, 3, ow]``: the windows copied into a zero-padded ``[G, Hm, 3, Wm]``
+    batch (one launch per image), then rows and columns as two ``bmm``."""
     oh, ow = out_hw
     dev, b = images[0].device, len(images)
-    top, left, ch, cw = scaled_windows(windows, scales)
     hm, wm = int(ch.max()), int(cw.max())
     batch = torch.zeros((b, hm, 3, wm), dtype=torch.float32, device=dev)
-    for i, image in enumerate(images):  # the one launch per image: window → padded batch
+    for i, image in enumerate(images):
         h, w = image.shape[:2]
         t, l_ = int(top[i]), int(left[i])
         y0, y1 = max(t, 0), min(t + int(ch[i]), h)
@@ -101,10 +135,9 @@ def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tup
         if y1 > y0 and x1 > x0:
             batch[i, y0 - t:y1 - t, :, x0 - l_:x1 - l_].copy_(image[y0:y1, x0:x1].permute(0, 2, 1))
     rows = resize_weights(oh, ch, hm, np.zeros(b, bool), dev)
-    cols = resize_weights(ow, cw, wm, windows.flip, dev)
+    cols = resize_weights(ow, cw, wm, flip, dev)
     mid = torch.bmm(rows, batch.view(b, hm, 3 * wm)).view(b, oh * 3, wm)
-    res = torch.bmm(mid, cols.transpose(1, 2)).view(b, oh, 3, ow)
-    return finish(res, proc, out)
+    return torch.bmm(mid, cols.transpose(1, 2)).view(b, oh, 3, ow)
 
 
 def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | None = None
@@ -125,7 +158,7 @@ def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | Non
         add -= np.asarray(proc.mean)
     if proc.std is not None:
         mul, add = mul / np.asarray(proc.std), add / np.asarray(proc.std)
-    coef = torch.from_numpy(np.stack([mul, add]).astype(np.float32)).to(res.device)
+    coef = to_device(np.stack([mul, add]).astype(np.float32), res.device)
     coef = coef[:, :, None, None] if chw else coef
     return torch.addcmul(coef[1], view, coef[0], out=dest)
 

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import MediaError
 from ..images._augment import Windows, augment_batch, crop_resize, sample_windows
-from ..images._batched import crop_resize_batch
+from ..images._batched import crop_resize_batch, to_device
 from ..images._pillow import decode_image, needed_size
 from ._messages import STOP, Failure, FillTask, Ready, RowsFilled
 
@@ -144,7 +144,7 @@ def fill_from_images(config, decoder_name: str, images: list, plan, staging: tor
     else:  # failed rows are dropped by the collector: fill the others in place
         sub = Windows(*(getattr(windows, f)[rows] for f in ("top", "left", "height", "width",
                                                             "flip")))
-        index = torch.from_numpy(rows).to(staging.device)
+        index = to_device(rows, staging.device)
         staging.index_copy_(0, index, crop_resize_batch(kept, sub, config.out_hw, scales,
                                                         proc=proc))
     return valid, errors

@@ -1,4 +1,5 @@
-"""Batched crop + resize + flip + normalize against the per-image path (issue 15).
+"""``vidloader bench images --workload resize``: batched crop + resize + flip + normalize
+against the per-image path (issue 15).
 
 Times the augmentation alone (decoded images in memory, decode excluded: it is the same for
 all three) of 224² random-resized crop + flip + normalize to float32 NCHW on ~500×375
@@ -6,33 +7,35 @@ images of both orientations, batch 64:
 
 - ``per_image``: ``crop_resize`` per image (torch's uint8 kernel on the CPU, float32
   ``interpolate`` on CUDA), then ``finalize`` (the path before this change);
-- ``matmul``: ``crop_resize_matmul`` (per-image weight matrices, two ``bmm``);
+- ``matmul``: ``crop_resize_matmul`` (per-image weight matrices, two ``bmm``; images sorted
+  by window area in ``min(4, B // 16)`` groups, each padded to its own largest window);
+- ``matmul_1_group``: the same, the whole batch padded to its largest window;
 - ``grid_sample``: per-image affine grids over the padded batch, bilinear (no antialias:
   shown for its error, it cannot match an antialiased shrink).
 
 Errors are against the float32 per-image path (what CUDA computes), in uint8 code values on
 the un-normalised output. Usage::
 
-    python benchmarks/images_resize.py --device cpu --threads 1 --out benchmarks/results/cpu/images
-    python benchmarks/images_resize.py --device cuda --out benchmarks/results/gpu/images
+    vidloader bench images --workload resize --device cpu --batch-size 64 --threads 1 \
+        --out benchmarks/results/cpu/images
+    vidloader bench images --workload resize --device cuda --batch-size 64 \
+        --out benchmarks/results/gpu/images
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vidloader.images._augment import _window, sample_windows
-from vidloader.images._batched import crop_resize_matmul, crop_resize_per_image
-from vidloader.images._spec import ImageProcess
-from vidloader.images._synthetic import natural_like
+from ..images._augment import _window, sample_windows
+from ..images._batched import crop_resize_matmul, crop_resize_per_image
+from ..images._spec import ImageProcess
+from ..images._synthetic import natural_like
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -98,26 +101,23 @@ def _time(fn, reps: int, device: str) -> float:
     return (time.perf_counter() - start) / reps
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    dev, out_hw = args.device, (224, 224)
-    images = _images(args.batch, dev)
+def run_resize(args, device: str) -> dict:
+    """Time the three methods on one batch of ``--batch-size`` images, ``--resize-reps``
+    times each after a warm-up; errors against the float32 per-image path."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    batch, reps, out_hw = args.batch_size, args.resize_reps, (224, 224)
+    images = _images(batch, device)
     proc = ImageProcess(size=224, crop="random_resized", random_flip=True, dtype="float32",
                         normalized=True, mean=MEAN, std=STD, layout="chw")
     hs = np.array([x.shape[0] for x in images])
     ws = np.array([x.shape[1] for x in images])
-    windows = sample_windows(proc, hs, ws, np.arange(args.batch, dtype=np.uint64) * 7919)
+    windows = sample_windows(proc, hs, ws, np.arange(batch, dtype=np.uint64) * 7919)
     ref = float_reference(images, windows, out_hw).int()
-    report = {"device": dev, "batch": args.batch, "threads": args.threads,
-              "load_average_before": os.getloadavg(), "methods": {}}
+    results = {"batch": batch, "reps": reps, "threads": torch.get_num_threads(),
+               "load_average_before": os.getloadavg()}
     methods = {"per_image": crop_resize_per_image, "matmul": crop_resize_matmul,
+               "matmul_1_group": functools.partial(crop_resize_matmul, groups=1),
                "grid_sample": None}
     for name, fn in methods.items():
         if fn is None:
@@ -129,21 +129,13 @@ def main() -> None:
                 return fn(images, windows, out_hw, proc=proc)
             u8 = fn(images, windows, out_hw)
         diff = (u8.int() - ref).abs()
-        seconds = _time(call, args.reps, dev)
-        report["methods"][name] = {
-            "seconds_per_batch": seconds, "images_per_s": args.batch / seconds,
+        seconds = _time(call, reps, device)
+        results[name] = {
+            "seconds_per_batch": seconds, "images_per_s": batch / seconds,
             "max_abs_diff_u8": int(diff.max()), "share_differing": float((diff > 0).float().mean()),
             "share_off_by_more_than_2": float((diff > 2).float().mean())}
-        print(f"{name:<12} {args.batch / seconds:>9,.0f} images/s  max |diff| {int(diff.max()):>3}  "
+        print(f"{name:<12} {batch / seconds:>9,.0f} images/s  max |diff| {int(diff.max()):>3}  "
               f"differing {float((diff > 0).float().mean()):.2%}", flush=True)
-    report["load_average_after"] = os.getloadavg()
-    print("load average", report["load_average_before"], "->", report["load_average_after"])
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        name = f"resize-b{args.batch}-t{args.threads}.json"
-        (out / name).write_text(json.dumps(report, indent=1))
-
-
-if __name__ == "__main__":
-    main()
+    results["load_average_after"] = os.getloadavg()
+    print("load average", results["load_average_before"], "->", results["load_average_after"])
+    return results
