@@ -149,6 +149,8 @@ def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | Non
     view = res.permute(0, 2, 1, 3) if chw else res.permute(0, 1, 3, 2)
     shape = (b, 3, oh, ow) if chw else (b, oh, ow, 3)
     dtype = _TORCH_DTYPES[proc.dtype] if proc is not None else torch.uint8
+    if out is not None and out.device != res.device:  # e.g. CPU slots, a CUDA decoder
+        return out.copy_(finish(res, proc))
     dest = out if out is not None else torch.empty(shape, dtype=dtype, device=res.device)
     if dtype == torch.uint8:
         return dest.copy_(view.round_().clamp_(0, 255))
