@@ -210,7 +210,8 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
     """CIFAR-10 epoch (vidloader on --device against the seed's torchvision-style CPU
     pipeline) and a generated JPEG folder at 224² (Pillow workers, nvImageCodec, decode-only
     peers, DALI when installed). JSON per workload under --out."""
-    p.add_argument("--workload", default="cifar,jpeg", help="comma-separated: cifar, jpeg")
+    p.add_argument("--workload", default="cifar,jpeg",
+                   help="comma-separated: cifar, jpeg, resize (augmentation alone)")
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument("--batch-size", type=int, default=256, help="jpeg batch size (default 256)")
     p.add_argument("--batches", type=int, default=40, help="timed jpeg batches (default 40)")
@@ -219,6 +220,9 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images", type=int, default=5000, help="JPEGs to generate (default 5000)")
     p.add_argument("--workers", type=int, default=None, help="Pillow workers (default: cores)")
     p.add_argument("--data-dir", default=None, help="default ~/.cache/vidloader/bench-images")
+    p.add_argument("--resize-reps", type=int, default=5, help="timed batches per resize method")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads for the resize workload (default: torch's)")
     p.add_argument("--out", default="benchmarks/results/images")
 
 

@@ -9,6 +9,9 @@
   resized crop + flip + normalize: vidloader's Pillow workers (all cores), vidloader with
   nvImageCodec, and, decode alone, nvImageCodec and torchvision's ``decode_jpeg`` on CUDA;
   DALI's whole pipeline when ``nvidia.dali`` imports.
+- ``resize``: the augmentation alone (224² random resized crop + flip + normalize on ~500×375
+  images): batched matmuls against the per-image path and ``grid_sample``
+  (:mod:`._images_resize`).
 
 Each contender runs in this process, after a warm-up; a failure is recorded in the JSON (its
 error) and the others go on. Results: a table on stdout and ``images-<workload>.json``
@@ -271,6 +274,12 @@ def _jpeg(args, data: Path, device: str) -> dict:
     return results
 
 
+def _resize(args, data: Path, device: str) -> dict:
+    from ._images_resize import run_resize
+
+    return run_resize(args, device)
+
+
 def run(args) -> int:
     """Run the workloads; print a line per contender; write JSON under ``--out``."""
     import torch
@@ -283,7 +292,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for workload in args.workload.split(","):
         print(f"== {workload} (device {device})")
-        results = {"cifar": _cifar, "jpeg": _jpeg}[workload](args, data, device)
+        results = {"cifar": _cifar, "jpeg": _jpeg, "resize": _resize}[workload](args, data, device)
         report = {"workload": workload, "device": device, "machine": describe_machine(),
                   "args": {k: v for k, v in vars(args).items() if k != "func"}, "results": results}
         (out / f"images-{workload}.json").write_text(json.dumps(report, indent=1, default=str))

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ..errors import MediaError
-from ..images._augment import augment_batch, crop_resize, sample_windows
+from ..images._augment import Windows, augment_batch, crop_resize, sample_windows
+from ..images._batched import crop_resize_batch, to_device
 from ..images._pillow import decode_image, needed_size
 from ._messages import STOP, Failure, FillTask, Ready, RowsFilled
 
@@ -114,26 +115,36 @@ def read_file(path: str) -> bytes | None:
         return None
 
 
-def fill_from_blobs(config, decoder, blobs: list, plan, staging: torch.Tensor):
-    """Decode the plan's files (``blobs``, read beforehand) in one call to ``decoder``
-    (nvImageCodec, on the slot's GPU), then crop, resize and flip each on that device."""
+def fill_from_images(config, decoder_name: str, images: list, plan, staging: torch.Tensor):
+    """Crop, resize, flip and finish the plan's decoded ``images`` (``None`` where a file
+    could not be read or decoded) as one batch on their device, into ``staging`` (the final
+    dtype and layout: see :func:`~..images._batched.crop_resize_batch`)."""
     from ..errors import CorruptImageError
 
-    dataset, proc, out_hw = config.dataset, config.proc, config.out_hw
-    images = decoder.decode(blobs)
+    dataset, proc = config.dataset, config.proc
     sizes = dataset.sizes[plan.video_indices]
     windows = sample_windows(proc, sizes[:, 0], sizes[:, 1], plan.sample_seeds)
     valid, errors = np.ones(plan.batch_size, dtype=bool), []
     for row, image in enumerate(images):
         if image is None:
             path = dataset.path(int(plan.video_indices[row]))
-            exc = CorruptImageError(path, f"{decoder.name} could not read or decode it; "
+            exc = CorruptImageError(path, f"{decoder_name} could not read or decode it; "
                                     "re-encode or remove it, or pass on_error='skip'")
             if not config.skips_bad_files:
                 raise exc
             valid[row] = False
             errors.append((path, str(exc)))
-            continue
-        scale = (image.shape[0] / sizes[row, 0], image.shape[1] / sizes[row, 1])
-        staging[row, 0].copy_(crop_resize(image, windows[row], out_hw, scale))
+    rows = np.flatnonzero(valid)
+    if len(rows) == 0:
+        return valid, errors
+    kept = [images[r] for r in rows]
+    scales = np.array([(x.shape[0], x.shape[1]) for x in kept], np.float64) / sizes[rows]
+    if len(rows) == plan.batch_size:
+        crop_resize_batch(kept, windows, config.out_hw, scales, proc=proc, out=staging)
+    else:  # failed rows are dropped by the collector: fill the others in place
+        sub = Windows(*(getattr(windows, f)[rows] for f in ("top", "left", "height", "width",
+                                                            "flip")))
+        index = to_device(rows, staging.device)
+        staging.index_copy_(0, index, crop_resize_batch(kept, sub, config.out_hw, scales,
+                                                        proc=proc))
     return valid, errors

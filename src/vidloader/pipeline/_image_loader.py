@@ -84,7 +84,9 @@ class ImageCollector:
             return None
         rows = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
         staged = pool.slots[done.slot_id]["images"][: bp.batch_size]
-        images = finalize(self.transfer(staged, rows), self.config.proc, is_clip=False)
+        images = self.transfer(staged, rows)
+        if not getattr(pool, "stages_final", False):  # the GPU pool normalises as it resizes
+            images = finalize(images, self.config.proc, is_clip=False)
         keep = slice(None) if rows is None else rows.numpy()
         labels = torch.from_numpy(bp.labels[keep].copy())
         if self.config.output == "dali":  # DALIGenericIterator: one dict per pipeline

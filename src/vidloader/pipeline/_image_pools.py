@@ -1,5 +1,6 @@
 """Pools that fill image slots (:class:`~._contract.BatchPool`): in memory on the batch's
-device, Pillow in spawned workers or in this process, and nvImageCodec on the GPU."""
+device, Pillow in spawned workers or in this process, and nvImageCodec on the GPU
+(:class:`~._image_decode.BatchDecodePool`, in its own module)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import collections
 import torch
 
 from ._contract import BatchPool
+from ._image_decode import BatchDecodePool  # noqa: F401 - the GPU pool, re-exported
 from ._image_fill import (
     ImageWorkerStart,
     file_filler,
@@ -102,59 +104,3 @@ def _all_valid(plan):
     import numpy as np
 
     return np.ones(plan.batch_size, dtype=bool)
-
-
-class BatchDecodePool(BatchPool):
-    """Files decoded a batch at a time on the GPU by nvImageCodec in this process, read by a
-    few threads; crops and resizes run on the GPU, into GPU slots.
-
-    ``submit`` only starts reading the unit's files on the reader threads; ``get`` decodes
-    the oldest unit once its files are in. The files of the next units are read while a
-    unit decodes (the scheduler submits up to ``prefetch`` units ahead).
-
-    ``decoder`` stands in for nvImageCodec (anything with ``name`` and
-    ``decode(list[bytes | None]) -> list[Tensor | None]``).
-    """
-
-    def __init__(self, config, num_slots: int, decoder=None) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from ..images._nvimgcodec import NvImageCodecDecoder
-
-        device = config.device if config.device is not None else torch.device("cpu")
-        self.config = config
-        self.decoder = decoder if decoder is not None else NvImageCodecDecoder(device)
-        self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
-        self.slots = allocate_image_slots(config, num_slots, device=device)
-        self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
-        self._done: collections.deque = collections.deque()
-
-    @property
-    def ways(self) -> int:
-        return 1
-
-    def submit(self, worker: int, task: FillTask) -> None:
-        from ._image_fill import read_file
-
-        dataset = self.config.dataset
-        reads = [[self.reader.submit(read_file, dataset.path(i)) for i in plan.video_indices.tolist()]
-                 for plan in task.plans]
-        self._pending.append((task, reads))
-
-    def get(self):
-        from ._image_fill import fill_from_blobs
-
-        while not self._done:
-            task, reads = self._pending.popleft()
-            blobs = iter(reads)
-
-            def fill(plan, staging, blobs=blobs):
-                return fill_from_blobs(self.config, self.decoder,
-                                       [f.result() for f in next(blobs)], plan, staging)
-            self._done.extend(fill_task_messages(fill, self.slots, task, self.decoder.name))
-        return self._done.popleft()
-
-    def shutdown(self) -> None:
-        self.reader.shutdown(wait=True, cancel_futures=True)
-        self._pending.clear()
-        self.slots = []

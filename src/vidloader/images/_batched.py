@@ -1,0 +1,188 @@
+"""Crop + resize + flip + normalize of a whole batch of images of different sizes, in a
+fixed number of kernels: per-image separable weight matrices and two batched matmuls.
+
+The per-image path (:func:`._augment.crop_resize`) costs several kernel launches per image
+(window, permute, cast, ``interpolate``, round, copy), which caps a GPU loader at a few
+thousand images/s however fast the decoder. Here a batch costs one copy per image (its
+window into a zero-padded float batch ``[B, Hm, 3, Wm]``) and about twenty launches in all:
+
+- the weights are those of ``F.interpolate(mode="bilinear", antialias=True,
+  align_corners=False)`` (torch's ``_compute_weights_aa``: a tent of half-width
+  ``max(1, in/out)`` centred at ``(i + ½)·in/out``, clipped to the window, normalised),
+  built on the device for the whole batch from each image's window size: the crop is
+  folded in by making the matrices window-relative, the flip by reversing the rows of the
+  column matrix, zero padding (``crop="random"``) by the zeros of the padded batch;
+- rows then columns: ``[B, oh, Hm] @ [B, Hm, 3·Wm]`` then ``[B, oh·3, Wm] @ [B, Wm, ow]``,
+  with no transpose copy in between (the ``[B, H, 3, W]`` layout makes both views free);
+- normalize is folded into the single kernel that writes the output in its dtype and layout
+  (``addcmul`` into the destination), so a float batch is never rounded to uint8 first.
+
+Against the per-image path: uint8 outputs differ by at most 1 (float32 rounding of the same
+weights; torch's CPU uint8 kernel uses 16-bit fixed-point weights); float outputs differ by
+at most ``0.5/255/std`` plus float32 error, the uint8 rounding the per-image path does before
+normalising. Under ``torch.backends.cuda.matmul.allow_tf32`` the products run in TF32 and the
+uint8 difference may reach 2.
+
+On the CPU this is slower than the per-image uint8 kernel (dense matrices do ~50× the
+multiply-adds of the banded filter; see ``benchmarks/results/cpu/images/``), so
+:func:`crop_resize_batch` keeps the per-image path for CPU tensors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ._augment import Windows, crop_resize
+from ._spec import ImageProcess
+
+_TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A small host array on ``device`` without blocking the host: a copy from pageable
+    memory would wait for the stream, i.e. for the decode this batch waits on."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def resize_weights(out_size: int, in_sizes: np.ndarray, width: int, flip: np.ndarray,
+                   device: torch.device) -> torch.Tensor:
+    """float32 ``[B, out_size, width]``: row ``i`` of sample ``b`` holds the antialiased
+    bilinear weights of output pixel ``i`` over input pixels ``0 .. in_sizes[b] - 1``
+    (zero beyond); rows reversed where ``flip``."""
+    sizes = np.asarray(in_sizes, dtype=np.int64)
+    # Enough taps for the widest tent (2·support + the two partial pixels at its ends).
+    taps = int(math.ceil(2 * max(1.0, sizes.max() / out_size))) + 2
+    flip = np.asarray(flip, bool)
+    packed = to_device(np.stack([sizes, flip.astype(np.int64)]), device)
+    n, flips = packed[0].double()[:, None, None], packed[1].bool()
+    scale = n / out_size
+    support = torch.clamp(scale, min=1.0)  # interp_size/2 = 1, widened when shrinking
+    invscale = 1.0 / support
+    center = scale * (torch.arange(out_size, device=device, dtype=torch.float64)[:, None] + 0.5)
+    # torch truncates toward zero, then clips to the input (UpSampleKernel.cpp).
+    xmin = torch.clamp(torch.trunc(center - support + 0.5), min=0)
+    xmax = torch.minimum(torch.trunc(center + support + 0.5), n)
+    x = xmin + torch.arange(taps, device=device, dtype=torch.float64)  # [B, out, taps]
+    w = torch.clamp(1.0 - ((x - center + 0.5) * invscale).abs(), min=0.0) * (x < xmax)
+    w = w / w.sum(-1, keepdim=True)
+    index = x.clamp(max=width - 1).long()
+    if flip.any():  # tested on the host: a device tensor's truth value would sync
+        w = torch.where(flips[:, None, None], w.flip(1), w)
+        index = torch.where(flips[:, None, None], index.flip(1), index)
+    dense = torch.zeros((len(sizes), out_size, width), dtype=torch.float32, device=device)
+    # scatter_add: taps past the window were clipped onto its last pixel with weight 0.
+    return dense.scatter_add_(2, index, w.float())
+
+
+def scaled_windows(windows: Windows, scales: np.ndarray | None):
+    """Windows in the coordinates of reduced decodes (``scales`` ``[B, 2]``, Pillow's draft
+    mode), rounded as :func:`._augment.crop_resize` does."""
+    top, left, ch, cw = windows.top, windows.left, windows.height, windows.width
+    if scales is None or np.all(scales == 1.0):
+        return top, left, ch, cw
+    sy, sx = scales[:, 0], scales[:, 1]
+    return (np.floor(top * sy).astype(np.int64), np.floor(left * sx).astype(np.int64),
+            np.maximum(1, np.round(ch * sy)).astype(np.int64),
+            np.maximum(1, np.round(cw * sx)).astype(np.int64))
+
+
+def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tuple[int, int],
+                       scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
+                       out: torch.Tensor | None = None, groups: int | None = None) -> torch.Tensor:
+    """The batch's windows (uint8 ``[H_b, W_b, 3]`` images, one device), resized to
+    ``out_hw``, flipped, and finished as ``proc`` says (dtype, normalisation, layout; uint8
+    HWC without ``proc``). Written into ``out`` when given (e.g. a staging slot).
+
+    ``groups``: the images, sorted by window area, are cut into this many groups, each
+    padded to its own largest window: random resized crops of 500×375 images padded to the
+    batch's largest window do 2.2× the multiply-adds of their own windows, in 4 groups 1.4×.
+    Default ``min(4, B // 16)``, at least 1 (each group costs about 20 small launches).
+    """
+    b = len(images)
+    top, left, ch, cw = scaled_windows(windows, scales)
+    groups = max(1, min(4, b // 16)) if groups is None else max(1, min(groups, b))
+    if groups == 1:
+        res = _resize_group(images, top, left, ch, cw, windows.flip, out_hw)
+        return finish(res, proc, out)
+    res = None
+    for rows in np.array_split(np.argsort(ch * cw, kind="stable"), groups):
+        part = _resize_group([images[r] for r in rows], top[rows], left[rows], ch[rows], cw[rows],
+                             windows.flip[rows], out_hw)
+        if res is None:
+            res = part.new_empty((b, *part.shape[1:]))
+        res.index_copy_(0, to_device(rows, res.device), part)
+    return finish(res, proc, out)
+
+
+def _resize_group(images, top, left, ch, cw, flip, out_hw) -> torch.Tensor:
+    """float ``[G, oh, 3, ow]``: the windows copied into a zero-padded ``[G, Hm, 3, Wm]``
+    batch (one launch per image), then rows and columns as two ``bmm``."""
+    oh, ow = out_hw
+    dev, b = images[0].device, len(images)
+    hm, wm = int(ch.max()), int(cw.max())
+    batch = torch.zeros((b, hm, 3, wm), dtype=torch.float32, device=dev)
+    for i, image in enumerate(images):
+        h, w = image.shape[:2]
+        t, l_ = int(top[i]), int(left[i])
+        y0, y1 = max(t, 0), min(t + int(ch[i]), h)
+        x0, x1 = max(l_, 0), min(l_ + int(cw[i]), w)
+        if y1 > y0 and x1 > x0:
+            batch[i, y0 - t:y1 - t, :, x0 - l_:x1 - l_].copy_(image[y0:y1, x0:x1].permute(0, 2, 1))
+    rows = resize_weights(oh, ch, hm, np.zeros(b, bool), dev)
+    cols = resize_weights(ow, cw, wm, flip, dev)
+    mid = torch.bmm(rows, batch.view(b, hm, 3 * wm)).view(b, oh * 3, wm)
+    return torch.bmm(mid, cols.transpose(1, 2)).view(b, oh, 3, ow)
+
+
+def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """float ``[B, oh, 3, ow]`` → the output (one kernel for a float output: the affine
+    normalisation, the layout and the cast together)."""
+    b, oh, _, ow = res.shape
+    chw = proc is not None and proc.layout == "chw"
+    view = res.permute(0, 2, 1, 3) if chw else res.permute(0, 1, 3, 2)
+    shape = (b, 3, oh, ow) if chw else (b, oh, ow, 3)
+    dtype = _TORCH_DTYPES[proc.dtype] if proc is not None else torch.uint8
+    if out is not None and out.device != res.device:  # e.g. CPU slots, a CUDA decoder
+        return out.copy_(finish(res, proc))
+    dest = out if out is not None else torch.empty(shape, dtype=dtype, device=res.device)
+    if dtype == torch.uint8:
+        return dest.copy_(view.round_().clamp_(0, 255))
+    mul = np.full(3, 1 / 255 if proc.normalized else 1.0)
+    add = np.zeros(3)
+    if proc.mean is not None:
+        add -= np.asarray(proc.mean)
+    if proc.std is not None:
+        mul, add = mul / np.asarray(proc.std), add / np.asarray(proc.std)
+    coef = to_device(np.stack([mul, add]).astype(np.float32), res.device)
+    coef = coef[:, :, None, None] if chw else coef
+    return torch.addcmul(coef[1], view, coef[0], out=dest)
+
+
+def crop_resize_per_image(images: list[torch.Tensor], windows: Windows, out_hw: tuple[int, int],
+                          scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
+    """The same output through :func:`._augment.crop_resize`, one image at a time, then
+    ``processing.finalize`` (the previous path; faster on the CPU)."""
+    from ..processing import finalize
+
+    staged = torch.stack([
+        crop_resize(image, windows[i], out_hw,
+                    (1.0, 1.0) if scales is None else (float(scales[i, 0]), float(scales[i, 1])))
+        for i, image in enumerate(images)])
+    result = staged if proc is None else finalize(staged[:, None], proc, is_clip=False)
+    return result if out is None else out.copy_(result)
+
+
+def crop_resize_batch(images: list[torch.Tensor], windows: Windows, out_hw: tuple[int, int],
+                      scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """Batched matmuls for CUDA tensors, the per-image uint8 kernel for CPU tensors."""
+    fn = crop_resize_per_image if images[0].device.type == "cpu" else crop_resize_matmul
+    return fn(images, windows, out_hw, scales, proc=proc, out=out)
