@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from .._utils._nvtx import NVTX_ENV, Ranges
 from ..constants import MAX_DECODERS_PER_GPU
 from ..errors import ConfigError
 from ..index import VideoIndex
@@ -58,6 +59,9 @@ class LoaderConfig:
             (decoded on the CPU instead); ``None`` with ``"cpu"``.
         combo_share: with ``"combo"``, a fixed share of units for NVDEC (the seed's static
             split, for comparison); ``None``: each executor takes units as it frees up.
+        nvtx: emit NVTX ranges (demux, decode, convert, copy, finalize) in every process
+            that does the work; resolved from the ``nvtx`` argument or ``VIDLOADER_NVTX``,
+            and False on a CPU build of torch.
     """
 
     index: VideoIndex
@@ -78,6 +82,7 @@ class LoaderConfig:
     pin_memory: bool
     cpu_only: np.ndarray | None = None
     combo_share: float | None = None
+    nvtx: bool = False
 
     @property
     def uses_nvdec(self) -> bool:
@@ -89,13 +94,18 @@ class LoaderConfig:
         return self.on_error == "skip"
 
     @property
+    def ranges(self) -> Ranges:
+        """The NVTX ranges of this loader (a no-op unless :attr:`nvtx`)."""
+        return Ranges(self.nvtx)
+
+    @property
     def gpu(self) -> torch.device:
         """The GPU NVDEC decodes on."""
         return torch.device("cuda", self.nvdec_options["device"])
 
     def executor_options(self, backend: str) -> dict:
         """The constructor options of ``backend``'s executor."""
-        return dict(self.cpu_options if backend == "cpu" else self.nvdec_options)
+        return {**(self.cpu_options if backend == "cpu" else self.nvdec_options), "nvtx": self.nvtx}
 
 
 def backend_uses_nvdec(backend: str) -> bool:
@@ -105,7 +115,7 @@ def backend_uses_nvdec(backend: str) -> bool:
 
 def check_options(*, batch_size: int, prefetch: int, on_error: str, backend: str,
                   lookahead: int | None, fallback: str = "cpu",
-                  combo_share: float | None = None) -> None:
+                  combo_share: float | None = None, nvtx: bool | None = None) -> None:
     """The checks that need nothing but the arguments."""
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -123,6 +133,9 @@ def check_options(*, batch_size: int, prefetch: int, on_error: str, backend: str
     if combo_share is not None and (backend != "combo" or not 0.0 <= float(combo_share) <= 1.0):
         raise ConfigError(f"combo_share must be a number in [0, 1] with backend='combo' (the "
                           f"share of units NVDEC takes), got {combo_share!r} with backend={backend!r}")
+    if nvtx is not None and not isinstance(nvtx, bool):
+        raise ConfigError(f"nvtx must be True, False or None (None: the {NVTX_ENV} environment "
+                          f"variable decides), got {nvtx!r}")
 
 
 def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_size: int,
