@@ -9,13 +9,12 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from ..constants import VIDEO_EXTENSIONS
 from ..errors import ConfigError, MediaError
 from ._probe import probe_video
 from ._record import RejectedVideo, VideoIndex, VideoRecord
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 
 #: Below this many files, ``num_workers=None`` probes in-process: starting spawned workers
 #: (each imports numpy and PyAV) costs more than probing a few files.
@@ -33,7 +32,7 @@ def build_index(
     paths_or_dirs: PathArg | Iterable[PathArg],
     *,
     num_workers: int | None = None,
-    extensions: Sequence[str] = DEFAULT_EXTENSIONS,
+    extensions: Sequence[str] = VIDEO_EXTENSIONS,
     progress: bool = True,
     recursive: bool = True,
     executor: Executor | None = None,
