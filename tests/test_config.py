@@ -60,6 +60,7 @@ LOADER_ROWS = [
     ("nvdec_options", {"frame_cache": 1}, ConfigError, "unknown keys ['frame_cache']"),
     ("fallback", "gpu", ConfigError, "fallback must be one of"),
     ("combo_share", 0.5, ConfigError, "combo_share"),
+    ("nvtx", "yes", ConfigError, "nvtx must be True, False or None"),
 ]
 if _NO_GPU:  # no GPU, or no PyNvVideoCodec: refused when the loader is built
     LOADER_ROWS.append(("backend", "nvdec", BackendUnavailableError, "backend='nvdec'"))

@@ -106,12 +106,40 @@ def test_refuses_bad_options(source, tmp_path):
     assert output_size(96, 64, None) == (96, 64)
 
 
-def test_cli_writes_a_report(source, tmp_path, capsys):
+def test_cli_writes_a_report_that_reruns_add_to(source, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["prepare", str(source / "b"), str(out), "--gop", "5", "-j", "0"]) == 0
-    report = json.loads((out / "prepare-report.json").read_text())
-    assert report["options"]["gop"] == 5 and report["files"][0]["status"] == "done"
+    cmd = ["prepare", str(source / "b"), str(out), "--gop", "5", "-j", "0"]
+    assert main(cmd) == 0
+    first = json.loads((out / "prepare-report.json").read_text())
+    assert first["options"]["gop"] == 5 and first["files"][0]["status"] == "done"
+    assert first["files"][0]["run"] == 0 and first["files"][0]["gop_after"] == 21 / 5  # 5 keyframes
     assert "1 re-encoded" in capsys.readouterr().out
+    assert main(cmd) == 0  # a rerun skips the file but keeps what its encoding measured
+    (entry,) = json.loads((out / "prepare-report.json").read_text())["files"]
+    assert {k: v for k, v in entry.items() if k != "skipped_in"} == first["files"][0]
+    assert entry["skipped_in"] == [1]
+    assert "merged with 1 earlier run(s)" in capsys.readouterr().out
+    (out / "two.mp4").unlink()
+    assert main(cmd) == 0  # encoded again: the new outcome, the earlier one kept under it
+    merged = json.loads((out / "prepare-report.json").read_text())
+    (entry,) = merged["files"]
+    assert entry["status"] == "done" and entry["run"] == 2
+    assert [e["run"] for e in entry["earlier"]] == [0] and entry["earlier"][0]["skipped_in"] == [1]
+    assert [(r["done"], r["skipped"]) for r in merged["runs"]] == [(1, 0), (0, 1), (1, 0)]
+
+
+def test_merge_reads_a_single_run_report_and_keeps_files_it_did_not_see(tmp_path):
+    from vidloader.prepare import FileChange, PrepareOptions, PrepareReport, merge_reports
+
+    opts = PrepareOptions(gop=8, bframes=False, max_size=None, codec="h264", crf=20, preset="fast")
+    old = PrepareReport("s", "d", opts, [FileChange("s/a.mp4", "d/a.mp4", "done", gop_after=8.0),
+                                        FileChange("s/b.mp4", "d/b.mp4", "failed", reason="bad")])
+    new = PrepareReport("s", "d", opts, [FileChange("s/b.mp4", "d/b.mp4", "done")])
+    merged = merge_reports(json.loads(old.to_json()), new)
+    assert [(r["done"], r["failed"]) for r in merged["runs"]] == [(1, 1), (1, 0)]
+    a, b = merged["files"]
+    assert a["source"] == "s/a.mp4" and a["gop_after"] == 8.0 and "run" not in a
+    assert b["status"] == "done" and b["run"] == 1 and b["earlier"][0]["reason"] == "bad"
 
 
 def test_gop_cost_bench_reports_disk_and_decoding(tmp_path, capsys):

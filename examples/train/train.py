@@ -108,7 +108,7 @@ def main(argv=None) -> dict[str, float]:
     p.add_argument("--tiny", action="store_true", help="a few videos and one epoch (CI)")
     p.add_argument("--seeds", type=int, default=1, help="training runs per sampler")
     args = p.parse_args(argv)
-    videos, frames, epochs, seeds = (8, 36, 1, 1) if args.tiny else (24, 96, 3, args.seeds)
+    videos, frames, epochs, seeds = (4, 16, 1, 1) if args.tiny else (24, 96, 3, args.seeds)
     clip, gop = 8, 12
     root = Path(args.data) / ("tiny" if args.tiny else "full")
     train_set = make_split(root, "train", videos, frames, gop, seed=1)

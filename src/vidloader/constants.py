@@ -38,3 +38,7 @@ DEFAULT_NVDEC_DECODERS = 16
 #: Decoder threads allowed per GPU: data-center GPUs have up to 7 NVDEC engines, and each
 #: decoder holds its own surfaces (tens of MiB at 1080p), so more threads only cost memory.
 MAX_DECODERS_PER_GPU = 16
+
+#: File extensions taken as videos when a folder is searched (``build_index``,
+#: ``prepare_dataset``): the one list both use.
+VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def register_prepare(sub) -> None:
     p = sub.add_parser(
         "prepare", help="re-encode videos for fast random access (short closed GOPs)",
         description="Re-encode every video under SRC into DST (same relative paths, .mp4): a "
         "keyframe every --gop frames, closed GOPs, yuv420p, video stream only. Resumable: "
-        "rerun the same command after an interruption. Writes DST/prepare-report.json.")
+        "rerun the same command after an interruption. Writes DST/prepare-report.json, merged "
+        "with the report of earlier runs.")
     p.add_argument("source", help="folder of videos (recursive) or one file")
     p.add_argument("destination", help="output folder (not inside SRC)")
     p.add_argument("--gop", type=int, default=30, help="keyframe interval in frames (default 30)")
@@ -25,16 +24,15 @@ def register_prepare(sub) -> None:
 
 
 def run_prepare(args) -> int:
-    from ..prepare import prepare_dataset
+    from ..prepare import prepare_dataset, write_report
 
     report = prepare_dataset(
         args.source, args.destination, gop=args.gop, bframes=args.bframes,
         max_size=args.max_size, codec=args.codec, crf=args.crf, preset=args.preset,
         num_workers=args.workers,
     )
-    path = Path(report.destination) / "prepare-report.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report.to_json())
+    path, merged = write_report(report)
     print(report.summary())
-    print(f"report written to {path}")
+    earlier = len(merged["runs"]) - 1
+    print(f"report written to {path}" + (f" (merged with {earlier} earlier run(s))" if earlier else ""))
     return 1 if report.count("failed") else 0

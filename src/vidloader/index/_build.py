@@ -10,14 +10,13 @@ from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, w
 from concurrent.futures.process import BrokenProcessPool
 
 from .._utils._procs import worker_context
+from ..constants import VIDEO_EXTENSIONS
 from ..errors import ConfigError, MediaError
 from ._probe import probe_video
 from ._record import RejectedVideo, VideoIndex, VideoRecord
 from ._streams import StreamChoice, check_stream_choice
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 
 #: Below this many files, ``num_workers=None`` probes in-process: starting the workers costs
 #: more than probing a few files.
@@ -35,7 +34,7 @@ def build_index(
     paths_or_dirs: PathArg | Iterable[PathArg],
     *,
     num_workers: int | None = None,
-    extensions: Sequence[str] = DEFAULT_EXTENSIONS,
+    extensions: Sequence[str] = VIDEO_EXTENSIONS,
     progress: bool = True,
     recursive: bool = True,
     stream: StreamChoice = "best",

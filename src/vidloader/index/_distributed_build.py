@@ -50,7 +50,9 @@ def _as_index(results: list[Result]) -> VideoIndex:
 def _read_shard(path: str, paths: list[str]) -> list[Result] | None:
     """The shard's results in the order of ``paths``, or None if it is unreadable."""
     try:
-        shard = VideoIndex.load(path, allow_outside_root=True)  # shards name files anywhere
+        # A shard lives in shard_dir, usually outside the videos' folder: its paths are
+        # admitted only if they are exactly this chunk's files (checked below).
+        shard = VideoIndex.load(path, allow_outside_root=True)
     except (IndexFormatError, OSError, ValueError):
         return None
     by_path: dict[str, Result] = {r.path: r for r in [*shard, *shard.rejected]}

@@ -14,8 +14,9 @@ import os
 from collections import defaultdict
 from typing import Literal
 
+from ..constants import VIDEO_EXTENSIONS
 from ..errors import ConfigError
-from ._build import DEFAULT_EXTENSIONS, build_index
+from ._build import build_index
 from ._record import VideoIndex
 from ._store import AllowedRoots, confine_paths
 
@@ -113,7 +114,7 @@ def from_nvidia_json(source: str | os.PathLike | NvJson, *, allow_outside_root: 
     """
     data, base = _read_source(source)
     build_kwargs.setdefault("recursive", False)
-    extensions = tuple(build_kwargs.get("extensions", DEFAULT_EXTENSIONS))
+    extensions = tuple(build_kwargs.get("extensions", VIDEO_EXTENSIONS))
     targets: list[str] = []
     expected: dict[tuple[str, str], int] = {}
     layouts: dict[str, Layout] = {}

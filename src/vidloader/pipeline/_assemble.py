@@ -12,6 +12,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from .._utils._nvtx import NO_RANGES, Ranges
 from ..decoding import Executor
 from ..errors import MediaError
 from ..index import VideoIndex
@@ -115,7 +116,8 @@ class UnitFill:
         if self.pending is not None:
             pending, self.pending = self.pending, None
             try:
-                pending.wait()
+                with self.assembler.ranges("vidloader.wait"):
+                    pending.wait()
             except MediaError:
                 if not self.assembler.redoes_failures:
                     raise
@@ -145,12 +147,16 @@ class BatchAssembler:
             NVDEC): the videos ``routed`` to it, and any file whose decode fails on
             ``executor`` at run time (retried once on ``fallback`` before it counts as bad).
         routed: bool per video, True for videos that go to ``fallback`` directly.
+        ranges: NVTX ranges: ``vidloader.convert`` around each sink call (conversion, resize,
+            crop, flip and the write into the slot), ``vidloader.wait`` around waiting for
+            an asynchronous unit. Default: off.
     """
 
     def __init__(self, index: VideoIndex, outputs: dict[str, Process], executor: Executor, *,
                  skips_bad_files: bool = False, fallback: Executor | None = None,
-                 routed: np.ndarray | None = None) -> None:
+                 routed: np.ndarray | None = None, ranges: Ranges = NO_RANGES) -> None:
         self.index, self.outputs, self.executor = index, outputs, executor
+        self.ranges = ranges
         self.skips_bad_files = bool(skips_bad_files)
         self.fallback, self.routed = fallback, routed
         #: Files decoded by the fallback since the last :meth:`take_fallbacks`: path -> why.
@@ -163,7 +169,8 @@ class BatchAssembler:
     def for_config(cls, config, executor: Executor, *, fallback: Executor | None = None) -> BatchAssembler:
         """The assembler of a loader's :class:`~._config.LoaderConfig`."""
         return cls(config.index, config.outputs, executor, skips_bad_files=config.skips_bad_files,
-                   fallback=fallback, routed=None if fallback is None else config.cpu_only)
+                   fallback=fallback, routed=None if fallback is None else config.cpu_only,
+                   ranges=config.ranges)
 
     def close(self) -> None:
         """Close the executor and the fallback."""
@@ -341,7 +348,7 @@ class BatchAssembler:
                         rgb = rgb_by_size[(geom.coded_hw, geom.turns)] = upright(frame.to_rgb(geom.coded_hw), geom)
                     _write(stagings[p][name], b, slot, apply_window(rgb, geom, transforms[p][name][b]))
 
-        return sink
+        return self.ranges.wrap("vidloader.convert", sink)
 
     def _gop_sink(self, tasks, slots, transforms, stagings):
         """The per-GOP sink of ``submit_batch``: convert the GOP's frames in one batched call
@@ -376,7 +383,7 @@ class BatchAssembler:
                 for p, (rows, cols, ks) in whole.items():
                     copy_runs(stagings[p][name], rows, cols, rgb, ks)
 
-        return sink
+        return self.ranges.wrap("vidloader.convert", sink)
 
     def _clear_unmapped_slots(self, plan: BatchPlan, staging: dict) -> None:
         # index_map may leave output slots that no clip frame fills: keep them zero, since

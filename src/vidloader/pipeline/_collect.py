@@ -30,11 +30,16 @@ class Collector:
     def __init__(self, config: LoaderConfig) -> None:
         self.config = config
         self.transfer = Transfer(config.device, config.pin_memory)
+        self.ranges = config.ranges
         self.stats = LoaderStats()
         self.decode_stats = DecodeStats()
 
     def __call__(self, done: FinishedBatch, pool: BatchPool) -> dict | None:
         """The batch's dict, or ``None`` when every row of it was skipped."""
+        with self.ranges("vidloader.collect", done.plan.batch_index):
+            return self._collect(done, pool)
+
+    def _collect(self, done: FinishedBatch, pool: BatchPool) -> dict | None:
         bp, valid, per = done.plan, done.valid, self.config.rows_per_sample
         if per > 1:  # a sample with one bad camera file is dropped whole
             valid = np.repeat(valid.reshape(-1, per).all(axis=1), per)
@@ -44,7 +49,10 @@ class Collector:
         rows = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
         batch = {}
         for name, proc in self.config.outputs.items():
-            batch[name] = finalize(self._staged(done, pool, name, rows), proc, is_clip=bp.is_clip)
+            with self.ranges("vidloader.copy", name):
+                staged = self._staged(done, pool, name, rows)
+            with self.ranges("vidloader.finalize", name):
+                batch[name] = finalize(staged, proc, is_clip=bp.is_clip)
         keep = slice(None) if rows is None else rows.numpy()
         frames = bp.frame_indices if bp.is_clip else bp.frame_indices[:, 0]
         batch["video_index"] = torch.from_numpy(bp.video_indices[keep].copy())

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .._utils._args import check_bool, check_choice, check_int, check_optional_int
+from .._utils._nvtx import NVTX_ENV, Ranges
 from ..constants import MAX_DECODERS_PER_GPU
 from ..errors import BackendUnavailableError, ConfigError
 from ..index import VideoIndex
@@ -59,6 +60,9 @@ class LoaderConfig:
             (decoded on the CPU instead); ``None`` with ``"cpu"``.
         combo_share: with ``"combo"``, a fixed share of units for NVDEC (the seed's static
             split, for comparison); ``None``: each executor takes units as it frees up.
+        nvtx: emit NVTX ranges (demux, decode, convert, copy, finalize) in every process
+            that does the work; resolved from the ``nvtx`` argument or ``VIDLOADER_NVTX``,
+            and False on a CPU build of torch.
     """
 
     index: VideoIndex
@@ -79,6 +83,7 @@ class LoaderConfig:
     pin_memory: bool
     cpu_only: np.ndarray | None = None
     combo_share: float | None = None
+    nvtx: bool = False
 
     @property
     def uses_nvdec(self) -> bool:
@@ -90,13 +95,18 @@ class LoaderConfig:
         return self.on_error == "skip"
 
     @property
+    def ranges(self) -> Ranges:
+        """The NVTX ranges of this loader (a no-op unless :attr:`nvtx`)."""
+        return Ranges(self.nvtx)
+
+    @property
     def gpu(self) -> torch.device:
         """The GPU NVDEC decodes on."""
         return torch.device("cuda", self.nvdec_options["device"])
 
     def executor_options(self, backend: str) -> dict:
         """The constructor options of ``backend``'s executor."""
-        return dict(self.cpu_options if backend == "cpu" else self.nvdec_options)
+        return {**(self.cpu_options if backend == "cpu" else self.nvdec_options), "nvtx": self.nvtx}
 
 
 def backend_uses_nvdec(backend: str) -> bool:
@@ -112,7 +122,7 @@ NVDEC_OPTION_KEYS = ("frame_cache_bytes", "packet_cache_bytes", "skip_nonref", "
 def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallback="cpu",
                   combo_share=None, num_workers=None, pin_memory=False, drop_last=False,
                   persistent_workers=False, decoder_threads=1, nvdec_decoders=1,
-                  nvdec_options=None) -> None:
+                  nvdec_options=None, nvtx=None) -> None:
     """The checks that need nothing but the arguments: types, ranges and choices, each a
     :class:`ConfigError` naming the argument, the value and the fix."""
     check_int("batch_size", batch_size, minimum=1, fix="the samples per batch")
@@ -137,6 +147,9 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
                                     or not 0.0 <= float(combo_share) <= 1.0):
         raise ConfigError(f"combo_share must be a number in [0, 1] with backend='combo' (the "
                           f"share of units NVDEC takes), got {combo_share!r} with backend={backend!r}")
+    if nvtx is not None and not isinstance(nvtx, bool):
+        raise ConfigError(f"nvtx must be True, False or None (None: the {NVTX_ENV} environment "
+                          f"variable decides), got {nvtx!r}")
 
 
 def _check_nvdec_options(options) -> None:

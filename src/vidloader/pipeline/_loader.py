@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from .._utils._nvtx import resolve_ranges
 from .._utils._procs import start_server
 from ..constants import (
     DEFAULT_DECODER_THREADS,
@@ -100,6 +101,14 @@ class VideoLoader:
         nvdec_options (Mapping | None): further :class:`~vidloader.decoding.nvdec.NvdecExecutor`
             options (``frame_cache_bytes``, ``packet_cache_bytes``, ``skip_nonref``), and
             ``units_decoding``: units of work queued on the decoders at once (default 4).
+        fallback ("cpu" | "error"): what happens to files NVDEC cannot decode (``"nvdec"``,
+            ``"combo"``): decoded on the CPU, or refused at construction.
+        combo_share (float | None): with ``"combo"``, a fixed share of units for NVDEC;
+            default: each side takes units as it frees up.
+        nvtx (bool | None): emit NVTX ranges (``vidloader.demux``, ``.decode``, ``.convert``,
+            ``.copy``, ``.finalize``, ``.collect``) for Nsight Systems, in each process where
+            that work runs. Default ``None``: on when ``VIDLOADER_NVTX=1``. A no-op on a CPU
+            build of torch; when off, no range is formatted or emitted.
 
     .. note:: The stream of batches is a pure function of (sampler seed, epoch, rank): the same
        whatever ``num_workers``. :meth:`state_dict` taken mid-epoch and loaded into a fresh
@@ -131,6 +140,7 @@ class VideoLoader:
         nvdec_options: Mapping[str, object] | None = None,
         fallback: Literal["cpu", "error"] = "cpu",
         combo_share: float | None = None,
+        nvtx: bool | None = None,
     ) -> None:
         if not isinstance(index, VideoIndex):
             raise ConfigError(f"index must be a vidloader.VideoIndex (from vidloader.build_index "
@@ -145,7 +155,7 @@ class VideoLoader:
                       combo_share=combo_share, num_workers=num_workers, pin_memory=pin_memory,
                       drop_last=drop_last, persistent_workers=persistent_workers,
                       decoder_threads=decoder_threads, nvdec_decoders=nvdec_decoders,
-                      nvdec_options=nvdec_options)
+                      nvdec_options=nvdec_options, nvtx=nvtx)
         device = resolve_device(device)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
@@ -184,6 +194,7 @@ class VideoLoader:
             device=device, pin_memory=pin_memory,
             cpu_only=cpu_only_mask(index, self.nvdec_refusals) if uses_nvdec and fallback == "cpu" else None,
             combo_share=None if combo_share is None else float(combo_share),
+            nvtx=resolve_ranges(nvtx).enabled,
         )
         self._pool: BatchPool | None = None
         self._scheduler: Scheduler | None = None

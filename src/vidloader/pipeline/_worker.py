@@ -14,6 +14,7 @@ import traceback
 
 import numpy as np
 
+from .._utils._nvtx import NO_RANGES
 from ..decoding import get_executor
 from ._assemble import BatchAssembler
 from ._messages import (
@@ -144,7 +145,7 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
                 # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
                 tasks = plan_tasks(task.plans, config.index)[task.start:task.stop]
                 bundles, failed = _demux_tasks(tasks, containers, config.skips_bad_files,
-                                               config.cpu_only)
+                                               config.cpu_only, config.ranges)
             except BaseException as exc:
                 result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
                                      getattr(exc, "path", None), unit_key=task.key))
@@ -190,7 +191,7 @@ def unpack_payloads(light: list, shared) -> list:
             for item in light]
 
 
-def _demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None):
+def _demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=NO_RANGES):
     """Bundles of the tasks, ``None`` for a task routed to the CPU (NVDEC cannot decode its
     file: the loader's process decodes it there) or whose demux failed (listed in ``failed``)."""
     from ..decoding.nvdec import demux_gops
@@ -202,7 +203,8 @@ def _demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None):
             bundles.append(None)
             continue
         try:
-            bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
+            with ranges("vidloader.demux", task.record.path):
+                bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
         except MediaError as exc:
             if not skips_bad_files:
                 raise

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from ..constants import VIDEO_EXTENSIONS
 from ..errors import ConfigError, MediaError
 from ._transcode import Codec, FileChange, PrepareOptions, transcode
 
-DEFAULT_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -50,6 +52,69 @@ class PrepareReport:
         return json.dumps(dataclasses.asdict(self), indent=1)
 
 
+#: The report's name in the destination folder.
+REPORT_NAME = "prepare-report.json"
+
+
+def write_report(report: PrepareReport) -> tuple[Path, dict]:
+    """Write ``report`` to ``destination/prepare-report.json``, merged with the report that
+    earlier runs left there (:func:`merge_reports`), so a rerun that skips finished files
+    keeps what was measured when they were encoded. Written whole under a temporary name,
+    then renamed. Returns the path and the merged report."""
+    path = Path(report.destination) / REPORT_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = None
+    if path.exists():
+        try:
+            previous = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            kept = path.with_name(REPORT_NAME + ".unreadable")
+            log.warning("%s is unreadable (%s): kept as %s, starting a new report", path, exc, kept)
+            os.replace(path, kept)
+    merged = merge_reports(previous, report)
+    tmp = path.with_name(REPORT_NAME + ".partial")
+    tmp.write_text(json.dumps(merged, indent=1))
+    os.replace(tmp, path)
+    return path, merged
+
+
+def merge_reports(previous: dict | None, report: PrepareReport) -> dict:
+    """The report of every run so far: ``runs`` (each run's options and counts, oldest
+    first) and one entry per file, its latest real outcome with ``run`` (the run it comes
+    from). A file a rerun skipped keeps its earlier entry, its ``skipped_in`` listing those
+    reruns; a file a rerun encoded again (or failed again) gets the new entry, the earlier
+    ones under ``earlier``. Files of earlier runs that this run did not see are kept.
+
+    ``previous``: an earlier :func:`merge_reports` result, or a single run's
+    :meth:`PrepareReport.to_json` (from before reports were merged), or ``None``.
+    """
+    current = dataclasses.asdict(report)
+    counts = {status: report.count(status) for status in ("done", "skipped", "failed")}
+    runs = [] if previous is None else list(previous.get("runs") or [_run_of(previous)])
+    k = len(runs)
+    runs.append({"options": current["options"], **counts})
+    files = {} if previous is None else {f["source"]: f for f in previous["files"]}
+    for change in current["files"]:
+        old = files.get(change["source"])
+        if old is None:
+            files[change["source"]] = {**change, "run": k}
+        elif change["status"] == "skipped":
+            files[change["source"]] = {**old, "skipped_in": [*old.get("skipped_in", []), k]}
+        else:
+            earlier = [*old.pop("earlier", []), {**old, "run": old.get("run", 0)}]
+            files[change["source"]] = {**change, "run": k, "earlier": earlier}
+    return {"source": current["source"], "destination": current["destination"],
+            "options": current["options"], "runs": runs,
+            "files": [files[s] for s in sorted(files)]}
+
+
+def _run_of(single: dict) -> dict:
+    """A run's summary from a single-run report."""
+    statuses = [f["status"] for f in single["files"]]
+    return {"options": single["options"],
+            **{s: statuses.count(s) for s in ("done", "skipped", "failed")}}
+
+
 def prepare_dataset(
     source: str | os.PathLike,
     destination: str | os.PathLike,
@@ -62,7 +127,7 @@ def prepare_dataset(
     preset: str = "veryfast",
     num_workers: int | None = None,
     progress: bool = True,
-    extensions: Sequence[str] = DEFAULT_EXTENSIONS,
+    extensions: Sequence[str] = VIDEO_EXTENSIONS,
 ) -> PrepareReport:
     """Re-encode every video under ``source`` into ``destination`` for fast random access.
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ... import constants
+from ..._utils._nvtx import Ranges
 from ...errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
@@ -72,6 +73,9 @@ class CpuExecutor(Executor):
         detect_errors: fail a GOP in which FFmpeg logs a decoding error, which it otherwise
             conceals and returns as a normal frame (see :mod:`._errors`): frames decoded
             before the error are delivered, the rest raise :class:`CorruptVideoError`.
+        nvtx: emit an NVTX range ``vidloader.decode <path>`` around each task (demuxing and
+            decoding interleave inside FFmpeg, so one range covers both; the sink's own
+            ranges nest inside). Default False: no cost.
     """
 
     name = "cpu"
@@ -85,8 +89,10 @@ class CpuExecutor(Executor):
         interpolation: str = constants.DEFAULT_INTERPOLATION,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         detect_errors: bool = True,
+        nvtx: bool = False,
     ) -> None:
         super().__init__()
+        self.ranges = Ranges(nvtx)
         _check_options(thread_count, thread_type, interpolation, max_open_files)
         self.thread_count = int(thread_count)
         self.thread_type = thread_type
@@ -108,17 +114,18 @@ class CpuExecutor(Executor):
         self.stats.tasks += 1
         if not task.gops:
             return
-        video = self._acquire(task.record)
-        frames = self._wanted_frames(video, task)
-        try:
-            for i, frame in frames:
-                sink(i, CpuFrame(frame, self._swscale(), self.interpolation, self.thread_count))
-                self.stats.delivered += 1
-        except BaseException:
-            # An error (ours or the sink's) leaves the decoder somewhere unknown: reopen next time.
-            frames.close()
-            self._forget(task.record.path)
-            raise
+        with self.ranges("vidloader.decode", task.record.path):
+            video = self._acquire(task.record)
+            frames = self._wanted_frames(video, task)
+            try:
+                for i, frame in frames:
+                    sink(i, CpuFrame(frame, self._swscale(), self.interpolation, self.thread_count))
+                    self.stats.delivered += 1
+            except BaseException:
+                # An error (ours or the sink's) leaves the decoder somewhere unknown: reopen next time.
+                frames.close()
+                self._forget(task.record.path)
+                raise
 
     def close(self) -> None:
         while self._videos:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..._utils._imports import require
+from ..._utils._nvtx import Ranges
 from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
@@ -86,6 +87,9 @@ class _Job:
     bundle: PacketBundle | None = None  # packets given (separation mode), else demux
     g: int = 0
 
+    def __str__(self) -> str:  # an NVTX range's detail, formatted only when ranges are on
+        return f"{self.record.path}@{self.gop.keyframe}"
+
 
 @dataclasses.dataclass(eq=False)
 class _Result:
@@ -118,6 +122,8 @@ class NvdecExecutor(Executor):
             about a third of a GOP with two B-frames between references, exact (tested).
         caps: what this GPU's NVDEC decodes; default: asked from the driver
             (:func:`query_nvdec_caps`) for each kind of video as it first comes.
+        nvtx: emit NVTX ranges ``vidloader.demux`` and ``vidloader.decode`` (each naming the
+            file and keyframe) on the thread that does the work (default False: no cost).
 
     Raises:
         BackendUnavailableError: no CUDA GPU is visible, or PyNvVideoCodec is missing.
@@ -137,8 +143,10 @@ class NvdecExecutor(Executor):
         packet_cache_bytes: int = DEFAULT_PACKET_CACHE_BYTES,
         skip_nonref: bool = True,
         caps: NvdecCaps | None = None,
+        nvtx: bool = False,
     ) -> None:
         super().__init__()
+        self.ranges = Ranges(nvtx)
         self._nvc = load_pynvvideocodec()
         self._caps = caps
         self._refused: dict[tuple[str, int], str | None] = {}  # (path, size) -> reason
@@ -284,10 +292,12 @@ class NvdecExecutor(Executor):
             return job.bundle, job.g
         rec, gop = job.record, job.gop
         if self.packet_cache.max_bytes == 0:
-            return demux_gops(rec, [gop], container_cache=containers), 0
+            with self.ranges("vidloader.demux", job):
+                return demux_gops(rec, [gop], container_cache=containers), 0
         bundle = self.packet_cache.get(rec.path, gop.keyframe, gop.last)
         if bundle is None:
-            bundle = demux_gops(rec, full_gop_requests(rec, [gop]), container_cache=containers)
+            with self.ranges("vidloader.demux", job):
+                bundle = demux_gops(rec, full_gop_requests(rec, [gop]), container_cache=containers)
             self.packet_cache.put(bundle)
         return bundle, 0
 
@@ -333,7 +343,8 @@ class NvdecExecutor(Executor):
                 sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
 
         bundle, g = self._packets(job, self._containers)
-        packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
+        with self.ranges("vidloader.decode", job):
+            packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
         self._count(job, packets, len(delivered), wanted)
 
     def _deliver_cached(self, job: _Job, frames, sink: BatchSink, consumer) -> None:
@@ -381,7 +392,8 @@ class NvdecExecutor(Executor):
 
         with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
             bundle, g = self._packets(job, containers)
-            packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
+            with self.ranges("vidloader.decode", job):
+                packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
             event = torch.cuda.Event()
             event.record(slot.stream)
         return _Result(frames, packets, decoded, event)
