@@ -151,6 +151,6 @@ def test_nvdec_option_keys_are_the_executors():
     from vidloader.decoding.nvdec import NvdecExecutor
     from vidloader.pipeline._config import NVDEC_OPTION_KEYS
 
-    set_by_loader = {"device", "max_width", "max_height", "num_decoders", "caps"}
+    set_by_loader = {"device", "max_width", "max_height", "num_decoders", "caps", "nvtx"}
     options = set(inspect.signature(NvdecExecutor).parameters) - set_by_loader
     assert options | {"units_decoding"} == set(NVDEC_OPTION_KEYS)
