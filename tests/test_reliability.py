@@ -310,3 +310,75 @@ def test_flag_is_saved_and_shown(two_videos, tmp_path, capsys):
     assert [r.warning for r in loaded.flagged] == ["its frames span 1 s"]
     assert f"1 indexed with a warning:\n  {a}: its frames span 1 s" in summarize(loaded)
     assert "warning     its frames span 1 s" in describe_record(loaded[0])
+
+
+# ---------------------------------------------------------------- same size and mtime (item 7)
+
+def _replace_keeping_size_and_mtime(path: Path, spec: VideoSpec) -> None:
+    """Overwrite ``path`` with a video of ``spec``, padded (a trailing MP4 ``free`` box) to the
+    old byte size and given back the old modification time: the stat check cannot see it."""
+    st = path.stat()
+    data = make_video(path.with_name("replacement.mp4"), spec).read_bytes()
+    pad = st.st_size - len(data)
+    assert pad >= 8, "the replacement must be smaller than the original"
+    path.write_bytes(data + pad.to_bytes(4, "big") + b"free" + bytes(pad - 8))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.fixture
+def swapped(tmp_path) -> tuple[VideoIndex, Path]:
+    """Three indexed 96x64 videos; the second then replaced by a 48x32 one (same frame
+    times) of the same byte size and modification time."""
+    paths = [_video(tmp_path / f"v{i}.mp4", seed=20 + i, frames=20) for i in range(3)]
+    index = build_index(paths, num_workers=0, progress=False)
+    _replace_keeping_size_and_mtime(paths[1], VideoSpec(width=48, height=32, num_frames=20, gop=10,
+                                                        bframes=2, seed=7))
+    index[1].check_unchanged()  # the stat check passes: only the pictures tell
+    return index, paths[1]
+
+
+def test_cpu_refuses_pictures_of_another_size(swapped):
+    index, path = swapped
+    with pytest.raises(vidloader.CorruptVideoError, match=r"v1\.mp4: frame 0 decodes to 48x32.*96x64.*Re-index"):
+        vidloader.decode_frames(path, [0, 5], index_record=index[1])
+
+
+@pytest.fixture
+def fake_nvdec(monkeypatch):
+    import torch
+
+    from vidloader.pipeline._config import LoaderConfig
+
+    from . import _fake_nvc
+
+    nvc = _fake_nvc.FakeNvc()
+    _fake_nvc.install(monkeypatch, nvc)
+    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    return nvc
+
+
+def test_nvdec_surface_smaller_than_the_index_is_typed(swapped, fake_nvdec):
+    """On the device this was an untyped RuntimeError from reshaping the smaller surface."""
+    from vidloader.decoding import DecodeTask
+    from vidloader.decoding.nvdec._executor import NvdecExecutor
+
+    index, _ = swapped
+    ex = NvdecExecutor(num_decoders=1, frame_cache_bytes=0, packet_cache_bytes=0)
+    try:
+        with pytest.raises(vidloader.CorruptVideoError,
+                           match=r"v1\.mp4: NVDEC decoded a picture of 48x32 samples, smaller than the 96x64"):
+            ex.decode(DecodeTask.for_frames(1, index[1], range(20)), lambda i, f: None)
+    finally:
+        ex.close()
+
+
+@pytest.mark.parametrize("fallback", ["cpu", "error"])
+def test_nvdec_loader_skips_a_swapped_file_once(swapped, fake_nvdec, fallback):
+    index, path = swapped
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=0, backend="nvdec", device="cpu",
+                                   on_error="skip", fallback=fallback,
+                                   sampler=vidloader.RandomFrames(seed=0))
+    seen = [(int(v), int(f)) for b in loader for v, f in zip(b["video_index"], b["frame_index"])]
+    assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]
+    assert loader.stats["skipped_samples"] == 20
+    assert loader.stats["skipped_files"] == [str(path)]
