@@ -382,3 +382,16 @@ def test_nvdec_loader_skips_a_swapped_file_once(swapped, fake_nvdec, fallback):
     assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]
     assert loader.stats["skipped_samples"] == 20
     assert loader.stats["skipped_files"] == [str(path)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_real_nvdec_skips_a_swapped_file_once(swapped, num_workers):
+    """The device run of issue 17 item 7: the epoch died with an untyped RuntimeError."""
+    index, path = swapped
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=num_workers, backend="nvdec",
+                                   on_error="skip", fallback="error",
+                                   sampler=vidloader.RandomFrames(seed=0))
+    seen = [(int(v), int(f)) for b in loader for v, f in zip(b["video_index"], b["frame_index"])]
+    assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]
+    assert loader.stats["skipped_files"] == [str(path)]
