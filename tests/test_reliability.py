@@ -198,17 +198,20 @@ def test_detection_can_be_turned_off(damaged):
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])
-def test_skip_keeps_frames_decoded_before_the_damage(damaged, tmp_path, num_workers):
+def test_skip_keeps_frames_before_the_damage_and_the_later_gops(damaged, tmp_path, num_workers):
     good, bad, frame = damaged
     index = build_index(bad, num_workers=0, progress=False)
+    gop_end = (frame // 10 + 1) * 10  # GOP 10: the damaged picture's GOP ends there
+    assert gop_end < 30  # an intact GOP follows in the same task (one batch of 30)
     loader = vidloader.VideoLoader(index, batch_size=30, num_workers=num_workers, on_error="skip",
                                    sampler=vidloader.SequentialFrames())
     batches = list(loader)
     delivered = np.concatenate([b["frame_index"].numpy() for b in batches])
     frames = np.concatenate([b["frames"].numpy() for b in batches])
-    assert list(delivered) == list(range(frame))  # everything before the damage, nothing after
-    np.testing.assert_array_equal(frames, reference_frames(good)[:frame])
-    assert loader.stats["skipped_samples"] == 30 - frame
+    kept = list(range(frame)) + list(range(gop_end, 30))  # only the damaged GOP's rest is lost
+    assert list(delivered) == kept
+    np.testing.assert_array_equal(frames, reference_frames(good)[kept])
+    assert loader.stats["skipped_samples"] == gop_end - frame
     assert loader.stats["skipped_files"] == [str(bad)]
 
 
