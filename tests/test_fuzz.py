@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import vidloader  # noqa: E402
@@ -145,6 +145,10 @@ def test_damaged_files_give_frames_typed_errors_or_counted_skips(seeds, tmp_path
     @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not LONG_RUN,
               suppress_health_check=list(HealthCheck))
     @given(name=st.sampled_from(sorted(SEEDS)), mutation=_MUTATIONS)
+    # Found by the long run: a flipped codec tag left the probe an AttributeError on a stream
+    # without a decoder; a flipped metadata byte, a UnicodeDecodeError in the CPU executor.
+    @example(name="hevc", mutation=("flip", [2898920]))
+    @example(name="h264", mutation=("flip", [183]))
     def one(name, mutation):
         data, ref, good = seeds[name]
         bad = tmp_path / f"bad{next(counter)}.mp4"

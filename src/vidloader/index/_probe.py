@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._utils._av import open_input
 from ..errors import CorruptVideoError, VideoNotFoundError
 from ._codecs import codec_name
 from ._crosscheck import cross_check
@@ -63,7 +64,7 @@ def probe_video(path: str | os.PathLike) -> VideoRecord:
     # Stat before reading: a file rewritten while we probe then looks changed at decode time.
     size, mtime_ns = _check_file(path)
     try:
-        container = _open(av, path)
+        container = open_input(path)
     except av.FFmpegError as exc:
         reason = f"FFmpeg cannot open it ({exc.strerror or exc}); is it a video file?"
         raise CorruptVideoError(path, reason) from exc
@@ -75,16 +76,6 @@ def probe_video(path: str | os.PathLike) -> VideoRecord:
     finally:
         container.close()
     return dataclasses.replace(record, mtime_ns=mtime_ns)
-
-
-def _open(av, path: str):
-    """Open for demuxing. Odd bytes in a metadata tag must not make a playable video
-    unreadable: PyAV < 19 takes ``metadata_errors``; PyAV 19 removed it (it decodes tags
-    leniently by itself)."""
-    try:
-        return av.open(path, "r", metadata_errors="replace")
-    except TypeError:
-        return av.open(path, "r")
 
 
 def _check_file(path: str) -> tuple[int, int]:
@@ -105,6 +96,11 @@ def _probe_container(container, path: str, size: int) -> VideoRecord:
     stream = container.streams.video[0]
     if stream.time_base is None:
         raise CorruptVideoError(path, "the video stream has no time base")
+    if stream.codec_context is None:  # e.g. a damaged codec tag FFmpeg has no decoder for
+        raise CorruptVideoError(
+            path, "FFmpeg has no decoder for its video stream: the header is damaged or the "
+            "codec unsupported; re-encode the file",
+        )
     _check_not_truncated(stream, path, size)
     pts, is_key, last_duration, discarded = _demux_timestamps(container, stream, path)
     pts, keyframes = _display_order(pts, is_key, path)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ... import constants
+from ..._utils._av import open_input
 from ...errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
@@ -339,7 +340,7 @@ def _open_video(record: VideoRecord, thread_count: int, thread_type: str) -> _Op
     path = record.path
     record.check_unchanged()  # a replaced file must not be decoded under the old frame table
     try:
-        container = av.open(path, "r")
+        container = open_input(path)
     except av.FFmpegError as exc:
         raise media_error(path, exc) from exc
     try:
