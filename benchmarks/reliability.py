@@ -3,12 +3,16 @@ what it catches among random 300-byte overwrites.
 
     python benchmarks/reliability.py speed --detect on|off [--repeat 3]
     python benchmarks/reliability.py damage --cases 100 --out benchmarks/results/reliability/damage.json
+    python benchmarks/reliability.py moov --cases 300 > benchmarks/results/reliability/moov.log
 
 ``speed`` decodes every frame of 4 generated 480x270 H.264 videos (GOP 30, B-frames, 150
 frames each) through the CPU executor and prints frames/s; compare the two settings with
 ``farm-bench --vs``. ``damage`` overwrites 300 random bytes at a random place in the middle
 half of a 320x240 H.264 file (90 frames, GOP 30, B-frames), indexes it, decodes every frame
 with detection off and on, and counts the frames that differ from the intact file's.
+``moov`` overwrites 200 random bytes at a random place inside the ``moov`` box of the same
+file and tallies what ``build_index`` makes of it: rejected (by the frame-count cross-check
+or otherwise), indexed with a warning, indexed whole, or indexed short without a word.
 """
 
 from __future__ import annotations
@@ -104,6 +108,40 @@ def damage(cases: int, out: str) -> None:
     print(json.dumps(summary, indent=1))
 
 
+def moov(cases: int) -> None:
+    import logging
+
+    from vidloader import build_index
+    from vidloader.synthetic import VideoSpec, make_video
+
+    logging.disable(logging.WARNING)  # one build_index warning per case otherwise
+    CACHE.mkdir(exist_ok=True)
+    good = CACHE / "damage_src.mp4"
+    if not good.exists():
+        make_video(good, VideoSpec(width=320, height=240, num_frames=90, gop=30, bframes=2, seed=1))
+    data = good.read_bytes()
+    start = data.index(b"moov") - 4
+    size = int.from_bytes(data[start:start + 4], "big")
+    rng = np.random.default_rng(17)
+    tally: dict[str, int] = {}
+    for _ in range(cases):
+        blob = bytearray(data)
+        at = int(rng.integers(start + 8, start + size - 200))
+        blob[at:at + 200] = rng.integers(0, 256, 200, np.uint8).tobytes()
+        bad = CACHE / "moov_case.mp4"
+        bad.write_bytes(bytes(blob))
+        index = build_index(str(bad), num_workers=0, progress=False)
+        if index.rejected:
+            key = "rejected: frame count" if "sample table states" in index.rejected[0].reason else "rejected: other"
+        elif getattr(index[0], "warning", ""):
+            key = "indexed with a warning"
+        else:
+            key = "indexed whole" if index[0].num_frames == 90 else "indexed short, no warning"
+        tally[key] = tally.get(key, 0) + 1
+    print(json.dumps({"machine": platform.processor() or platform.machine(), "cases": cases,
+                      "moov_bytes": size, "outcomes": tally}, indent=1))
+
+
 def _summary(rows: list[dict]) -> dict:
     indexed = [r for r in rows if r["indexed"]]
     out = {"cases": len(rows), "rejected_at_index": len(rows) - len(indexed)}
@@ -128,9 +166,13 @@ def main() -> None:
     d = sub.add_parser("damage")
     d.add_argument("--cases", type=int, default=100)
     d.add_argument("--out", default=os.path.join("benchmarks", "results", "reliability", "damage.json"))
+    m = sub.add_parser("moov")
+    m.add_argument("--cases", type=int, default=300)
     args = parser.parse_args()
     if args.cmd == "speed":
         speed(args.detect == "on", args.repeat)
+    elif args.cmd == "moov":
+        moov(args.cases)
     else:
         damage(args.cases, args.out)
 

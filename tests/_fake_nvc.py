@@ -43,12 +43,25 @@ class PacketData:
         self.duration = self.decode_flag = self.stream_index = self.is_video = 0
 
 
+class _Plane:
+    """A plane as ``DecodedFrame.cuda()`` lists them: only its ``__cuda_array_interface__``."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        typestr = {torch.uint8: "|u1", torch.uint16: "<u2", torch.int16: "<i2"}[t.dtype]
+        self.__cuda_array_interface__ = {"shape": tuple(t.shape), "typestr": typestr,
+                                         "data": (t.data_ptr(), False), "version": 2}
+
+
 class _Frame:
-    def __init__(self, surface: torch.Tensor, pts: int) -> None:
-        self._surface, self._pts = surface, pts
+    def __init__(self, surface: torch.Tensor, pts: int, height: int) -> None:
+        self._surface, self._pts, self._height = surface, pts, height
 
     def getPTS(self) -> int:  # noqa: N802 (PyNvVideoCodec's name)
         return self._pts
+
+    def cuda(self) -> list[_Plane]:
+        """The luma and the interleaved chroma plane (the real binding's fallback export)."""
+        return [_Plane(self._surface[: self._height]), _Plane(self._surface[self._height :])]
 
     def __dlpack__(self, stream=None):
         return self._surface.__dlpack__()
@@ -107,7 +120,7 @@ class FakeDecoder:
         surf[:, : nv12.shape[1]] = nv12
         self.surfaces[i] = surf
         view = surf[:, : nv12.shape[1]]  # DLPack carries the pitch in the strides
-        return _Frame(view, frame.pts if self.owner.pts_passthrough else 0)
+        return _Frame(view, frame.pts if self.owner.pts_passthrough else 0, frame.height)
 
 
 class FakeNvc(types.ModuleType):

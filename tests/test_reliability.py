@@ -87,13 +87,14 @@ def test_version_3_index_loads_with_mtime_unknown(two_videos, tmp_path):
     path = tmp_path / "ds" / "index.npz"
     build_index(a, num_workers=0, progress=False).save(path)
     with np.load(path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files if k != "mtime_ns"}
+        arrays = {k: npz[k] for k in npz.files if k not in ("mtime_ns", "warning")}
     header = json.loads(str(arrays["header"]))
     arrays["header"] = np.array(json.dumps({**header, "version": 3}))
     with open(path, "wb") as f:
         np.savez(f, **arrays)
     loaded = VideoIndex.load(path)
     assert loaded[0].mtime_ns == 0 and loaded[0].size_bytes == a.stat().st_size
+    assert loaded[0].warning == ""  # a column older files lack
 
 
 # ---------------------------------------------------------------- paths confined (item 4)
@@ -197,17 +198,20 @@ def test_detection_can_be_turned_off(damaged):
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])
-def test_skip_keeps_frames_decoded_before_the_damage(damaged, tmp_path, num_workers):
+def test_skip_keeps_frames_before_the_damage_and_the_later_gops(damaged, tmp_path, num_workers):
     good, bad, frame = damaged
     index = build_index(bad, num_workers=0, progress=False)
+    gop_end = (frame // 10 + 1) * 10  # GOP 10: the damaged picture's GOP ends there
+    assert gop_end < 30  # an intact GOP follows in the same task (one batch of 30)
     loader = vidloader.VideoLoader(index, batch_size=30, num_workers=num_workers, on_error="skip",
                                    sampler=vidloader.SequentialFrames())
     batches = list(loader)
     delivered = np.concatenate([b["frame_index"].numpy() for b in batches])
     frames = np.concatenate([b["frames"].numpy() for b in batches])
-    assert list(delivered) == list(range(frame))  # everything before the damage, nothing after
-    np.testing.assert_array_equal(frames, reference_frames(good)[:frame])
-    assert loader.stats["skipped_samples"] == 30 - frame
+    kept = list(range(frame)) + list(range(gop_end, 30))  # only the damaged GOP's rest is lost
+    assert list(delivered) == kept
+    np.testing.assert_array_equal(frames, reference_frames(good)[kept])
+    assert loader.stats["skipped_samples"] == gop_end - frame
     assert loader.stats["skipped_files"] == [str(bad)]
 
 
@@ -224,3 +228,173 @@ def test_nvdec_demux_refuses_a_file_replaced_by_a_smaller_video(two_videos):
     task = vidloader.decoding.DecodeTask.for_frames(0, record, [0, 12])
     with pytest.raises(StaleIndexError, match=r"a\.mp4.*size"):
         demux_gops(record, task.gops, container_cache=ContainerCache())
+
+
+# ---------------------------------------------------------------- probe cross-check (item 3)
+
+def _box(data: bytes, name: bytes) -> tuple[int, int]:
+    """Offset and size of the top-level MP4 box ``name``."""
+    at = 0
+    while at + 8 <= len(data):
+        size, kind = int.from_bytes(data[at:at + 4], "big"), data[at + 4:at + 8]
+        if kind == name:
+            return at, size
+        at += max(size, 8)
+    raise AssertionError(f"no {name!r} box")
+
+
+def test_moov_damage_is_rejected_or_flagged_never_silently_short(tmp_path):
+    """Issue 17: 200 random bytes inside ``moov`` indexed 31 of 90 frames without a word."""
+    good = tmp_path / "good.mp4"
+    make_video(good, VideoSpec(width=96, height=64, num_frames=90, gop=30, bframes=2, seed=4))
+    data = good.read_bytes()
+    start, size = _box(data, b"moov")
+    rng = np.random.default_rng(17)
+    paths = []
+    for case, at in enumerate(np.linspace(start + 8, start + size - 200, 24).astype(int)):
+        bad = bytearray(data)
+        bad[at:at + 200] = rng.integers(0, 256, 200, np.uint8).tobytes()
+        paths.append(tmp_path / f"bad{case:02d}.mp4")
+        paths[-1].write_bytes(bytes(bad))
+    index = build_index(paths, num_workers=0, progress=False)
+    silent = [(r.path, r.num_frames) for r in index if not r.warning and r.num_frames != 90]
+    assert silent == []
+    assert len(index) + len(index.rejected) == len(paths)  # each file rejected or indexed
+
+
+class _Stream:
+    def __init__(self, frames=0, seconds=0.0):
+        from fractions import Fraction
+
+        self.frames, self.time_base = frames, Fraction(1, 1000)
+        self.duration = int(seconds * 1000) or None
+
+
+class _Container:
+    def __init__(self, fmt="mov,mp4,m4a,3gp,3g2,mj2", streams=1, seconds=0.0):
+        self.format = type("F", (), {"name": fmt})()
+        self.streams, self.duration = [None] * streams, int(seconds * 1e6) or None
+
+
+def _check(container, stream, found=90, discarded=0, span=3.0):
+    from vidloader.index._crosscheck import cross_check
+
+    return cross_check(container, stream, "/d/v.mp4", found=found, discarded=discarded,
+                       span_seconds=span, frame_seconds=1 / 30)
+
+
+def test_cross_check_rule():
+    mp4, avi = _Container(), _Container("avi")
+    assert _check(mp4, _Stream(90, 3.0)) == ""
+    assert _check(mp4, _Stream(90, 3.0), found=88, span=2.95) == ""  # within the tolerance
+    with pytest.raises(vidloader.CorruptVideoError, match=r"v\.mp4.*states 90 frames but only 31"):
+        _check(mp4, _Stream(90, 3.0), found=31, span=1.03)
+    assert "30 were demuxed" not in _check(avi, _Stream(900, 3.0))  # AVI counts ticks: no check
+    assert "states 90 frames but 120" in _check(mp4, _Stream(90), found=120)
+    assert "hides 61 of the 90" in _check(mp4, _Stream(90, 3.0), found=29, discarded=61)
+    assert "states 3.000 s of video but its frames span 1.000 s" in _check(
+        _Container("matroska,webm", seconds=3.0), _Stream(), span=1.0)
+    # A container duration that may be the audio's is not compared.
+    assert _check(_Container("matroska,webm", streams=2, seconds=9.0), _Stream(), span=1.0) == ""
+
+
+def test_flag_is_saved_and_shown(two_videos, tmp_path, capsys):
+    import dataclasses
+
+    from vidloader.cli._index import summarize
+    from vidloader.cli._info import describe_record
+
+    a, _ = two_videos
+    index = build_index(a, num_workers=0, progress=False)
+    assert index[0].warning == "" and index.flagged == []
+    flagged = VideoIndex([dataclasses.replace(index[0], warning="its frames span 1 s")])
+    flagged.save(tmp_path / "ds" / "index.npz")
+    loaded = VideoIndex.load(tmp_path / "ds" / "index.npz")
+    assert [r.warning for r in loaded.flagged] == ["its frames span 1 s"]
+    assert f"1 indexed with a warning:\n  {a}: its frames span 1 s" in summarize(loaded)
+    assert "warning     its frames span 1 s" in describe_record(loaded[0])
+
+
+# ---------------------------------------------------------------- same size and mtime (item 7)
+
+def _replace_keeping_size_and_mtime(path: Path, spec: VideoSpec) -> None:
+    """Overwrite ``path`` with a video of ``spec``, padded (a trailing MP4 ``free`` box) to the
+    old byte size and given back the old modification time: the stat check cannot see it."""
+    st = path.stat()
+    data = make_video(path.with_name("replacement.mp4"), spec).read_bytes()
+    pad = st.st_size - len(data)
+    assert pad >= 8, "the replacement must be smaller than the original"
+    path.write_bytes(data + pad.to_bytes(4, "big") + b"free" + bytes(pad - 8))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.fixture
+def swapped(tmp_path) -> tuple[VideoIndex, Path]:
+    """Three indexed 96x64 videos; the second then replaced by a 48x32 one (same frame
+    times) of the same byte size and modification time."""
+    paths = [_video(tmp_path / f"v{i}.mp4", seed=20 + i, frames=20) for i in range(3)]
+    index = build_index(paths, num_workers=0, progress=False)
+    _replace_keeping_size_and_mtime(paths[1], VideoSpec(width=48, height=32, num_frames=20, gop=10,
+                                                        bframes=2, seed=7))
+    index[1].check_unchanged()  # the stat check passes: only the pictures tell
+    return index, paths[1]
+
+
+def test_cpu_refuses_pictures_of_another_size(swapped):
+    index, path = swapped
+    with pytest.raises(vidloader.CorruptVideoError, match=r"v1\.mp4: frame 0 decodes to 48x32.*96x64.*Re-index"):
+        vidloader.decode_frames(path, [0, 5], index_record=index[1])
+
+
+@pytest.fixture
+def fake_nvdec(monkeypatch):
+    import torch
+
+    from vidloader.pipeline._config import LoaderConfig
+
+    from . import _fake_nvc
+
+    nvc = _fake_nvc.FakeNvc()
+    _fake_nvc.install(monkeypatch, nvc)
+    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    return nvc
+
+
+def test_nvdec_surface_smaller_than_the_index_is_typed(swapped, fake_nvdec):
+    """On the device this was an untyped RuntimeError from reshaping the smaller surface."""
+    from vidloader.decoding import DecodeTask
+    from vidloader.decoding.nvdec._executor import NvdecExecutor
+
+    index, _ = swapped
+    ex = NvdecExecutor(num_decoders=1, frame_cache_bytes=0, packet_cache_bytes=0)
+    try:
+        with pytest.raises(vidloader.CorruptVideoError,
+                           match=r"v1\.mp4: NVDEC decoded a picture of 48x32 samples, smaller than the 96x64"):
+            ex.decode(DecodeTask.for_frames(1, index[1], range(20)), lambda i, f: None)
+    finally:
+        ex.close()
+
+
+@pytest.mark.parametrize("fallback", ["cpu", "error"])
+def test_nvdec_loader_skips_a_swapped_file_once(swapped, fake_nvdec, fallback):
+    index, path = swapped
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=0, backend="nvdec", device="cpu",
+                                   on_error="skip", fallback=fallback,
+                                   sampler=vidloader.RandomFrames(seed=0))
+    seen = [(int(v), int(f)) for b in loader for v, f in zip(b["video_index"], b["frame_index"])]
+    assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]
+    assert loader.stats["skipped_samples"] == 20
+    assert loader.stats["skipped_files"] == [str(path)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_real_nvdec_skips_a_swapped_file_once(swapped, num_workers):
+    """The device run of issue 17 item 7: the epoch died with an untyped RuntimeError."""
+    index, path = swapped
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=num_workers, backend="nvdec",
+                                   on_error="skip", fallback="error",
+                                   sampler=vidloader.RandomFrames(seed=0))
+    seen = [(int(v), int(f)) for b in loader for v, f in zip(b["video_index"], b["frame_index"])]
+    assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]
+    assert loader.stats["skipped_files"] == [str(path)]

@@ -36,6 +36,10 @@ def summarize(index: VideoIndex) -> str:
     if index.rejected:
         lines.append(f"{len(index.rejected)} rejected:")
         lines += [f"  {r.path}: {r.reason}" for r in index.rejected[:20]]
+    flagged = index.flagged
+    if flagged:
+        lines.append(f"{len(flagged)} indexed with a warning:")
+        lines += [f"  {r.path}: {r.warning}" for r in flagged[:20]]
     return "\n".join(lines)
 
 

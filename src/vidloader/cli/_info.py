@@ -32,6 +32,8 @@ def describe_record(rec, streams: list[str] | None = None) -> str:
         f"random access: on average {np.mean([(g + 1) / 2 for g in gops]):.1f} frames decoded "
         "per isolated random frame (from the keyframe to the frame)",
     ]
+    if rec.warning:
+        lines.append(f"warning     {rec.warning}")
     return "\n".join(lines)
 
 

@@ -48,9 +48,11 @@ def build_index(
     (case-insensitive); explicitly listed files are probed whatever their extension. Records
     are in sorted order of absolute paths, whatever the order of the inputs.
 
-    Files that cannot be indexed (missing, empty, corrupt, no video stream …) are never
-    dropped silently: they are listed in ``index.rejected`` with the reason, and one warning
-    is logged with their count.
+    Files that cannot be indexed (missing, empty, corrupt, no video stream, an MP4 stating
+    more frames than it holds …) are never dropped silently: they are listed in
+    ``index.rejected`` with the reason, and one warning is logged with their count. Files
+    indexed although their frames disagree with the container's stated duration or count
+    keep the reason in ``record.warning`` (listed by ``index.flagged``, logged once).
 
     Args:
         paths_or_dirs: a file, a directory, or an iterable of them.
@@ -92,6 +94,12 @@ def build_index(
         logger.warning(
             "build_index: %d of %d files rejected (see index.rejected for the reasons)",
             len(rejected), len(files) + len(missing),
+        )
+    flagged = [r for r in records if r.warning]
+    if flagged:
+        logger.warning(
+            "build_index: %d files indexed with a warning (see index.flagged), e.g. %s: %s",
+            len(flagged), flagged[0].path, flagged[0].warning,
         )
     return VideoIndex(records, rejected)
 

@@ -8,6 +8,10 @@ edit list marks "discard" are skipped, as FFmpeg's decoder drops their output).
 Open-GOP streams whose first displayed picture is not a keyframe (leading pictures before the
 first random-access point) are rejected with :class:`CorruptVideoError`: a decoder drops or
 mangles those pictures, so no backend could deliver them as frames ``0..k-1``.
+
+The count is then cross-checked against the container's stated frame count and duration
+(:mod:`._crosscheck`): an MP4 whose damaged sample table lets fewer frames be demuxed than
+it states is rejected; other disagreements are kept as the record's ``warning``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._utils._av import open_input
 from ..errors import CorruptVideoError, VideoNotFoundError
 from ._codecs import codec_name
+from ._crosscheck import cross_check
 from ._record import VideoRecord
 from ._rotation import mp4_rotation
 from ._streams import StreamChoice, check_stream_choice, select_video_stream
@@ -65,7 +71,7 @@ def probe_video(path: str | os.PathLike, *, stream: StreamChoice = "best") -> Vi
     # Stat before reading: a file rewritten while we probe then looks changed at decode time.
     size, mtime_ns = _check_file(path)
     try:
-        container = _open(av, path)
+        container = open_input(path)
     except av.FFmpegError as exc:
         reason = f"FFmpeg cannot open it ({exc.strerror or exc}); is it a video file?"
         raise CorruptVideoError(path, reason) from exc
@@ -77,16 +83,6 @@ def probe_video(path: str | os.PathLike, *, stream: StreamChoice = "best") -> Vi
     finally:
         container.close()
     return dataclasses.replace(record, mtime_ns=mtime_ns)
-
-
-def _open(av, path: str):
-    """Open for demuxing. Odd bytes in a metadata tag must not make a playable video
-    unreadable: PyAV < 19 takes ``metadata_errors``; PyAV 19 removed it (it decodes tags
-    leniently by itself)."""
-    try:
-        return av.open(path, "r", metadata_errors="replace")
-    except TypeError:
-        return av.open(path, "r")
 
 
 def _check_file(path: str) -> tuple[int, int]:
@@ -105,10 +101,19 @@ def _probe_container(container, path: str, size: int, choice: StreamChoice) -> V
     stream = select_video_stream(container, choice, path)
     if stream.time_base is None:
         raise CorruptVideoError(path, "the video stream has no time base")
+    if stream.codec_context is None:  # e.g. a damaged codec tag FFmpeg has no decoder for
+        raise CorruptVideoError(
+            path, "FFmpeg has no decoder for its video stream: the header is damaged or the "
+            "codec unsupported; re-encode the file",
+        )
     _check_not_truncated(stream, path, size)
-    pts, is_key, last_duration = _demux_timestamps(container, stream, path)
+    pts, is_key, last_duration, discarded = _demux_timestamps(container, stream, path)
     pts, keyframes = _display_order(pts, is_key, path)
     time_base = Fraction(stream.time_base)
+    step = _frame_step(pts, last_duration)
+    span = int(pts[-1] - pts[0]) + step
+    warning = cross_check(container, stream, path, found=len(pts), discarded=discarded,
+                          span_seconds=float(span * time_base), frame_seconds=float(step * time_base))
     cc = stream.codec_context
     pix_fmt = cc.pix_fmt or "unknown"
     return VideoRecord(
@@ -120,7 +125,7 @@ def _probe_container(container, path: str, size: int, choice: StreamChoice) -> V
         pix_fmt=pix_fmt,
         bit_depth=_bit_depth(pix_fmt),
         rotation=_rotation(container, stream, path),
-        fps=_fps(pts, last_duration, time_base, stream),
+        fps=_fps(len(pts), span, time_base, stream),
         time_base=time_base,
         num_frames=len(pts),
         keyframes=keyframes,
@@ -129,6 +134,7 @@ def _probe_container(container, path: str, size: int, choice: StreamChoice) -> V
         color_range=_COLOR_RANGES.get(int(cc.color_range or 0), "unknown"),
         stream_index=int(stream.index),
         size_bytes=size,
+        warning=warning,
     )
 
 
@@ -168,14 +174,19 @@ def _check_not_truncated(stream, path: str, size: int) -> None:
         )
 
 
-def _demux_timestamps(container, stream, path: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """pts (dts where pts is missing) and keyframe flags of every frame packet, decode order."""
+def _demux_timestamps(container, stream, path: str) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """pts (dts where pts is missing) and keyframe flags of every frame packet in decode
+    order, the last frame's duration, and how many packets an edit list discards."""
     pts: list[int] = []
     keys: list[bool] = []
     durations: dict[int, int] = {}
+    discarded = 0
     for packet in container.demux(stream):
-        if packet.size == 0 or getattr(packet, "is_discard", False):
-            continue  # flush packets carry no frame; discarded ones are dropped by the decoder
+        if packet.size == 0:
+            continue  # flush packets carry no frame
+        if getattr(packet, "is_discard", False):
+            discarded += 1  # the decoder drops its output, but the sample table counts it
+            continue
         t = packet.pts if packet.pts is not None else packet.dts
         if t is None:
             raise CorruptVideoError(path, f"video packet {len(pts)} has neither pts nor dts")
@@ -185,7 +196,7 @@ def _demux_timestamps(container, stream, path: str) -> tuple[np.ndarray, np.ndar
     if not pts:
         raise CorruptVideoError(path, "the video stream has no frames")
     last = max(pts)
-    return np.asarray(pts, np.int64), np.asarray(keys, bool), durations[last]
+    return np.asarray(pts, np.int64), np.asarray(keys, bool), durations[last], discarded
 
 
 def _display_order(pts: np.ndarray, is_key: np.ndarray, path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -232,12 +243,15 @@ def _rotation(container, stream, path: str) -> int:
         return 0
 
 
-def _fps(pts: np.ndarray, last_duration: int, time_base: Fraction, stream) -> float:
-    """frames / duration, where the duration includes the last frame's display time."""
-    n = len(pts)
-    if last_duration <= 0 and n > 1:
-        last_duration = int(np.median(np.diff(pts)))  # the typical frame step stands in
-    span = int(pts[-1] - pts[0]) + max(last_duration, 0)
+def _frame_step(pts: np.ndarray, last_duration: int) -> int:
+    """The last frame's display time (time-base units); the typical step when unknown."""
+    if last_duration <= 0 and len(pts) > 1:
+        return int(np.median(np.diff(pts)))
+    return max(last_duration, 0)
+
+
+def _fps(n: int, span: int, time_base: Fraction, stream) -> float:
+    """frames / duration, where the duration ``span`` includes the last frame's display time."""
     if span > 0:
         return float(n / (span * time_base))
     rate = stream.average_rate or stream.guessed_rate

@@ -48,6 +48,9 @@ class VideoRecord:
         coded_width (int), coded_height (int): the size the decoder codes pictures at (the
             picture size rounded up to the codec's block grid, e.g. 1920×1088 for 1080p
             H.264); derived when not given. What hardware decoders' size limits apply to.
+        warning (str): why the probe doubts the file although it indexed it (its frames
+            disagree with the container's stated count or duration, see
+            :mod:`vidloader.index._crosscheck`); ``""`` if nothing.
 
     ``codec``, ``profile``, ``bit_depth``, ``chroma_format`` and the coded size decide whether
     a hardware decoder can take the video (see
@@ -75,6 +78,7 @@ class VideoRecord:
     coded_width: int = 0
     coded_height: int = 0
     mtime_ns: int = 0
+    warning: str = ""
 
     def __post_init__(self) -> None:
         if not self.chroma_format:
@@ -188,6 +192,11 @@ class VideoIndex(Sequence[VideoRecord]):
     @property
     def paths(self) -> list[str]:
         return [r.path for r in self._records]
+
+    @property
+    def flagged(self) -> list[VideoRecord]:
+        """Indexed videos the probe doubts (a non-empty ``warning``), in index order."""
+        return [r for r in self._records if r.warning]
 
     def __repr__(self) -> str:
         return (

@@ -22,7 +22,8 @@ check is lexical (``os.path.normpath``): a symlink inside the folder is the fold
 choice and is followed.
 
 Version 4 adds ``mtime_ns`` (stale files are detected by size and modification time, see
-:mod:`._stale`); older files load with ``mtime_ns = 0`` (size compared only).
+:mod:`._stale`); older files load with ``mtime_ns = 0`` (size compared only). The
+``warning`` column (the probe's doubts, :mod:`._crosscheck`) is optional in every version.
 """
 
 from __future__ import annotations
@@ -51,11 +52,16 @@ _INT_FIELDS = (
     "width", "height", "bit_depth", "rotation", "num_frames", "stream_index", "size_bytes",
     "coded_width", "coded_height", "mtime_ns",
 )
-_STR_FIELDS = ("path", "codec", "pix_fmt", "color_space", "color_range", "profile", "chroma_format")
+_STR_FIELDS = (
+    "path", "codec", "pix_fmt", "color_space", "color_range", "profile", "chroma_format", "warning",
+)
 #: Columns added by version 3 (derived when an older file lacks them).
 _V3_COLUMNS = ("coded_width", "coded_height", "profile", "chroma_format")
 #: Columns added by version 4 (zero when an older file lacks them: not compared).
 _V4_COLUMNS = ("mtime_ns",)
+#: Columns a file of any version may lack (empty when absent). Older vidloaders ignore them,
+#: so adding one needs no new version.
+_OPTIONAL_COLUMNS = ("warning",)
 #: ``allow_outside_root``: False (only the index's folder), True (anywhere), or more roots.
 AllowedRoots = bool | Sequence[str | os.PathLike]
 _REQUIRED = (
@@ -215,6 +221,7 @@ def confine_paths(paths: list[str], root: str, allow: AllowedRoots, *, source: s
 
 def _check_members(npz, path: str, version) -> None:
     optional = (*_V3_COLUMNS, *_V4_COLUMNS) if version in (1, 2) else _V4_COLUMNS if version == 3 else ()
+    optional = (*optional, *_OPTIONAL_COLUMNS)
     missing = [name for name in _REQUIRED if name not in npz.files and name not in optional]
     if missing:
         raise IndexFormatError(f"{path}: vidloader index lacks the columns {missing}; rebuild it")
@@ -255,8 +262,9 @@ def _upgrade(cols: dict[str, np.ndarray]) -> None:
     cols["codec"] = per_value(cols["codec"], _codecs.codec_name)
     if "mtime_ns" not in cols:
         cols["mtime_ns"] = np.zeros(len(cols["path"]), np.int64)
-    if "profile" not in cols:
-        cols["profile"] = np.full(len(cols["path"]), "", "<U1")
+    for name in ("profile", *_OPTIONAL_COLUMNS):
+        if name not in cols:
+            cols[name] = np.full(len(cols["path"]), "", "<U1")
     if "chroma_format" not in cols:
         cols["chroma_format"] = per_value(cols["pix_fmt"], _codecs.chroma_format)
     if "coded_width" not in cols or "coded_height" not in cols:

@@ -39,9 +39,9 @@ def _disposition(stream) -> int:
 
 def _score(stream) -> int:
     """The ``ffmpeg`` command line's score of a video stream (fftools' ``map_auto_video``)."""
-    cc = stream.codec_context
+    cc = stream.codec_context  # None where FFmpeg has no decoder (e.g. a damaged codec tag)
     default = 5_000_000 if _disposition(stream) & _DEFAULT else 0
-    return int(cc.width or 0) * int(cc.height or 0) + default
+    return (int(cc.width or 0) * int(cc.height or 0) if cc is not None else 0) + default
 
 
 def select_video_stream(container, choice: StreamChoice, path: str):
@@ -73,7 +73,7 @@ def describe_streams(container) -> list[str]:
     for s in container.streams:
         cc = s.codec_context
         text = f"#{s.index} {s.type} {getattr(cc, 'name', '?')}"
-        if s.type == "video":
+        if s.type == "video" and cc is not None:
             text += f" {cc.width}x{cc.height}"
             marks = [name for bit, name in ((_DEFAULT, "default"), (_ATTACHED_PIC, "cover art"))
                      if _disposition(s) & bit]

@@ -14,7 +14,7 @@ import torch
 
 from .._utils._nvtx import NO_RANGES, Ranges
 from ..decoding import Executor
-from ..errors import MediaError
+from ..errors import CorruptVideoError, MediaError, StaleIndexError
 from ..index import VideoIndex
 from ..planning import plan_tasks
 from ..processing import Geometry, Process, apply_window, geometry, sample_transform, upright
@@ -39,6 +39,14 @@ def mark_failed(plans, results, video: int, path: str, message: str,
         if hit.any():
             res.valid[hit] = False
             res.errors.append((path, message))
+
+
+def _gops_after_failure(task, delivered: set[int]) -> tuple:
+    """The GOPs of ``task`` after the first one with a wanted frame not ``delivered``."""
+    for g, gop in enumerate(task.gops):
+        if not delivered.issuperset(gop.frames.tolist()):
+            return task.gops[g + 1:]
+    return ()
 
 
 def recording(sink, delivered: set[int]):
@@ -305,8 +313,12 @@ class BatchAssembler:
         for k, task in enumerate(unit.tasks):
             delivered: set[int] = set()
             sink = recording(unit.sinks[k], delivered)
+            bundle = None if unit.bundles is None else unit.bundles[k]
             try:
-                self._decode_one(task, sink, None if unit.bundles is None else unit.bundles[k])
+                if self.skips_bad_files and self.fallback is None and bundle is None:
+                    self._decode_past_damage(task, sink, delivered)
+                else:
+                    self._decode_one(task, sink, bundle)
             except MediaError as exc:
                 if self.fallback is not None:
                     why = f"failed on {self.executor.name}: {exc}"
@@ -316,6 +328,23 @@ class BatchAssembler:
                     raise
                 self._mark_failed(unit.plans, unit.results, task.video_index, exc.path, str(exc),
                                   delivered)
+
+    def _decode_past_damage(self, task, sink, delivered: set[int]) -> None:
+        """Decode ``task``; after a damaged GOP, go on with the GOPs after it (closed GOPs
+        decode alone), then raise the first error so the lost samples are counted. A file
+        that is gone, stale or undecodable as a whole fails once, as before."""
+        first: MediaError | None = None
+        while task.gops:
+            try:
+                self.executor.decode(task, sink)
+                break
+            except CorruptVideoError as exc:
+                first = first or exc
+                if isinstance(exc, StaleIndexError):
+                    break
+                task = dataclasses.replace(task, gops=_gops_after_failure(task, delivered))
+        if first is not None:
+            raise first
 
     def _decode_one(self, task, sink, bundle) -> None:
         if bundle is None:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ... import constants
+from ..._utils._av import open_input
 from ..._utils._nvtx import Ranges
 from ...errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
@@ -246,6 +247,7 @@ class CpuExecutor(Executor):
                 continue  # passing through
             if i > frames[k]:
                 return frames[k:]  # the decoder is past a wanted frame: it was lost
+            _check_size(record, frame, i)
             yield i, frame
             k += 1
             if k == n:
@@ -325,6 +327,19 @@ class CpuExecutor(Executor):
             heapq.heappush(video.pending, t)
 
 
+def _check_size(record: VideoRecord, frame: Any, i: int) -> None:
+    """A picture of another size than the index's is another video (a file replaced with the
+    same byte size and modification time) or a stream that changes size; either way the
+    crop windows planned from the index would not fit it."""
+    if frame.width != record.width or frame.height != record.height:
+        raise CorruptVideoError(
+            record.path, f"frame {i} decodes to {frame.width}x{frame.height}, but the index "
+            f"records {record.width}x{record.height}: the file was replaced after indexing (same "
+            "byte size and modification time) or its picture size changes mid-stream. Re-index "
+            "it (or re-encode it to one picture size)",
+        )
+
+
 def _check_options(thread_count: int, thread_type: str, interpolation: str, max_open: int) -> None:
     from av.video.reformatter import Interpolation
 
@@ -347,7 +362,7 @@ def _open_video(record: VideoRecord, thread_count: int, thread_type: str) -> _Op
     path = record.path
     record.check_unchanged()  # a replaced file must not be decoded under the old frame table
     try:
-        container = av.open(path, "r")
+        container = open_input(path)
     except av.FFmpegError as exc:
         raise media_error(path, exc) from exc
     try:

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..._utils._av import open_input
 from ...errors import CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
 from ...index._codecs import display_name
@@ -71,7 +72,7 @@ class _OpenVideo:
         self.path = record.path
         record.check_unchanged()  # a replaced file must not be demuxed under the old frame table
         try:
-            self.container = av.open(record.path, "r", options=_DEMUX_ONLY_OPTIONS)
+            self.container = open_input(record.path, options=_DEMUX_ONLY_OPTIONS)
         except FileNotFoundError as exc:
             raise VideoNotFoundError(record.path, "no such file; check the path (or the index is stale)") from exc
         except av.FFmpegError as exc:

@@ -57,11 +57,16 @@ OnFrame = Callable[[int, torch.Tensor], None]
 
 
 def nv12_view(frame: Any, height: int, width: int, device: torch.device, *,
-              deep: bool = False) -> torch.Tensor:
+              deep: bool = False, path: str = "") -> torch.Tensor:
     """A decoded frame as a ``(H + ⌈H/2⌉) × pitch`` CUDA tensor, zero-copy via DLPack where the
     frame exports one (a copy of the planes otherwise): uint8 NV12, or with ``deep`` (10/12-bit
     video) uint16 P016. A 16-bit surface exported as int16, or as bytes (``2·W`` uint8 columns),
-    is reinterpreted as uint16 without a copy."""
+    is reinterpreted as uint16 without a copy.
+
+    Raises:
+        CorruptVideoError: the surface is smaller than ``height`` × ``width`` (the video
+            ``path`` is not the one indexed, or changes size mid-stream).
+    """
     rows = height + (height + 1) // 2
     try:
         t = _as_surface(torch.from_dlpack(frame), deep)
@@ -69,10 +74,36 @@ def nv12_view(frame: Any, height: int, width: int, device: torch.device, *,
             return t
     except (TypeError, RuntimeError, BufferError) as exc:
         log.debug("DLPack export failed (%s); copying planes via __cuda_array_interface__", exc)
-    planes = [_as_surface(torch.as_tensor(p, device=device), deep).reshape(-1) for p in frame.cuda()]
+    raw = frame.cuda()
+    # Checked before any reshape: a smaller surface used to end in an untyped RuntimeError.
+    _check_plane_bytes(raw, height, width, rows, 2 if deep else 1, path)
+    planes = [_as_surface(torch.as_tensor(p, device=device), deep).reshape(-1) for p in raw]
     y = planes[0][: height * width].reshape(height, width)
     uv = planes[1][: (rows - height) * width].reshape(rows - height, width)
     return torch.cat([y, uv], 0) if not deep else torch.cat([y.view(torch.int16), uv.view(torch.int16)], 0).view(torch.uint16)
+
+
+def _plane_bytes(plane: Any) -> tuple[int, tuple[int, ...]]:
+    """Bytes and shape of a ``__cuda_array_interface__`` plane."""
+    cai = plane.__cuda_array_interface__
+    shape = tuple(int(d) for d in cai["shape"])
+    return int(np.prod(shape)) * np.dtype(cai["typestr"]).itemsize, shape
+
+
+def _check_plane_bytes(planes: list, height: int, width: int, rows: int, sample_bytes: int,
+                       path: str) -> None:
+    """Raise :class:`CorruptVideoError` unless the luma and chroma planes hold at least the
+    ``height`` × ``width`` picture the index records."""
+    (y_bytes, y_shape), (uv_bytes, _) = (_plane_bytes(p) for p in planes[:2])
+    if y_bytes >= height * width * sample_bytes and uv_bytes >= (rows - height) * width * sample_bytes:
+        return
+    got = "x".join(str(d) for d in reversed(y_shape[:2]))
+    raise CorruptVideoError(
+        path, f"NVDEC decoded a picture of {got} samples, smaller than the {width}x{height} the "
+        "index records: the file was replaced after indexing by one of the same byte size and "
+        "modification time, or its picture size changes mid-stream. Re-index it (or re-encode "
+        "it to one picture size)",
+    )
 
 
 def _as_surface(t: torch.Tensor, deep: bool) -> torch.Tensor | None:
@@ -295,7 +326,8 @@ class _FrameCounter:
                 raise CorruptVideoError(rec.path, f"NVDEC output a frame of unknown rank {r} (fed {len(self.display)} packets)")
             self.count += 1
             on_frame(int(self.display[r - 1]),
-                     nv12_view(frame, rec.height, rec.width, self.slot.device, deep=rec.bit_depth > 8))
+                     nv12_view(frame, rec.height, rec.width, self.slot.device, deep=rec.bit_depth > 8,
+                               path=rec.path))
 
     def _rank(self, frame) -> int:
         slot = self.slot
