@@ -415,6 +415,37 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
         pool.shutdown()
 
 
+def test_nvdec_loader_demux_workers_are_torch_free_and_leave_no_shared_memory(media, fake, monkeypatch):
+    """backend="nvdec" with workers (separation mode, fake NVDEC): the demux workers map no
+    libtorch (they come from the demux fork server), and neither a full epoch nor a break
+    mid-epoch leaves a shared-memory segment behind."""
+    from vidloader import RandomFrames, VideoLoader
+    from vidloader.index import VideoIndex
+    from vidloader.pipeline._config import LoaderConfig
+
+    from .test_loader import _shm_entries
+
+    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    index = VideoIndex([record_of(media[n]) for n in ("h264", "hevc", "h264_small")])
+    shm_before = _shm_entries()
+    loader = VideoLoader(index, sampler=RandomFrames(seed=2), batch_size=6, size=(32, 32),
+                         backend="nvdec", num_workers=2, device="cpu")
+    it = iter(loader)
+    next(it)
+    workers = loader._pool.procs
+    assert len(workers) == 2
+    for p in workers:
+        with open(f"/proc/{p.pid}/maps") as f:
+            assert "libtorch" not in f.read(), p.name
+    delivered = 6 + sum(len(b["frames"]) for b in it)
+    assert delivered == index.total_frames
+    for _ in zip(range(2), loader):  # a break mid-epoch: packets may be in flight
+        pass
+    loader.shutdown()
+    assert _shm_entries() <= shm_before, sorted(_shm_entries() - shm_before)
+    assert not any(p.is_alive() for p in workers)
+
+
 def test_demux_spans_cover_the_tasks_in_balanced_slices():
     from vidloader.pipeline._pool import DEMUX_GOPS_PER_PART, demux_spans
 
