@@ -92,12 +92,14 @@ def _map_and_unlink(segment: Segment) -> np.ndarray:
     # By hand rather than SharedMemory(name=...): a SharedMemory cannot be closed (nor
     # garbage-collected quietly) while numpy views of its buffer live, and the payload views
     # outlive this call. numpy keeps the mmap alive, and the mmap unmaps when they are gone.
-    fd = _posixshmem.shm_open("/" + segment.name, os.O_RDWR, mode=0o600)
     try:
-        mapping = mmap.mmap(fd, segment.size)
-    finally:
-        os.close(fd)
-    discard(segment)
+        fd = _posixshmem.shm_open("/" + segment.name, os.O_RDWR, mode=0o600)
+        try:
+            mapping = mmap.mmap(fd, segment.size)
+        finally:
+            os.close(fd)
+    finally:  # mapped or not, the name goes now
+        discard(segment)
     return np.frombuffer(mapping, np.uint8)
 
 
