@@ -415,6 +415,37 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
         pool.shutdown()
 
 
+def test_nvdec_loader_demux_workers_are_torch_free_and_leave_no_shared_memory(media, fake, monkeypatch):
+    """backend="nvdec" with workers (separation mode, fake NVDEC): the demux workers map no
+    libtorch (they come from the demux fork server), and neither a full epoch nor a break
+    mid-epoch leaves a shared-memory segment behind."""
+    from vidloader import RandomFrames, VideoLoader
+    from vidloader.index import VideoIndex
+    from vidloader.pipeline._config import LoaderConfig
+
+    from .test_loader import _shm_entries
+
+    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    index = VideoIndex([record_of(media[n]) for n in ("h264", "hevc", "h264_small")])
+    shm_before = _shm_entries()
+    loader = VideoLoader(index, sampler=RandomFrames(seed=2), batch_size=6, size=(32, 32),
+                         backend="nvdec", num_workers=2, device="cpu")
+    it = iter(loader)
+    next(it)
+    workers = loader._pool.procs
+    assert len(workers) == 2
+    for p in workers:
+        with open(f"/proc/{p.pid}/maps") as f:
+            assert "libtorch" not in f.read(), p.name
+    delivered = 6 + sum(len(b["frames"]) for b in it)
+    assert delivered == index.total_frames
+    for _ in zip(range(2), loader):  # a break mid-epoch: packets may be in flight
+        pass
+    loader.shutdown()
+    assert _shm_entries() <= shm_before, sorted(_shm_entries() - shm_before)
+    assert not any(p.is_alive() for p in workers)
+
+
 def test_demux_spans_cover_the_tasks_in_balanced_slices():
     from vidloader.pipeline._pool import DEMUX_GOPS_PER_PART, demux_spans
 
@@ -478,36 +509,55 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
     assert started == [(0, ["b0"]), (4, ["b4a", "b4b"]), (8, ["b8"]), (12, ["b12"])]
 
 
-def test_demux_parts_cross_in_one_shared_tensor_and_the_cache_copies_out(media):
-    """A demux part's payloads travel as one shared-memory tensor (mapped, not unpickled, by
-    the GPU process); the bundles come back byte-identical, and the packet cache stores
-    compact copies, never views that would pin the part's whole buffer."""
+def test_demux_parts_cross_in_one_shared_memory_segment_and_the_cache_copies_out(media):
+    """A demux part's payloads travel as one named shared-memory segment (mapped, not
+    unpickled, by the GPU process, whose name is unlinked as it is mapped); the bundles come
+    back byte-identical, the mapping goes when the last payload view does, and the packet
+    cache stores compact copies, never views that would pin the part's whole segment."""
+    import gc
+    import os
     import pickle
 
     from vidloader.decoding._base import GopRequest
     from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
     from vidloader.decoding.nvdec._gop_cache import GopPacketCache
-    from vidloader.pipeline._worker import pack_payloads, unpack_payloads
+    from vidloader.pipeline._payloads import pack_payloads, unpack_payloads
 
     def whole_gops(rec, count):
         keys = rec.keyframes[:count]
         return demux_gops(rec, full_gop_requests(rec, [GopRequest(int(k), np.array([int(k)])) for k in keys]))
 
+    def mapped():
+        with open("/proc/self/maps") as f:
+            return segment.name in f.read()
+
     recs = [record_of(media[n]) for n in ("h264", "hevc")]
     bundles = [whole_gops(recs[0], 2), None, whole_gops(recs[1], 1)]
-    shared, light = pack_payloads(bundles)
-    assert shared.is_shared() and shared.numel() == sum(b.payload.nbytes for b in bundles if b)
-    assert len(pickle.dumps(light)) < 0.1 * shared.numel()  # the bytes are not in the message
-    back = unpack_payloads(light, shared)
+    segment, light = pack_payloads(bundles)
+    assert segment.size == sum(b.payload.nbytes for b in bundles if b)
+    assert os.path.exists(f"/dev/shm/{segment.name}") and not mapped()  # the writer unmapped
+    assert len(pickle.dumps((segment, light))) < 0.1 * segment.size  # the bytes are not in the message
+    back = unpack_payloads(light, segment)
+    assert not os.path.exists(f"/dev/shm/{segment.name}") and mapped()  # unlinked once mapped
     assert back[1] is None
     for a, b in ((bundles[0], back[0]), (bundles[2], back[2])):
         assert np.array_equal(a.payload, b.payload) and np.array_equal(a.offsets, b.offsets)
-        assert b.payload.base is not None  # a view of the shared tensor
+        assert b.payload.base is not None  # a view of the segment
     cache = GopPacketCache(1 << 30)
     cache.put(back[2])
     cached = cache.get(back[2].path, int(back[2].gop_keyframes[0]), int(back[2].gop_last[0]))
     assert cached is not None and cached.payload.base is None
     assert np.array_equal(cached.payload, bundles[2].payload)
+    del back, a, b
+    gc.collect()
+    assert not mapped()  # the last view gone, the pages go back (the cache holds a copy)
+
+
+def test_a_demux_part_without_payload_bytes_sends_no_segment():
+    from vidloader.pipeline._payloads import pack_payloads, unpack_payloads
+
+    segment, light = pack_payloads([None, None])
+    assert segment is None and unpack_payloads(light, segment) == [None, None]
 
 
 class _NoListIndex(torch.Tensor):

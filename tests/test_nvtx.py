@@ -202,14 +202,14 @@ def test_demux_worker_ranges_name_each_file(index, recorder):
     """Separation mode's demux runs in worker processes, out of reach of the recorder: the
     function they run, here, opens one range per task."""
     from vidloader.decoding.nvdec import ContainerCache
-    from vidloader.pipeline._worker import _demux_tasks
+    from vidloader.pipeline._demux import demux_tasks
     from vidloader.planning import plan_tasks
 
     plan = RandomFrames(seed=0).plan_epoch(index, epoch=0, batch_size=16).batch(0)
     tasks = plan_tasks([plan], index)
     containers = ContainerCache()
     try:
-        bundles, _ = _demux_tasks(tasks, containers, False, None, _nvtx.Ranges(True))
+        bundles, _ = demux_tasks(tasks, containers, False, None, _nvtx.Ranges(True))
     finally:
         containers.close()
     assert all(b is not None for b in bundles)

@@ -51,3 +51,53 @@ def test_quick_start_runs_as_a_script_without_main_guard(tmp_path):
     pid, ppid, marker, main_file, cuda = got["worker"]
     assert pid != got["pid"] and ppid != got["pid"]  # forked by the server, not by the script
     assert not marker and main_file is None and not cuda
+
+
+def test_the_demux_modules_import_no_torch():
+    """What the demux fork server preloads, and what a demux worker unpickles (its start
+    message, tasks, index and plans), import no torch: not through a package ``__init__``
+    either (``vidloader``, ``pipeline``, ``decoding``, ``nvdec`` re-export lazily)."""
+    from vidloader._utils._procs import DEMUX_PRELOAD
+
+    modules = [*DEMUX_PRELOAD, "vidloader.pipeline._messages", "vidloader.pipeline._payloads",
+               "vidloader.index", "vidloader.sampling", "vidloader.planning",
+               "vidloader.decoding.nvdec._annexb", "vidloader._utils._nvtx"]
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]"
+    assert "torch" not in DEMUX_PRELOAD
+
+
+def test_a_demux_worker_runs_without_torch_or_cuda(tmp_path):
+    """A demux worker (a fork of the demux server) demuxes real tasks, and afterwards has
+    imported no torch module and maps neither libtorch nor libcuda: it cannot create a CUDA
+    context. Its packets come back through shared memory that leaves no ``/dev/shm`` entry."""
+    import vidloader
+    from vidloader import SequentialFrames
+    from vidloader.pipeline._messages import DemuxTask, DemuxWorkerStart, PacketsDemuxed
+    from vidloader.pipeline._payloads import unpack_payloads
+    from vidloader.pipeline._pool import WorkerProcesses
+
+    from ._demux_probe import demux_then_report
+
+    paths = make_small_dataset(tmp_path / "videos", n=2)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    plan = SequentialFrames().plan_epoch(index, epoch=0, batch_size=8).batch(0)
+    shm_before = set(os.listdir("/dev/shm"))
+    pool = WorkerProcesses(demux_then_report, [DemuxWorkerStart(0, index, False, None)], 1,
+                           server="demux")
+    try:
+        pool.put(0, DemuxTask(0, [plan], 0, 0, 1))
+        pool.put(0, None)
+        packets = pool.get()
+        assert isinstance(packets, PacketsDemuxed), packets
+        bundles = unpack_payloads(packets.light, packets.segment)
+        assert len(bundles) == 1 and bundles[0].payload.nbytes == packets.segment.size > 0
+        torch_modules, libtorch, libcuda = pool.get()
+    finally:
+        pool.shutdown()
+    assert torch_modules == [] and not libtorch and not libcuda
+    assert {e for e in os.listdir("/dev/shm") if not e.startswith("sem.")} <= shm_before

@@ -7,16 +7,17 @@ module-level no-op context, so the cost is a call and a truth test: no string is
 and torch's NVTX binding is never touched.
 
 NVTX only marks the calling thread's timeline; it creates no CUDA context, so CPU worker
-processes may emit ranges too (``tests/test_nvtx.py`` checks this on the GPU).
+processes may emit ranges too (``tests/test_nvtx.py`` checks this on the GPU). torch is
+imported when a range is first opened, not with this module: separation mode's demux workers
+import it and stay torch-free unless ranges are on.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable
-
-import torch
 
 from ..errors import ConfigError
 
@@ -54,10 +55,18 @@ class _Range:
 
     def __enter__(self) -> None:
         # Looked up at each call, not bound at import: tests record names by patching it.
-        torch.cuda.nvtx.range_push(self.message)
+        _torch().cuda.nvtx.range_push(self.message)
 
     def __exit__(self, *exc) -> None:
-        torch.cuda.nvtx.range_pop()
+        _torch().cuda.nvtx.range_pop()
+
+
+def _torch():
+    """torch, imported on first use (a module look-up afterwards)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch
+    return torch
 
 
 class Ranges:
@@ -101,7 +110,7 @@ NO_RANGES = Ranges(False)
 
 def nvtx_available() -> bool:
     """Whether this torch has NVTX bindings (CUDA builds; the CPU build has a stub that raises)."""
-    return hasattr(torch._C, "_nvtx")
+    return hasattr(_torch()._C, "_nvtx")
 
 
 def nvtx_requested(flag: bool | None) -> bool:

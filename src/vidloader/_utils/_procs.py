@@ -1,14 +1,21 @@
-"""Where vidloader's worker processes come from: its own fork server.
+"""Where vidloader's worker processes come from: its own fork servers.
 
-Every worker (loader workers, index probes, synthetic-video jobs) is a fork of one warm
-server process that vidloader starts on first use. The server is a fresh interpreter (exec'd,
-not forked from this process), so it never holds this process's CUDA context, threads or
-locks; it imports numpy, PyAV, torch and vidloader's worker modules once and never touches
+Every worker is a fork of a warm server process that vidloader starts on first use. A server
+is a fresh interpreter (exec'd, not forked from this process), so it never holds this
+process's CUDA context, threads or locks; it imports its preload list once and never touches
 CUDA. Forking it costs milliseconds where a spawned worker re-imports torch (seconds each).
+There are two servers, by what their workers need:
+
+- ``"full"`` (:data:`PRELOAD`: numpy, PyAV, torch, vidloader's worker modules): CPU decode
+  workers, index probes, synthetic-video jobs;
+- ``"demux"`` (:data:`DEMUX_PRELOAD`: numpy, PyAV and the demux worker's module, no torch):
+  separation mode's demux workers. torch costs ~190 MiB of RSS per process on the CPU
+  machine (more with CUDA's libraries), which a worker that only demuxes has no use for; a
+  process without torch cannot create a CUDA context either.
 
 Two things differ from ``multiprocessing.get_context("forkserver")``:
 
-- the server is vidloader's own (:data:`_SERVER`), so the user's forkserver, its preload list
+- the servers are vidloader's own (:data:`SERVERS`), so the user's forkserver, its preload list
   and the global start method are left alone;
 - a worker never imports the user's main module. ``spawn`` and the stdlib forkserver both
   re-run the script that created the loader in each worker (as ``__mp_main__``), which is why
@@ -26,15 +33,29 @@ import multiprocessing
 import os
 from multiprocessing import context, forkserver, reduction, spawn, util
 
-#: Imported once by the server, so its forks start warm. Never CUDA: importing torch does not
-#: initialise it. Strings, not imports: this module stays light and below every layer.
+#: Imported once by the full server, so its forks start warm. Never CUDA: importing torch does
+#: not initialise it. Strings, not imports: this module stays light and below every layer.
 PRELOAD = ("numpy", "av", "torch", "vidloader.pipeline._worker", "vidloader.index._build",
            "vidloader.synthetic")
 
+#: Imported once by the demux server: what a demux worker runs, and no torch (the modules
+#: named import none; ``tests/test_procs.py`` checks it).
+DEMUX_PRELOAD = ("numpy", "av", "vidloader.pipeline._entry", "vidloader.pipeline._demux")
+
+#: The servers by name, and what each preloads.
+SERVERS = {"full": PRELOAD, "demux": DEMUX_PRELOAD}
+
 HAS_FORK_SERVER = "forkserver" in multiprocessing.get_all_start_methods()
 
-_SERVER = forkserver.ForkServer()
-_SERVER.set_forkserver_preload(list(PRELOAD))  # no "__main__": the user's script never runs there
+
+def _fork_server(preload: tuple) -> forkserver.ForkServer:
+    server = forkserver.ForkServer()
+    server.set_forkserver_preload(list(preload))  # no "__main__": the user's script never runs there
+    return server
+
+
+_SERVER = _fork_server(PRELOAD)
+_DEMUX_SERVER = _fork_server(DEMUX_PRELOAD)
 
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 
@@ -51,12 +72,14 @@ if HAS_FORK_SERVER:
     from multiprocessing import popen_forkserver
 
     class _Popen(popen_forkserver.Popen):
-        """``popen_forkserver.Popen`` on :data:`_SERVER`, with :func:`_preparation_data`.
+        """``popen_forkserver.Popen`` on :attr:`server`, with :func:`_preparation_data`.
 
         Mirrors the stdlib's ``_launch`` (unchanged from Python 3.8 to 3.14); it names the
         module-level server and ``spawn.get_preparation_data`` directly, so it is rewritten
         here rather than wrapped.
         """
+
+        server = _SERVER
 
         def _launch(self, process_obj) -> None:
             prep_data = _preparation_data(process_obj._name)
@@ -67,7 +90,7 @@ if HAS_FORK_SERVER:
                 reduction.dump(process_obj, buf)
             finally:
                 context.set_spawning_popen(None)
-            self.sentinel, w = _SERVER.connect_to_new_process(self._fds)
+            self.sentinel, w = self.server.connect_to_new_process(self._fds)
             # The child sees its parent die through EOF on a duplicate of the data pipe.
             parent_w = os.dup(w)
             self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
@@ -75,33 +98,57 @@ if HAS_FORK_SERVER:
                 f.write(buf.getbuffer())
             self.pid = forkserver.read_signed(self.sentinel)
 
+    class _DemuxPopen(_Popen):
+        server = _DEMUX_SERVER
+
     class WorkerProcess(context.ForkServerProcess):
-        """A ``multiprocessing.Process`` forked from vidloader's server."""
+        """A ``multiprocessing.Process`` forked from vidloader's full server."""
 
         @staticmethod
         def _Popen(process_obj):
             return _Popen(process_obj)
 
+    class DemuxProcess(context.ForkServerProcess):
+        """A ``multiprocessing.Process`` forked from vidloader's demux server (no torch)."""
+
+        @staticmethod
+        def _Popen(process_obj):
+            return _DemuxPopen(process_obj)
+
     class _WorkerContext(context.ForkServerContext):
         Process = WorkerProcess
 
-    _CONTEXT = _WorkerContext()
+    class _DemuxContext(context.ForkServerContext):
+        Process = DemuxProcess
+
+    _CONTEXTS = {"full": _WorkerContext(), "demux": _DemuxContext()}
+    _SERVERS = {"full": _SERVER, "demux": _DEMUX_SERVER}
 else:  # pragma: no cover - Windows
-    _CONTEXT = multiprocessing.get_context("spawn")
-    WorkerProcess = _CONTEXT.Process
+    _CONTEXTS = dict.fromkeys(SERVERS, multiprocessing.get_context("spawn"))
+    WorkerProcess = DemuxProcess = _CONTEXTS["full"].Process
+    _SERVERS = {}
 
 
-def worker_context():
-    """The ``multiprocessing`` context every vidloader worker is made with: its queues, its
-    processes, and ``mp_context`` of a ``ProcessPoolExecutor``."""
-    return _CONTEXT
+def _check_server(server: str) -> None:
+    if server not in SERVERS:
+        raise ValueError(f"server={server!r} is not a vidloader fork server; use one of "
+                         f"{sorted(SERVERS)}")
 
 
-def start_server() -> None:
-    """Start the fork server now (it starts on the first worker otherwise); it imports
-    :data:`PRELOAD` in the background, so a loader created later starts its workers warm."""
+def worker_context(server: str = "full"):
+    """The ``multiprocessing`` context a vidloader worker is made with: its queues, its
+    processes, and ``mp_context`` of a ``ProcessPoolExecutor``. ``server``: ``"full"`` (torch
+    preloaded) or ``"demux"`` (no torch, for separation mode's demux workers)."""
+    _check_server(server)
+    return _CONTEXTS[server]
+
+
+def start_server(server: str = "full") -> None:
+    """Start fork server ``server`` now (it starts on its first worker otherwise); it imports
+    its preload list in the background, so a loader created later starts its workers warm."""
+    _check_server(server)
     if HAS_FORK_SERVER:
-        _SERVER.ensure_running()
+        _SERVERS[server].ensure_running()
 
 
 def guard_hint() -> str:

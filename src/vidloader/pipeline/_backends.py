@@ -43,7 +43,7 @@ def _nvdec_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
         return InlinePool(_nvdec_assembler(config, executor), config.shapes, num_slots,
                           device=config.gpu)
     # Demux workers start first: CUDA is initialised here only afterwards, and never in a
-    # worker (they are forks of the fork server, a fresh interpreter that never imports it).
+    # worker (they are forks of the demux fork server, a fresh interpreter without torch).
     assembler = _nvdec_assembler(config, LazyExecutor(config.executor_options("nvdec")))
     return SeparationPool(config, assembler, num_slots)
 

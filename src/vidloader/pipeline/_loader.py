@@ -203,7 +203,8 @@ class VideoLoader:
         if self.config.num_workers > 0:
             # The workers start at the first batch; the fork server they come from imports
             # torch and PyAV meanwhile (once per program), while the caller builds its model.
-            start_server()
+            # NVDEC's demux workers come from the server without torch (``make_pool``).
+            start_server("demux" if self.config.backend == "nvdec" else "full")
 
     # -- the resolved options, by name -------------------------------------------------
 

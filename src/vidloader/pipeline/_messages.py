@@ -32,10 +32,15 @@ class CpuWorkerStart:
 
 @dataclasses.dataclass(frozen=True)
 class DemuxWorkerStart:
-    """A demux worker's arguments (separation mode): it needs the index and the error policy."""
+    """A demux worker's arguments (separation mode): the index, the error policy, the videos
+    routed to the CPU and whether NVTX ranges are on. Not the ``LoaderConfig``: unpickling
+    that imports torch, which demux workers never load."""
 
     worker_id: int
-    config: Any  # LoaderConfig
+    index: Any  # VideoIndex
+    skips_bad_files: bool
+    cpu_only: np.ndarray | None
+    nvtx: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,14 +96,15 @@ class RowsFilled:
 
 @dataclasses.dataclass(frozen=True)
 class PacketsDemuxed:
-    """A demux part's bundles: payloads in the shared tensor ``shared``, the bundles without
-    them in ``light`` (see ``pack_payloads``), and ``(video, path, message)`` per failed task."""
+    """A demux part's bundles: payloads in the shared-memory segment ``segment`` (``None``
+    when there is no byte), the bundles without them in ``light`` (see
+    ``_payloads.pack_payloads``), and ``(video, path, message)`` per failed task."""
 
     key: int
     light: list
     failed: list
     part: int
-    shared: Any
+    segment: Any  # _payloads.Segment | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,6 @@ import dataclasses
 import itertools
 import queue
 import time
-import traceback
 
 import numpy as np
 import torch
@@ -27,6 +26,8 @@ from ..planning import plan_tasks
 from ._assemble import BatchAssembler
 from ._config import LoaderConfig
 from ._contract import BatchPool
+from ._demux import demux_worker_main
+from ._entry import bootstrap
 from ._messages import (
     STOP,
     CpuWorkerStart,
@@ -37,13 +38,8 @@ from ._messages import (
     PacketsDemuxed,
     Ready,
 )
-from ._worker import (
-    demux_worker_main,
-    fill_unit_messages,
-    start_unit_messages,
-    unpack_payloads,
-    worker_main,
-)
+from ._payloads import discard, unpack_payloads
+from ._worker import fill_unit_messages, start_unit_messages, worker_main
 
 
 def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=False) -> list:
@@ -78,17 +74,6 @@ class InlinePool(BatchPool):
         self.assembler.close()
 
 
-def _bootstrap(target, task_q, result_q) -> None:
-    """A worker's entry point: its arguments come as the first message of its task queue."""
-    try:
-        start = task_q.get()
-    except BaseException as exc:  # e.g. an argument whose class this process cannot import
-        result_q.put(Failure(-1, -1, f"cannot read the worker's arguments: {exc!r}",
-                             traceback.format_exc()))
-        return
-    target(start, task_q, result_q)
-
-
 class WorkerDied(WorkerError):
     """A worker process died (killed, out of memory, crashed in FFmpeg); ``worker`` is its
     number. A pool with another executor (the combo) can retire it and carry on."""
@@ -99,10 +84,11 @@ class WorkerDied(WorkerError):
 
 
 class WorkerProcesses:
-    """``num_workers`` processes forked from vidloader's fork server (:mod:`.._utils._procs`:
-    a clean interpreter that imported torch, numpy and PyAV once, never CUDA, and never runs
-    the user's main module), each with its own task queue and one shared result
-    queue. ``get`` never hangs: it notices a dead worker and raises :class:`WorkerError`.
+    """``num_workers`` processes forked from one of vidloader's fork servers
+    (:mod:`.._utils._procs`: a clean interpreter that imported numpy and PyAV once, torch too
+    unless it is the ``"demux"`` server, never CUDA, and never runs the user's main module),
+    each with its own task queue and one shared result queue. ``get`` never hangs: it notices
+    a dead worker and raises :class:`WorkerError`.
 
     A worker's arguments (the index, the staging slots) travel as the first message of its task
     queue, not as ``Process`` arguments: ``Process.start()`` writes those into a pipe that the
@@ -111,15 +97,15 @@ class WorkerProcesses:
     through the queue, a feeder thread per worker writes them while the workers start.
     """
 
-    def __init__(self, target, args: list, num_workers: int) -> None:
-        ctx = worker_context()
+    def __init__(self, target, args: list, num_workers: int, *, server: str = "full") -> None:
+        ctx = worker_context(server)
         self.num_workers = num_workers
         self.result_q = ctx.Queue()
         self._backlog: collections.deque = collections.deque()
         self.task_qs = [ctx.Queue() for _ in range(num_workers)]
         self.procs = [
             ctx.Process(
-                target=_bootstrap, args=(target, self.task_qs[i], self.result_q),
+                target=bootstrap, args=(target, self.task_qs[i], self.result_q),
                 daemon=True, name=f"vidloader-worker-{i}",
             )
             for i in range(num_workers)
@@ -192,6 +178,10 @@ class WorkerProcesses:
                     "or crashed inside FFmpeg", worker=i,
                 )
 
+    def _undelivered(self, messages: list) -> None:
+        """What the workers sent that nobody will read, at shutdown (a pool whose messages
+        hold resources releases them here)."""
+
     def retire(self, worker: int) -> None:
         """Carry on without dead worker ``worker``: :meth:`get` no longer raises for it."""
         self.retired.add(worker)
@@ -226,6 +216,8 @@ class WorkerProcesses:
             if p.is_alive():
                 p.kill()
                 p.join(1.0)
+        with contextlib.suppress(Exception):  # a message cut short by a killed worker
+            self._undelivered(self.drain_ready())
         for q in [*self.task_qs, self.result_q]:
             q.cancel_join_thread()
             q.close()
@@ -304,8 +296,10 @@ class SeparationPool(WorkerProcesses, BatchPool):
         self._ready: dict[int, tuple[list, list]] = {}  # key -> its packets, all parts here
         self._decoding: collections.deque = collections.deque()  # UnitMessages in flight
         self._done: collections.deque = collections.deque()
-        args = [DemuxWorkerStart(i, config) for i in range(config.num_workers)]
-        super().__init__(demux_worker_main, args, config.num_workers)
+        args = [DemuxWorkerStart(i, config.index, config.skips_bad_files, config.cpu_only, config.nvtx)
+                for i in range(config.num_workers)]
+        # The demux server: workers without torch (~190 MiB of RSS each saved).
+        super().__init__(demux_worker_main, args, config.num_workers, server="demux")
 
     @property
     def ways(self) -> int:
@@ -362,7 +356,7 @@ class SeparationPool(WorkerProcesses, BatchPool):
     def _receive(self, msg: PacketsDemuxed) -> None:
         """Keep a part of a unit's packets; the unit is ready once all its parts are here."""
         key = msg.key
-        bundles = unpack_payloads(msg.light, msg.shared)
+        bundles = unpack_payloads(msg.light, msg.segment)  # maps the segment, unlinks its name
         parts = self._parts[key]
         parts[msg.part] = (bundles, msg.failed)
         if any(p is None for p in parts):
@@ -376,9 +370,15 @@ class SeparationPool(WorkerProcesses, BatchPool):
             self.assembler, self.slots, task, bundles, failed, decode_tasks=decode_tasks,
         ))
 
+    def _undelivered(self, messages: list) -> None:
+        for msg in messages:  # their segments were never mapped: unlink the names
+            if isinstance(msg, PacketsDemuxed):
+                discard(msg.segment)
+
     def shutdown(self) -> None:
         while self._decoding:
             self._decoding.popleft().cancel()
         super().shutdown()
         self.assembler.close()
         self.slots = []
+        self._parts, self._ready = {}, {}  # received packets: their mappings go with them

@@ -1,5 +1,5 @@
-"""Worker processes (CPU decode, separation-mode demux) and the unit-filling they share with
-the in-process pools.
+"""CPU decode workers and the unit-filling they share with the in-process pools (separation
+mode's demux workers are in ``_demux``: torch-free).
 
 Workers are forks of vidloader's fork server (``_utils._procs``) and never touch CUDA. They never raise: a failure is sent
 to the loader as a :class:`~._messages.Failure` with its traceback and the file name
@@ -12,18 +12,13 @@ import dataclasses
 import signal
 import traceback
 
-import numpy as np
-
-from .._utils._nvtx import NO_RANGES
 from ..decoding import get_executor
 from ._assemble import BatchAssembler
 from ._messages import (
     STOP,
     CpuWorkerStart,
-    DemuxWorkerStart,
     Failure,
     FillTask,
-    PacketsDemuxed,
     Ready,
     RowsFilled,
 )
@@ -121,93 +116,3 @@ def start_unit_messages(assembler, slots, task: FillTask, bundles=None, failed=(
     except BaseException as exc:
         unit.error = unit.fail(exc)
     return unit
-
-
-def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
-    """Separation mode: demux the GOPs a unit of batches needs into Annex-B packet bundles.
-
-    CPU only by construction: it imports neither torch.cuda nor PyNvVideoCodec, so it is
-    safe under fork as well as spawn (the exercise's CUDA_ERROR_NOT_INITIALIZED cannot
-    happen here). Takes :class:`DemuxTask` s; replies :class:`PacketsDemuxed` (payloads in
-    one shared-memory tensor, see :func:`pack_payloads`) or a :class:`Failure` naming the
-    unit's key.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from ..decoding.nvdec import ContainerCache
-    from ..planning import plan_tasks
-
-    config = start.config
-    containers = ContainerCache()
-    result_q.put(Ready(start.worker_id))
-    try:
-        while (task := task_q.get()) is not STOP:
-            try:
-                # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
-                tasks = plan_tasks(task.plans, config.index)[task.start:task.stop]
-                bundles, failed = _demux_tasks(tasks, containers, config.skips_bad_files,
-                                               config.cpu_only, config.ranges)
-            except BaseException as exc:
-                result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
-                                     getattr(exc, "path", None), unit_key=task.key))
-                continue
-            shared, light = pack_payloads(bundles)
-            result_q.put(PacketsDemuxed(task.key, light, failed, task.part, shared))
-    finally:
-        containers.close()
-
-
-_NO_PAYLOAD = np.empty(0, np.uint8)
-
-
-def pack_payloads(bundles: list) -> tuple:
-    """Every bundle's payload in one shared-memory ``uint8`` tensor, and the bundles without
-    their payloads, each with its ``(start, stop)`` in that tensor (``None`` stays ``None``).
-
-    A torch tensor in shared memory crosses the queue as a file descriptor: the GPU process
-    maps it instead of reading and unpickling the bytes on its main thread. Measured on the
-    2-core machine for 122 MB (one demux part of a GopShuffle block): 1,204 ms of main-thread
-    ``get`` as pickled numpy, 34 ms as one shared tensor.
-    """
-    import torch
-
-    sizes = [0 if b is None else int(b.payload.nbytes) for b in bundles]
-    shared = torch.empty(sum(sizes), dtype=torch.uint8).share_memory_()
-    flat, pos, light = shared.numpy(), 0, []
-    for bundle, n in zip(bundles, sizes):
-        if bundle is None:
-            light.append(None)
-            continue
-        flat[pos:pos + n] = bundle.payload
-        light.append((dataclasses.replace(bundle, payload=_NO_PAYLOAD), pos, pos + n))
-        pos += n
-    return shared, light
-
-
-def unpack_payloads(light: list, shared) -> list:
-    """The bundles of :func:`pack_payloads`, their payloads views of the shared tensor (which
-    stays mapped while any view lives)."""
-    flat = shared.numpy()
-    return [None if item is None else dataclasses.replace(item[0], payload=flat[item[1]:item[2]])
-            for item in light]
-
-
-def _demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=NO_RANGES):
-    """Bundles of the tasks, ``None`` for a task routed to the CPU (NVDEC cannot decode its
-    file: the loader's process decodes it there) or whose demux failed (listed in ``failed``)."""
-    from ..decoding.nvdec import demux_gops
-    from ..errors import MediaError
-
-    bundles, failed = [], []
-    for task in tasks:
-        if cpu_only is not None and cpu_only[task.video_index]:
-            bundles.append(None)
-            continue
-        try:
-            with ranges("vidloader.demux", task.record.path):
-                bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
-        except MediaError as exc:
-            if not skips_bad_files:
-                raise
-            bundles.append(None)
-            failed.append((task.video_index, exc.path, str(exc)))
-    return bundles, failed

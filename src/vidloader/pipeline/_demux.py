@@ -1,0 +1,71 @@
+"""Separation mode's demux workers: GOPs to Annex-B packet bundles, on the CPU, without torch.
+
+A demux worker needs PyAV, numpy and shared memory, nothing else: it is a fork of the demux
+fork server (``_utils._procs``, which preloads numpy, PyAV and this module, never torch), and
+every module it imports, this one's included, is torch-free
+(``tests/test_procs.py`` checks both). torch's ~190 MiB of RSS per process (more with CUDA's
+libraries) made 16 demux workers cost several GiB.
+"""
+
+from __future__ import annotations
+
+import signal
+import traceback
+
+from .._utils._nvtx import NO_RANGES, Ranges
+from ..decoding.nvdec import ContainerCache, demux_gops
+from ..errors import MediaError
+from ..planning import plan_tasks
+from ._messages import STOP, DemuxWorkerStart, Failure, PacketsDemuxed, Ready
+from ._payloads import pack_payloads
+
+
+def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
+    """Separation mode: demux the GOPs a unit of batches needs into Annex-B packet bundles.
+
+    CPU only by construction: it imports neither torch nor PyNvVideoCodec, so it can neither
+    see nor create a CUDA context (the exercise's CUDA_ERROR_NOT_INITIALIZED cannot happen
+    here). Takes :class:`DemuxTask` s; replies :class:`PacketsDemuxed` (payloads in one
+    shared-memory segment, see :func:`pack_payloads`) or a :class:`Failure` naming the
+    unit's key.
+    """
+    # Ctrl-C goes to the whole process group: the loader handles it and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ranges = Ranges(start.nvtx)
+    containers = ContainerCache()
+    result_q.put(Ready(start.worker_id))
+    try:
+        while (task := task_q.get()) is not STOP:
+            try:
+                # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
+                tasks = plan_tasks(task.plans, start.index)[task.start:task.stop]
+                bundles, failed = demux_tasks(tasks, containers, start.skips_bad_files,
+                                              start.cpu_only, ranges)
+                segment, light = pack_payloads(bundles)
+            except BaseException as exc:
+                result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
+                                     getattr(exc, "path", None), unit_key=task.key))
+                continue
+            result_q.put(PacketsDemuxed(task.key, light, failed, task.part, segment))
+    finally:
+        containers.close()
+
+
+def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=NO_RANGES):
+    """Bundles of the tasks, ``None`` for a task routed to the CPU (NVDEC cannot decode its
+    file: the loader's process decodes it there) or whose demux failed (listed in ``failed``
+    as ``(video, path, message)``)."""
+    bundles, failed = [], []
+    for task in tasks:
+        if cpu_only is not None and cpu_only[task.video_index]:
+            bundles.append(None)
+            continue
+        try:
+            with ranges("vidloader.demux", task.record.path):
+                bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
+        except MediaError as exc:
+            if not skips_bad_files:
+                raise
+            bundles.append(None)
+            failed.append((task.video_index, exc.path, str(exc)))
+    return bundles, failed
