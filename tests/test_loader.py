@@ -213,8 +213,11 @@ def test_killed_worker_raises_instead_of_hanging(dataset):
     loader = VideoLoader(index, batch_size=4, size=SIZE, num_workers=2, prefetch=1)
     it = iter(loader)
     next(it)
-    os.kill(loader._pool.procs[0].pid, signal.SIGKILL)
-    with pytest.raises(WorkerError, match="killed by signal 9"):
+    pool = loader._pool
+    busy = next(w for w in range(2) if pool._held[w])  # a worker with a unit in hand
+    os.kill(pool.procs[busy].pid, signal.SIGKILL)
+    # The message names the batch and the files the worker was filling (issue 17, item 5).
+    with pytest.raises(WorkerError, match=r"killed by signal 9.*while filling batch \d+ \(rows \d+-\d+, from .*\.mp4"):
         for _ in it:
             pass
     assert _children() == set()

@@ -37,6 +37,7 @@ from ._messages import (
     FillTask,
     PacketsDemuxed,
     Ready,
+    RowsFilled,
 )
 from ._payloads import discard, unpack_payloads
 from ._worker import fill_unit_messages, start_unit_messages, worker_main
@@ -232,8 +233,41 @@ class ProcessPool(WorkerProcesses, BatchPool):
 
     def __init__(self, config: LoaderConfig, num_slots: int) -> None:
         self.slots = _allocate(config.shapes, num_slots, shared=True)
+        self.index = config.index
+        #: Per worker, the parts handed to it and not reported yet: (plan, row_start), oldest first.
+        self._held: list[list] = [[] for _ in range(config.num_workers)]
         args = [CpuWorkerStart(i, config, self.slots) for i in range(config.num_workers)]
         super().__init__(worker_main, args, config.num_workers)
+
+    def get(self, deadline: float | None = None):
+        try:
+            return self._forget(super().get(deadline))
+        except WorkerDied as dead:
+            raise WorkerDied(f"{dead}{self._in_progress(dead.worker)}", worker=dead.worker) from None
+
+    def poll(self):
+        return self._forget(super().poll())
+
+    def _forget(self, msg):
+        """Drop a reported part from its worker's list (the list a death message names)."""
+        if isinstance(msg, RowsFilled):
+            for held in self._held:
+                for k, (plan, row_start) in enumerate(held):
+                    if (plan.batch_index, row_start) == (msg.batch_index, msg.row_start):
+                        del held[k]
+                        return msg
+        return msg
+
+    def _in_progress(self, worker: int) -> str:
+        """What a dead worker was filling: the oldest batch it owed, and that part's files."""
+        if not self._held[worker]:
+            return ""
+        plan, row_start = self._held[worker][0]
+        videos = list(dict.fromkeys(int(v) for v in plan.video_indices))
+        files = ", ".join(self.index[v].path for v in videos[:3])
+        more = f" and {len(videos) - 3} more" if len(videos) > 3 else ""
+        return (f", while filling batch {plan.batch_index} (rows {row_start}-"
+                f"{row_start + plan.batch_size - 1}, from {files}{more})")
 
     @property
     def ways(self) -> int:
@@ -244,6 +278,7 @@ class ProcessPool(WorkerProcesses, BatchPool):
         return True  # each worker decodes its own share of a block's videos
 
     def submit(self, worker: int, task: FillTask) -> None:
+        self._held[worker].extend(zip(task.plans, task.row_starts))
         self.put(worker, task)
 
     def shutdown(self) -> None:
