@@ -43,29 +43,32 @@ def _mean_diff(a, b) -> float:
 
 def test_tuned_is_in_the_cpu_alias_and_records_its_settings():
     assert resolve_backends("cpu")[-2:] == ["torchcodec", "torchcodec-tuned"]
-    plain, tuned = make_peer("torchcodec").settings(), make_peer("torchcodec-tuned").settings()
+    plain, tuned, approx = (make_peer(n).settings() for n in
+                            ("torchcodec", "torchcodec-tuned", "torchcodec-approx"))
     assert (plain["seek_mode"], plain["native_resize"]) == ("exact", False)
-    assert (tuned["seek_mode"], tuned["native_resize"]) == ("approximate", True)
+    assert (tuned["seek_mode"], tuned["native_resize"]) == ("exact", True)
+    assert approx == {**tuned, "seek_mode": "approximate"}
     assert tuned["num_ffmpeg_threads"] == 1 and tuned["device"] == "cpu"
 
 
 def test_settings_reach_the_result(w1):
     ds, _ = w1
-    cfg = RunConfig("random", "torchcodec-tuned", "W1", "tiny", str(ds.root.parent), batches=1,
+    cfg = RunConfig("random", "torchcodec-approx", "W1", "tiny", str(ds.root.parent), batches=1,
                     warmup=0, workers=0)
     result = run_backend(cfg)  # skipped or ok: the settings are there either way
-    assert result["peer_settings"]["seek_mode"] == "approximate"
+    assert result["peer_settings"]["native_resize"] is True
 
 
 @pytest.mark.parametrize("workload,batch_size,shape", [
     ("random", 12, (12, 224, 224, 3)),
     ("clips", 2, (2, 16, 112, 112, 3)),  # short side 128, then a centre crop, in the decoder
 ])
-def test_tuned_resizes_in_the_decoder_like_vidloader(w1, workload, batch_size, shape):
+@pytest.mark.parametrize("backend", ["torchcodec-tuned", "torchcodec-approx"])
+def test_tuned_resizes_in_the_decoder_like_vidloader(w1, workload, batch_size, shape, backend):
     _need_torchcodec()
     job = _job(w1, workload, batch_size)
     ref = [b.clone() for b in make_peer("vidloader").batches(job)]
-    got = [b.clone() for b in make_peer("torchcodec-tuned").batches(job)]
+    got = [b.clone() for b in make_peer(backend).batches(job)]
     assert [tuple(b.shape) for b in got] == [shape] * 2
     for a, b in zip(got, ref):  # FFmpeg's and torch's bilinear antialiased resize agree closely
         assert _mean_diff(a, b) < 2.0

@@ -14,6 +14,7 @@ PEERS = {
     "opencv": ("_peers_cpu", "OpenCvPeer"),
     "torchcodec": ("_peers_cpu", "TorchcodecPeer"),
     "torchcodec-tuned": ("_peers_cpu", "TorchcodecTunedPeer"),
+    "torchcodec-approx": ("_peers_cpu", "TorchcodecApproxPeer"),
     "pynvc-simple": ("_peers_gpu", "PynvcSimplePeer"),
     "pynvc-threads": ("_peers_gpu", "PynvcThreadsPeer"),
     "dali": ("_peers_gpu", "DaliPeer"),
