@@ -13,6 +13,8 @@ PEERS = {
     "decord": ("_peers_cpu", "DecordPeer"),
     "opencv": ("_peers_cpu", "OpenCvPeer"),
     "torchcodec": ("_peers_cpu", "TorchcodecPeer"),
+    "torchcodec-tuned": ("_peers_cpu", "TorchcodecTunedPeer"),
+    "torchcodec-approx": ("_peers_cpu", "TorchcodecApproxPeer"),
     "pynvc-simple": ("_peers_gpu", "PynvcSimplePeer"),
     "pynvc-threads": ("_peers_gpu", "PynvcThreadsPeer"),
     "dali": ("_peers_gpu", "DaliPeer"),
@@ -20,7 +22,7 @@ PEERS = {
 
 #: Names that expand to several backends on the command line.
 BACKEND_ALIASES = {
-    "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec"],
+    "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec", "torchcodec-tuned"],
     "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads"],
 }
 

@@ -119,7 +119,7 @@ def run_backend(cfg: RunConfig) -> dict:
     result: dict = {"backend": cfg.backend, "workload": cfg.workload}
     try:
         peer = make_peer(cfg.backend)
-        result.update(ceiling=peer.ceiling, note=peer.note)
+        result.update(ceiling=peer.ceiling, note=peer.note, peer_settings=peer.settings())
         peer.check()
         job, _ = sized_job(cfg, [peer])
         lengths = run_lengths(peer, job, cfg)

@@ -62,6 +62,11 @@ class Peer(abc.ABC):
     def batches(self, job: Job) -> Iterator[torch.Tensor | int]:
         """Yield the plan's batches in order (or frame counts, for a ceiling)."""
 
+    def settings(self) -> dict | None:
+        """How the adapter configures its library (JSON-able; ``peer_settings`` in reports),
+        where it has choices a reader of the figures should know."""
+        return None
+
     def counters(self) -> dict | None:
         """Cumulative ``decoded`` / ``delivered`` frame counts, where the backend tells."""
         return None
