@@ -77,3 +77,15 @@ def test_a_failing_executor_names_the_chunk_and_how_to_resume(videos, tmp_path):
 
     with pytest.raises(WorkerError, match=r"chunk \d of 3: worker lost.*rerun to continue"):
         build_index(root, executor=Failing(), shard_dir=tmp_path, chunk_files=2, progress=False)
+
+
+def test_a_local_dask_cluster_builds_the_same_index(videos, tmp_path):
+    """Dask's own executor (``Client.get_executor()``), unchanged: the cluster engine case."""
+    distributed = pytest.importorskip("distributed")
+    root, _ = videos
+    reference = build_index(root, num_workers=0, progress=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        index = build_index(root, executor=client.get_executor(), shard_dir=tmp_path / "shards",
+                            chunk_files=2, progress=False)
+    _same(index, reference)
