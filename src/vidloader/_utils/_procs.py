@@ -36,11 +36,12 @@ from multiprocessing import context, forkserver, reduction, spawn, util
 #: Imported once by the full server, so its forks start warm. Never CUDA: importing torch does
 #: not initialise it. Strings, not imports: this module stays light and below every layer.
 PRELOAD = ("numpy", "av", "torch", "vidloader.pipeline._worker", "vidloader.index._build",
-           "vidloader.synthetic")
+           "vidloader.synthetic", "vidloader._utils._freeze")
 
 #: Imported once by the demux server: what a demux worker runs, and no torch (the modules
 #: named import none; ``tests/test_procs.py`` checks it).
-DEMUX_PRELOAD = ("numpy", "av", "vidloader.pipeline._entry", "vidloader.pipeline._demux")
+DEMUX_PRELOAD = ("numpy", "av", "vidloader.pipeline._entry", "vidloader.pipeline._demux",
+                 "vidloader._utils._freeze")  # last: freezes what the others imported
 
 #: The servers by name, and what each preloads.
 SERVERS = {"full": PRELOAD, "demux": DEMUX_PRELOAD}
