@@ -398,3 +398,34 @@ def test_real_nvdec_skips_a_swapped_file_once(swapped, num_workers):
     seen = [(int(v), int(f)) for b in loader for v, f in zip(b["video_index"], b["frame_index"])]
     assert sorted(seen) == [(v, f) for v in (0, 2) for f in range(20)]
     assert loader.stats["skipped_files"] == [str(path)]
+
+
+def test_open_gop_files_decode_exactly_with_error_detection_on(tmp_path):
+    """An open-GOP H.264 file (as cameras and broadcast write them) is valid: after a seek,
+    FFmpeg logs reference-management errors for pictures from before the keyframe, which are
+    no damage. Random frames must equal a full decode, never a CorruptVideoError (found by
+    review: every GOP but the first failed)."""
+    import av
+
+    import vidloader
+
+    path = tmp_path / "open_gop.mp4"
+    with av.open(str(path), "w") as out:
+        s = out.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 128, 96, "yuv420p"
+        s.options = {"x264-params": "open-gop=1:keyint=12:min-keyint=12:bframes=3:b-adapt=0:scenecut=0"}
+        for i in range(60):
+            img = np.zeros((96, 128, 3), np.uint8)
+            img[:, :, 0] = (i * 4) % 255
+            img[(i * 3) % 96, :, 1] = 255
+            img[:, (i * 5) % 128, 2] = 255
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(p)
+        for p in s.encode():
+            out.mux(p)
+    with av.open(str(path)) as c:
+        ref = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+    record = vidloader.build_index([path], num_workers=0, progress=False)[0]
+    for frames in ([12, 13, 14], [24, 25], [36], [40, 41], [5], [50, 51, 59]):
+        got = vidloader.decode_frames(path, frames, index_record=record).numpy()
+        np.testing.assert_array_equal(got, ref[frames])

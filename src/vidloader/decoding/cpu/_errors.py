@@ -18,6 +18,12 @@ reliability section for the measured rates.
 
 from __future__ import annotations
 
+#: ERROR-level messages that are no damage in the pictures. H.264's reference management logs
+#: this when it is told to drop a picture from before the point where decoding began (after a
+#: seek into an open-GOP stream: the keyframe's own GOP refers to the GOP before it); the
+#: pictures themselves decode exactly (a test compares them with a full decode).
+RANDOM_ACCESS_MESSAGES = ("mmco: unref short failure",)
+
 
 def count_ffmpeg_errors() -> None:
     """Install PyAV's log callback, silently, so FFmpeg's ERROR messages are counted.
@@ -53,3 +59,8 @@ def last_ffmpeg_error_source() -> str:
 
     last = av.logging.get_last_error()[1]
     return str(last[1] or "") if last else ""
+
+
+def is_random_access_message(text: str) -> bool:
+    """Whether an FFmpeg error message is one of :data:`RANDOM_ACCESS_MESSAGES`."""
+    return any(m in text for m in RANDOM_ACCESS_MESSAGES)

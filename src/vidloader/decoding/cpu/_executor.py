@@ -23,7 +23,13 @@ from ..._utils._nvtx import Ranges
 from ...errors import ConfigError, CorruptVideoError, UnsupportedCodecError, VideoNotFoundError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
-from ._errors import count_ffmpeg_errors, ffmpeg_errors, last_ffmpeg_error, last_ffmpeg_error_source
+from ._errors import (
+    count_ffmpeg_errors,
+    ffmpeg_errors,
+    is_random_access_message,
+    last_ffmpeg_error,
+    last_ffmpeg_error_source,
+)
 from ._frame import CpuFrame
 
 _THREAD_TYPES = ("AUTO", "FRAME", "SLICE")
@@ -45,6 +51,7 @@ class _OpenVideo:
     skip_mode: str = "DEFAULT"
     path: str = ""
     errors_at: int = 0  # FFmpeg's error count when the current GOP was entered
+    key_pts: int = -(2**63)  # pts of the current GOP's keyframe (leading pictures come before)
     pending: list[int] = dataclasses.field(default_factory=list)  # heap: pts sent as NONREF
     leftover: collections.deque = dataclasses.field(default_factory=collections.deque)
 
@@ -175,6 +182,7 @@ class CpuExecutor(Executor):
     ) -> Iterator[tuple[int, Any]]:
         exact = self._enter(video, record, gop)
         video.errors_at = ffmpeg_errors()
+        video.key_pts = int(record.pts[gop.keyframe])
         missing = yield from self._scan(video, record, gop.frames, wanted)
         if len(missing) and not exact:
             # The decoder came from an earlier GOP or task and had already dropped a frame
@@ -271,7 +279,14 @@ class CpuExecutor(Executor):
             out = decode(packet)
             # Only after a packet with data: at the flush packet a demuxer's end-of-file
             # complaint ("File ended prematurely") is better told as the missing frames.
-            if self.detect_errors and packet.size and self._damage_logged(video):
+            if not (self.detect_errors and packet.size):
+                pass
+            elif packet.pts is not None and packet.pts < video.key_pts:
+                # A leading picture of an open GOP, decoded after a seek to its keyframe: its
+                # references lie in the GOP before, so FFmpeg logs missing references
+                # ("mmco: unref short failure"). It is never delivered from this GOP.
+                video.errors_at = ffmpeg_errors()
+            elif self._damage_logged(video):
                 raise CorruptVideoError(
                     video.path,
                     f"FFmpeg reported damage while decoding the packet at pts {packet.pts} "
@@ -294,7 +309,8 @@ class CpuExecutor(Executor):
         count = ffmpeg_errors()
         if count == video.errors_at:
             return False
-        if last_ffmpeg_error_source() != video.stream.codec_context.name:
+        if (last_ffmpeg_error_source() != video.stream.codec_context.name
+                or is_random_access_message(last_ffmpeg_error())):
             video.errors_at = count
             return False
         return True
