@@ -243,3 +243,21 @@ def test_combo_completes_the_epoch_on_nvdec_when_a_cpu_worker_is_killed(dataset,
     assert len(pool.lost_workers) == 1 and "killed by signal 9" in pool.lost_workers[0]
     loader.shutdown()
     assert not any(p.is_alive() for p in pool.cpu.procs)
+
+
+def test_combo_share_completes_on_nvdec_when_its_only_cpu_worker_dies(dataset, fake):
+    """With a fixed split and every CPU worker dead, NVDEC takes the CPU's share too (found
+    by review: the CPU's share queued for no one and the epoch hung)."""
+    import os
+    import signal
+
+    index, _ = dataset
+    want = _seen(collect_batches(_loader(index, "cpu", num_workers=1)))
+    loader = _loader(index, "combo", num_workers=1, combo_share=0.5, lookahead=1, prefetch=1)
+    it = iter(loader)
+    got = [next(it)]
+    pool = loader._pool
+    os.kill(pool.cpu.procs[0].pid, signal.SIGKILL)
+    got += list(it)
+    assert _seen(got) == want and len(pool.lost_workers) == 1
+    loader.shutdown()

@@ -20,6 +20,7 @@ import logging
 import math
 
 from ..decoding import get_executor
+from ..errors import WorkerError
 from ._assemble import BatchAssembler
 from ._config import LoaderConfig
 from ._contract import BatchPool
@@ -98,7 +99,9 @@ class ComboPool(BatchPool):
         """Queue ``task`` (``worker`` is ignored: whichever executor frees up takes it)."""
         unit = next(self._unit_ids)
         task = dataclasses.replace(task, unit=unit)
-        if self._needs_cpu(task) and len(self.cpu.retired) < self.cpu.num_workers:
+        if not self._cpu_alive:  # every CPU worker died: NVDEC takes everything
+            self._gpu_queue.append(task)
+        elif self._needs_cpu(task):
             self._cpu_queue.append(task)
         elif self.config.combo_share is not None:
             share = float(self.config.combo_share)
@@ -113,16 +116,27 @@ class ComboPool(BatchPool):
             self._feed()
             if self._done:
                 return self._done.popleft()
-            msg = self.cpu.poll()
+            msg = self._from_cpu(self.cpu.poll())
             if msg is not None:
-                return self._from_cpu(msg)
+                return msg
             if self._gpu:  # wait for NVDEC's oldest unit; CPU workers keep their queue
                 self._done.extend(self._gpu.popleft().finish())
                 continue
+            if not self._cpu_alive and not self._cpu_units:
+                raise WorkerError("the combo has no CPU worker left and nothing queued on NVDEC, "
+                                  "yet the scheduler waits for a unit: an internal error; "
+                                  f"lost workers: {self.lost_workers}")
             try:
-                return self._from_cpu(self.cpu.get())
+                msg = self._from_cpu(self.cpu.get())
             except WorkerDied as dead:
                 self._carry_on_without(dead)
+                continue
+            if msg is not None:
+                return msg
+
+    @property
+    def _cpu_alive(self) -> bool:
+        return len(self.cpu.retired) < self.cpu.num_workers
 
     def _carry_on_without(self, dead: WorkerDied) -> None:
         """A CPU worker died: NVDEC takes the parts of its units not yet reported, and the
@@ -131,13 +145,13 @@ class ComboPool(BatchPool):
         self.cpu.retire(dead.worker)
         self.lost_workers.append(str(dead))
         log.warning("%s; the combo carries on: NVDEC takes its units", dead)
-        self._done.extend(self._from_cpu(m) for m in self.cpu.drain_ready())
+        self._done.extend(m for m in map(self._from_cpu, self.cpu.drain_ready()) if m is not None)
         self._cpu_load[dead.worker] = math.inf  # never picked again
         for unit in sorted(u for u, held in self._cpu_units.items() if held.worker == dead.worker):
             rest = self._cpu_units.pop(unit).unreported()
             if rest is not None:
                 self._gpu_queue.append(rest)
-        if len(self.cpu.retired) == self.cpu.num_workers:  # no CPU worker left
+        if not self._cpu_alive:  # no CPU worker left
             self._gpu_queue.extend(self._cpu_queue)
             self._cpu_queue.clear()
         self._gpu_queue = collections.deque(sorted(self._gpu_queue, key=lambda t: t.unit))
@@ -214,8 +228,12 @@ class ComboPool(BatchPool):
         self._gpu.append(start_unit_messages(self.assembler, self.gpu_slots, task))
 
     def _from_cpu(self, msg):
+        """Book a CPU worker's message; ``None`` for one of a unit already handed to NVDEC
+        (a worker taken for dead that was still running: its parts were filled there)."""
         if isinstance(msg, RowsFilled):
-            held = self._cpu_units[msg.unit]
+            held = self._cpu_units.get(msg.unit)
+            if held is None:
+                return None
             held.reported.add((msg.batch_index, msg.row_start))
             if len(held.reported) == len(held.task.plans):
                 del self._cpu_units[msg.unit]

@@ -184,14 +184,19 @@ class WorkerProcesses:
         hold resources releases them here)."""
 
     def retire(self, worker: int) -> None:
-        """Carry on without dead worker ``worker``: :meth:`get` no longer raises for it."""
+        """Carry on without dead worker ``worker``: :meth:`get` no longer raises for it. The
+        process is killed and joined too: "dead" can also mean its status pipe broke (the
+        fork server died) while it still runs, and it must not write into slots any more."""
         self.retired.add(worker)
+        proc = self.procs[worker]
+        with contextlib.suppress(Exception):
+            proc.kill()
+            proc.join(WORKER_JOIN_SECONDS)
 
     def drain_ready(self) -> list:
         """Every message already in the result queue, without blocking (after a worker died:
         what it sent before dying)."""
-        out = list(self._backlog)
-        self._backlog.clear()
+        out = []
         while (msg := self.poll()) is not None:
             out.append(msg)
         return out
@@ -247,6 +252,10 @@ class ProcessPool(WorkerProcesses, BatchPool):
 
     def poll(self):
         return self._forget(super().poll())
+
+    def retire(self, worker: int) -> None:
+        super().retire(worker)
+        self._held[worker].clear()  # its parts are another executor's now
 
     def _forget(self, msg):
         """Drop a reported part from its worker's list (the list a death message names)."""
