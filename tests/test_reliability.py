@@ -429,3 +429,35 @@ def test_open_gop_files_decode_exactly_with_error_detection_on(tmp_path):
     for frames in ([12, 13, 14], [24, 25], [36], [40, 41], [5], [50, 51, 59]):
         got = vidloader.decode_frames(path, frames, index_record=record).numpy()
         np.testing.assert_array_equal(got, ref[frames])
+
+
+def test_a_file_trimmed_by_its_edit_list_is_indexed_and_flagged(tmp_path):
+    """An MP4 remuxed with its first 90 of 300 frames cut by an edit list (a non-destructive
+    trim): the sample table states 300 frames, FFmpeg demuxes the 210 shown. Valid: indexed
+    with a warning, not rejected as a damaged moov (found by review)."""
+    import av
+
+    import vidloader
+
+    src, dst = tmp_path / "src.mp4", tmp_path / "trimmed.mp4"
+    with av.open(str(src), "w") as out:
+        s = out.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        s.options = {"x264-params": "keyint=30:min-keyint=30:bframes=0:scenecut=0"}
+        for i in range(300):
+            img = np.full((48, 64, 3), i % 255, np.uint8)
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(p)
+        for p in s.encode():
+            out.mux(p)
+    with av.open(str(src)) as inp, av.open(str(dst), "w") as o:
+        ist = inp.streams.video[0]
+        ost = o.add_stream_from_template(ist)
+        shift = 90 * 512  # 90 frames in the 1/12800 time base: a negative start, an edit list
+        for p in inp.demux(ist):
+            if p.size:
+                p.pts, p.dts, p.stream = p.pts - shift, p.dts - shift, ost
+                o.mux(p)
+    index = vidloader.build_index([dst], num_workers=0, progress=False)
+    assert len(index) == 1 and not index.rejected
+    assert index[0].num_frames == 210 and "edit list shows 210" in index[0].warning

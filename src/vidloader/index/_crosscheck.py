@@ -6,8 +6,10 @@ error from FFmpeg. The container's own statements catch that:
 
 - **Stated frame count.** An MP4/MOV's sample table gives an exact count (``nb_frames``). The
   probe finding fewer frames than it states (beyond :data:`COUNT_TOLERANCE`) means the tables
-  are damaged or the file was cut: the file is **rejected** (:class:`CorruptVideoError`);
-  finding more is **flagged**. Other containers' counts are not exact (AVI's counts ticks of
+  are damaged or the file was cut: the file is **rejected** (:class:`CorruptVideoError`),
+  unless an edit list explains it (the stated duration is the shorter, edited one and the
+  demuxed frames span it: a file trimmed without re-encoding), which is **flagged**; finding
+  more is **flagged**. Other containers' counts are not exact (AVI's counts ticks of
   its rate), so they are not compared.
 - **Edit-list discards.** Frames the sample table holds but an edit list hides (FFmpeg drops
   them) are **flagged** beyond the same tolerance: a damaged edit list hides most of a
@@ -56,19 +58,23 @@ def cross_check(container, stream, path: str, *, found: int, discarded: int,
         CorruptVideoError: an MP4/MOV states more frames than could be demuxed.
     """
     warnings = [
-        _count_warning(container, stream, path, found + discarded),
+        _count_warning(container, stream, path, found + discarded, span_seconds, frame_seconds),
         _discard_warning(found, discarded),
         _duration_warning(container, stream, span_seconds, frame_seconds),
     ]
     return "; ".join(w for w in warnings if w)
 
 
-def _count_warning(container, stream, path: str, found: int) -> str:
+def _count_warning(container, stream, path: str, found: int, span_seconds: float,
+                   frame_seconds: float) -> str:
     stated = int(stream.frames or 0)
     names = str(container.format.name).split(",")
     if stated <= 0 or not any(n in _EXACT_COUNT_FORMATS for n in names):
         return ""
     allowed = max(MIN_FRAMES, COUNT_TOLERANCE * stated)
+    if found < stated - allowed and _edited(container, stream, stated, span_seconds, frame_seconds):
+        return (f"the sample table holds {stated} frames, of which its edit list shows {found} "
+                "(a video trimmed without re-encoding)")
     if found < stated - allowed:
         raise CorruptVideoError(
             path,
@@ -79,6 +85,19 @@ def _count_warning(container, stream, path: str, found: int) -> str:
     if found > stated + allowed:
         return f"the container states {stated} frames but {found} were demuxed"
     return ""
+
+
+def _edited(container, stream, stated_frames: int, span_seconds: float, frame_seconds: float) -> bool:
+    """Whether an edit list explains a shortfall: FFmpeg's mov demuxer drops the samples an
+    edit list starts after (before the keyframe preceding the edit) without demuxing them,
+    and the stream's stated duration is then the edited one, which the demuxed frames span.
+    A damaged sample table instead leaves the stated duration long and the span short."""
+    stated_s = _stated_seconds(container, stream)
+    if stated_s <= 0 or span_seconds <= 0 or frame_seconds <= 0:
+        return False
+    allowed = max(MIN_FRAMES * frame_seconds, DURATION_TOLERANCE * stated_s)
+    shorter = stated_s < stated_frames * frame_seconds * (1 - COUNT_TOLERANCE)
+    return shorter and abs(span_seconds - stated_s) <= allowed
 
 
 def _discard_warning(found: int, discarded: int) -> str:
