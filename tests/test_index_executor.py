@@ -89,3 +89,22 @@ def test_a_local_dask_cluster_builds_the_same_index(videos, tmp_path):
         index = build_index(root, executor=client.get_executor(), shard_dir=tmp_path / "shards",
                             chunk_files=2, progress=False)
     _same(index, reference)
+
+
+def test_a_rerun_with_other_options_or_a_changed_file_probes_again(videos, tmp_path):
+    """Shards are reused only for the same probe options and unchanged files (review)."""
+    import os
+
+    root, paths = videos
+    shards = tmp_path / "shards"
+    with ThreadPoolExecutor(2) as pool:
+        build_index(root, executor=pool, shard_dir=shards, chunk_files=2, progress=False)
+        counting = CountingExecutor(pool)
+        build_index(root, executor=counting, shard_dir=shards, chunk_files=2, progress=False,
+                    stream="first")
+        assert counting.submitted == 3  # other options: every chunk again
+        st = os.stat(paths[0])
+        os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched since
+        counting = CountingExecutor(pool)
+        build_index(root, executor=counting, shard_dir=shards, chunk_files=2, progress=False)
+        assert counting.submitted == 1  # only the chunk holding the touched file

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, as_completed
 
+from ..constants import INDEX_FORMAT_VERSION
 from ..errors import ConfigError, IndexFormatError, WorkerError
 from ._probe import probe_video
 from ._record import RejectedVideo, VideoIndex, VideoRecord
@@ -25,9 +26,30 @@ Result = VideoRecord | RejectedVideo
 DEFAULT_CHUNK_FILES = 256
 
 
-def shard_name(number: int, paths: list[str]) -> str:
-    digest = hashlib.sha1("\n".join(paths).encode()).hexdigest()[:12]
+def shard_name(number: int, paths: list[str], options: str = "") -> str:
+    """The shard of chunk ``number``: named by a hash of its files and of the probe's options
+    (``stream=``, the index format), so a rerun with other options never reuses it."""
+    digest = hashlib.sha1("\n".join([options, *paths]).encode()).hexdigest()[:12]
     return f"shard-{number:06d}-{digest}.vlindex.npz"
+
+
+def _probe_options(probe: Callable) -> str:
+    keywords = sorted(getattr(probe, "keywords", {}).items())
+    return f"index v{INDEX_FORMAT_VERSION} {keywords!r}"
+
+
+def _unchanged(results: list[Result]) -> bool:
+    """Whether every indexed file still has the size and mtime its shard recorded (a file
+    replaced since would otherwise come back from the shard and fail every decode as stale)."""
+    for r in results:
+        if isinstance(r, VideoRecord):
+            try:
+                st = os.stat(r.path)
+            except OSError:
+                return False
+            if st.st_size != r.size_bytes or (r.mtime_ns and st.st_mtime_ns != r.mtime_ns):
+                return False
+    return True
 
 
 def probe_shard(paths: list[str], shard_path: str | None, probe: Callable = probe_video) -> list[Result]:
@@ -74,8 +96,9 @@ def probe_with_executor(
     results: list[list[Result] | None] = [None] * len(chunks)
     pending: dict[Future, int] = {}
     for k, chunk in enumerate(chunks):
-        shard = os.path.join(shard_dir, shard_name(k, chunk)) if shard_dir else None
-        if shard and os.path.exists(shard) and (done := _read_shard(shard, chunk)) is not None:
+        shard = os.path.join(shard_dir, shard_name(k, chunk, _probe_options(probe))) if shard_dir else None
+        if (shard and os.path.exists(shard) and (done := _read_shard(shard, chunk)) is not None
+                and _unchanged(done)):
             results[k] = done
             on_done(len(chunk))
             continue

@@ -11,7 +11,11 @@ decoded, and no frame from then on in that GOP is delivered.
 
 The count is per process, not per decoder: in a process where several threads decode at once,
 one file's damage can fail another's GOP (a false alarm, never a missed one). Loader workers
-decode on one thread each. What FFmpeg cannot see (garbage that parses, e.g. a damaged
+decode on one thread each. With frame threading (``decoder_threads > 1``) FFmpeg may log a
+picture's error while a later packet is decoded: it then fails the GOP a packet late, or, at
+the GOP's last packet, is seen by the next GOP of the same file. The executor re-installs the
+callback at each GOP, so a ``av.logging.set_level(None)`` elsewhere does not switch detection
+off for good. What FFmpeg cannot see (garbage that parses, e.g. a damaged
 non-reference picture decoded with one slice thread) is still delivered; see the README's
 reliability section for the measured rates.
 """

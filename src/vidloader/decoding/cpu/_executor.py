@@ -181,6 +181,8 @@ class CpuExecutor(Executor):
         self, video: _OpenVideo, record: VideoRecord, gop: GopRequest, wanted: set[int] | None
     ) -> Iterator[tuple[int, Any]]:
         exact = self._enter(video, record, gop)
+        if self.detect_errors:
+            count_ffmpeg_errors()  # again: a user or a library may have set PyAV's level to None
         video.errors_at = ffmpeg_errors()
         video.key_pts = int(record.pts[gop.keyframe])
         missing = yield from self._scan(video, record, gop.frames, wanted)
