@@ -60,8 +60,11 @@ def pack_payloads(bundles: list) -> tuple[Segment | None, list]:
     shm = SharedMemory(create=True, size=pos)
     try:
         _copy_in(shm, bundles, light)
-    finally:
-        shm.close()  # this process's mapping only; the GPU process unlinks the name
+    except BaseException:
+        shm.close()
+        shm.unlink()  # nobody else knows the name yet
+        raise
+    shm.close()  # this process's mapping only; the GPU process unlinks the name
     return Segment(shm.name, pos), light
 
 
