@@ -18,13 +18,13 @@ import threading
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from PIL import Image
 
 import vidloader.pipeline._image_fill as image_fill
 from vidloader import ImageLoader, SequentialFrames, WorkerError
+from vidloader.bench._images_resize import float_reference
 from vidloader.images import ImageFolder, ImageProcess
-from vidloader.images._augment import _window, augment_batch, sample_windows
+from vidloader.images._augment import augment_batch, sample_windows
 from vidloader.images._batched import (
     crop_resize_batch,
     crop_resize_matmul,
@@ -51,25 +51,13 @@ def _windows(proc, images, seed=3):
     return sample_windows(proc, hs, ws, np.arange(len(images), dtype=np.uint64) * 7919 + seed)
 
 
-def _float_path(images, windows, out_hw):
-    """The per-image path as CUDA runs it: float32 ``interpolate``, rounded, flipped."""
-    out = []
-    for i, image in enumerate(images):
-        top, left, ch, cw, flip = windows[i]
-        patch = _window(image, top, left, ch, cw).permute(2, 0, 1)[None].float()
-        y = F.interpolate(patch, size=out_hw, mode="bilinear", align_corners=False,
-                          antialias=True).round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
-        out.append(y.flip(1) if flip else y)
-    return torch.stack(out)
-
-
 @pytest.mark.parametrize("crop", ["random_resized", "center", "none"])
 def test_matmul_matches_the_per_image_path(crop):
     images = _images(SIZES * 2)
     proc = ImageProcess(size=(224, 200), crop=crop, random_flip=True)
     windows = _windows(proc, images)
     assert 0 < windows.flip.mean() < 1
-    ref = _float_path(images, windows, (224, 200)).int()
+    ref = float_reference(images, windows, (224, 200)).int()
     per_image = crop_resize_per_image(images, windows, (224, 200)).int()
     for groups in (1, 3):  # 3: sorted by window area, each group padded to its own largest
         got = crop_resize_matmul(images, windows, (224, 200), groups=groups).int()
@@ -107,7 +95,7 @@ def test_fused_normalization_within_half_a_code_value(dtype, layout):
                         normalized=True, mean=MEAN, std=STD, layout=layout)
     windows = _windows(proc, images)
     got = crop_resize_matmul(images, windows, (96, 96), proc=proc)
-    ref = finalize(_float_path(images, windows, (96, 96))[:, None], proc, is_clip=False)
+    ref = finalize(float_reference(images, windows, (96, 96))[:, None], proc, is_clip=False)
     assert got.dtype == ref.dtype and got.shape == ref.shape and got.is_contiguous()
     std = torch.tensor(STD)[:, None, None] if layout == "chw" else torch.tensor(STD)
     bound = 0.5 / 255 / std + 1e-4 + (2 ** -8 if dtype == "float16" else 0)
