@@ -208,3 +208,19 @@ def install(monkeypatch, nvc: FakeNvc) -> None:
 
 def as_numpy(t: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy()
+
+
+def stage_on_cpu(monkeypatch) -> None:
+    """Put the loader's "GPU" staging buffers on the CPU: the fake has no device memory."""
+    from vidloader.pipeline._config import LoaderConfig
+
+    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+
+
+def install_on_cpu(monkeypatch) -> FakeNvc:
+    """A fresh :class:`FakeNvc`, installed (:func:`install`), with the loader's staging on the
+    CPU (:func:`stage_on_cpu`): what a loader test on the stand-in NVDEC needs."""
+    nvc = FakeNvc()
+    install(monkeypatch, nvc)
+    stage_on_cpu(monkeypatch)
+    return nvc

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 import vidloader
 from vidloader.cli.__main__ import main
 from vidloader.synthetic import VideoSpec, make_video
@@ -64,12 +62,10 @@ def test_demo_on_synthetic_data_prints_throughput_and_machine(tmp_path, capsys):
 def test_demo_with_the_combo_prints_each_executors_share(tmp_path, capsys, monkeypatch):
     """``vidloader demo --backend combo`` on the stand-in NVDEC (batches kept on the CPU)."""
     import vidloader.pipeline
-    from vidloader.pipeline._config import LoaderConfig
 
     from . import _fake_nvc
 
-    _fake_nvc.install(monkeypatch, _fake_nvc.FakeNvc())
-    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    _fake_nvc.install_on_cpu(monkeypatch)
     real = vidloader.pipeline.VideoLoader
     monkeypatch.setattr(vidloader.pipeline, "VideoLoader", lambda *a, **k: real(*a, device="cpu", **k))
     args = ["demo", "--videos", "2", "--batches", "4", "--batch-size", "8", "--size", "32",

@@ -14,7 +14,6 @@ import torch
 
 import vidloader
 from vidloader import Clips, GopShuffle, RandomFrames, VideoLoader
-from vidloader.pipeline._config import LoaderConfig
 from vidloader.synthetic import VideoSpec, make_dataset
 
 from . import _fake_nvc
@@ -40,11 +39,7 @@ def dataset(tmp_path_factory):
 
 @pytest.fixture
 def fake(monkeypatch):
-    nvc = _fake_nvc.FakeNvc()
-    _fake_nvc.install(monkeypatch, nvc)
-    # "GPU" staging buffers on the CPU: the fake has no device memory.
-    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
-    return nvc
+    return _fake_nvc.install_on_cpu(monkeypatch)
 
 
 def _loader(index, backend, **kw):

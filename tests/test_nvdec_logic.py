@@ -421,11 +421,10 @@ def test_nvdec_loader_demux_workers_are_torch_free_and_leave_no_shared_memory(me
     mid-epoch leaves a shared-memory segment behind."""
     from vidloader import RandomFrames, VideoLoader
     from vidloader.index import VideoIndex
-    from vidloader.pipeline._config import LoaderConfig
 
     from .test_loader import _shm_entries
 
-    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
+    _fake_nvc.stage_on_cpu(monkeypatch)
     index = VideoIndex([record_of(media[n]) for n in ("h264", "hevc", "h264_small")])
     shm_before = _shm_entries()
     loader = VideoLoader(index, sampler=RandomFrames(seed=2), batch_size=6, size=(32, 32),

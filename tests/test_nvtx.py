@@ -21,7 +21,6 @@ import torch
 import vidloader
 from vidloader import RandomFrames, VideoLoader
 from vidloader._utils import _nvtx
-from vidloader.pipeline._config import LoaderConfig
 from vidloader.synthetic import VideoSpec, make_dataset
 
 from . import _fake_nvc
@@ -161,10 +160,7 @@ def test_environment_variable_switches_the_ranges_on(index, recorder, monkeypatc
 
 @pytest.fixture
 def fake(monkeypatch):
-    nvc = _fake_nvc.FakeNvc()
-    _fake_nvc.install(monkeypatch, nvc)
-    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
-    return nvc
+    return _fake_nvc.install_on_cpu(monkeypatch)
 
 
 def test_nvdec_ranges_on_decoder_threads_and_the_loader_thread(index, fake, recorder):

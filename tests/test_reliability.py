@@ -348,16 +348,9 @@ def test_cpu_refuses_pictures_of_another_size(swapped):
 
 @pytest.fixture
 def fake_nvdec(monkeypatch):
-    import torch
-
-    from vidloader.pipeline._config import LoaderConfig
-
     from . import _fake_nvc
 
-    nvc = _fake_nvc.FakeNvc()
-    _fake_nvc.install(monkeypatch, nvc)
-    monkeypatch.setattr(LoaderConfig, "gpu", property(lambda self: torch.device("cpu")))
-    return nvc
+    return _fake_nvc.install_on_cpu(monkeypatch)
 
 
 def test_nvdec_surface_smaller_than_the_index_is_typed(swapped, fake_nvdec):
