@@ -48,6 +48,15 @@ def test_index_says_which_backend_takes_each_file(tmp_path, capsys):
     assert "CPU ×1: H.264 High 4:4:4 Predictive (8-bit 4:4:4)" in out
 
 
+def test_index_cli_knows_every_gpu_generation_table():
+    """The CLI lists the generations without importing the caps module (start-up); the two
+    lists must not drift apart."""
+    from vidloader.cli._index import GENERATIONS
+    from vidloader.decoding.nvdec._caps import GENERATION_TABLES
+
+    assert tuple(GENERATION_TABLES) == GENERATIONS
+
+
 def test_demo_on_synthetic_data_prints_throughput_and_machine(tmp_path, capsys):
     args = ["demo", "--videos", "2", "--batches", "3", "--batch-size", "8", "--size", "32",
             "--workers", "0", "--data-dir", str(tmp_path)]
