@@ -353,8 +353,11 @@ def fake_nvdec(monkeypatch):
     return _fake_nvc.install_on_cpu(monkeypatch)
 
 
-def test_nvdec_surface_smaller_than_the_index_is_typed(swapped, fake_nvdec):
-    """On the device this was an untyped RuntimeError from reshaping the smaller surface."""
+def test_nvdec_path_refuses_pictures_of_another_size(swapped, fake_nvdec):
+    """On the device this was first an untyped RuntimeError from reshaping the smaller surface;
+    then, with the surface checked, real NVDEC (configured for the indexed size) decoded the
+    smaller pictures into the larger surface and delivered them: the demuxer's open compares
+    the container's picture size with the index before any packet goes to NVDEC."""
     from vidloader.decoding import DecodeTask
     from vidloader.decoding.nvdec._executor import NvdecExecutor
 
@@ -362,7 +365,7 @@ def test_nvdec_surface_smaller_than_the_index_is_typed(swapped, fake_nvdec):
     ex = NvdecExecutor(num_decoders=1, frame_cache_bytes=0, packet_cache_bytes=0)
     try:
         with pytest.raises(vidloader.CorruptVideoError,
-                           match=r"v1\.mp4: NVDEC decoded a picture of 48x32 samples, smaller than the 96x64"):
+                           match=r"v1\.mp4: its pictures are 48x32, the index records 96x64.*Re-index"):
             ex.decode(DecodeTask.for_frames(1, index[1], range(20)), lambda i, f: None)
     finally:
         ex.close()
@@ -454,3 +457,19 @@ def test_a_file_trimmed_by_its_edit_list_is_indexed_and_flagged(tmp_path):
     index = vidloader.build_index([dst], num_workers=0, progress=False)
     assert len(index) == 1 and not index.rejected
     assert index[0].num_frames == 210 and "edit list shows 210" in index[0].warning
+
+
+def test_nvdec_plane_check_refuses_a_surface_smaller_than_the_index():
+    """The second line of defence behind the demuxer's size check (a stream whose picture size
+    changes mid-stream): planes exported without DLPack are checked before any reshape."""
+    from types import SimpleNamespace
+
+    from vidloader.decoding.nvdec._decoder import _check_plane_bytes
+
+    def plane(h, w):
+        return SimpleNamespace(__cuda_array_interface__={"shape": (h, w), "typestr": "|u1"})
+
+    _check_plane_bytes([plane(64, 96), plane(32, 96)], 64, 96, 96, 1, "v.mp4")
+    with pytest.raises(vidloader.CorruptVideoError, match=r"v\.mp4: NVDEC decoded a picture of 48x32 samples, "
+                                                          r"smaller than the 96x64"):
+        _check_plane_bytes([plane(32, 48), plane(16, 48)], 64, 96, 96, 1, "v.mp4")

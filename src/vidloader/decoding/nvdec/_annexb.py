@@ -82,11 +82,27 @@ class _OpenVideo:
             self.close()
             raise CorruptVideoError(record.path, f"stream {record.stream_index} is not a video stream")
         self.stream = streams[0]
+        self._check_picture_size(record)
         name = ANNEXB_FILTERS[record.codec]
         self.bsf = av.BitStreamFilterContext(name, self.stream) if name else None
         self.av1_sequence_header = (
             av1_sequence_header(bytes(self.stream.codec_context.extradata or b""))
             if record.codec == "av1" else b""
+        )
+
+    def _check_picture_size(self, record: VideoRecord) -> None:
+        """The container's picture size against the index's: a file replaced by another of the
+        same byte size and modification time passes :meth:`VideoRecord.check_unchanged`, and
+        NVDEC, configured for the indexed size, then decodes its smaller pictures into the
+        larger surface without an error (seen on the H100: wrong pixels delivered)."""
+        cc = self.stream.codec_context
+        got = (int(cc.width or 0), int(cc.height or 0))
+        if 0 in got or got == (record.width, record.height):  # 0: the container does not say
+            return
+        self.close()
+        raise CorruptVideoError(
+            record.path, f"its pictures are {got[0]}x{got[1]}, the index records "
+            f"{record.width}x{record.height}: the file was replaced after indexing. Re-index it",
         )
 
     def close(self) -> None:
