@@ -126,8 +126,8 @@ def record_dlpack_facts(facts: dict) -> None:
 
     original = dec.nv12_view
 
-    def spy(frame, height, width, device, *, deep=False):
-        key = "p016" if deep else "nv12"
+    def spy(frame, height, width, device, **kw):
+        key = "p016" if kw.get("deep") else "nv12"
         if key not in facts:
             try:
                 t = torch.from_dlpack(frame)
@@ -135,7 +135,7 @@ def record_dlpack_facts(facts: dict) -> None:
                               "format": str(getattr(frame, "format", "?")), "picture": [height, width]}
             except Exception as exc:
                 facts[key] = {"error": repr(exc), "format": str(getattr(frame, "format", "?"))}
-        return original(frame, height, width, device, deep=deep)
+        return original(frame, height, width, device, **kw)
 
     dec.nv12_view = spy
 

@@ -352,13 +352,18 @@ def test_demo_images_prints_both_rates(tmp_path, capsys):
 
 @pytest.mark.cuda
 def test_cifar_on_gpu_equals_cpu(cifar_root):
+    """Crops and flips are the same pixels (uint8 exact); normalised floats agree to float32
+    rounding (the GPU fuses the scale and shift: on the H100 not bit-equal to the CPU)."""
     ds = CIFAR10(cifar_root)
-    proc = ImageProcess(crop="random", padding=4, random_flip=True, dtype="float32",
-                        normalized=True, layout="chw")
-    cpu = list(ImageLoader(ds, batch_size=64, processing=proc))
-    gpu = list(ImageLoader(ds, batch_size=64, processing=proc, device="cuda"))
-    for x, y in zip(cpu, gpu, strict=True):
-        assert y["images"].is_cuda and torch.equal(x["images"], y["images"].cpu())
+    for dtype, normalized, tolerance in (("uint8", False, 0), ("float32", True, 1e-6)):
+        proc = ImageProcess(crop="random", padding=4, random_flip=True, dtype=dtype,
+                            normalized=normalized, layout="chw")
+        cpu = list(ImageLoader(ds, batch_size=64, processing=proc))
+        gpu = list(ImageLoader(ds, batch_size=64, processing=proc, device="cuda"))
+        for x, y in zip(cpu, gpu, strict=True):
+            assert y["images"].is_cuda and y["images"].dtype == x["images"].dtype
+            diff = (x["images"].double() - y["images"].cpu().double()).abs().max()
+            assert float(diff) <= tolerance, (dtype, float(diff))
 
 
 @pytest.mark.cuda
@@ -391,3 +396,22 @@ def test_nvimgcodec_within_tolerance_of_pillow(folder):
             assert diff.max() == 0, name
         elif "cmyk" not in name:
             assert diff.mean() < 3 and diff.quantile(0.99) < 16, name
+
+
+def test_nvimgcodec_decoder_falls_back_to_pillow_for_what_it_cannot_decode(folder, monkeypatch):
+    """On the H100, nvImageCodec without its OpenCV extension decoded no PNG: the PNG was
+    skipped. Such blobs now go to Pillow (exact pixels); an undecodable one stays ``None``."""
+    from types import SimpleNamespace
+
+    from vidloader.images._nvimgcodec import NvImageCodecDecoder
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
+    dec = NvImageCodecDecoder.__new__(NvImageCodecDecoder)  # nvImageCodec itself is not needed
+    dec.device, dec.cpu_fallbacks, dec._params = torch.device("cpu"), 0, None
+    dec._code_stream = lambda blob: blob
+    dec._decoder = SimpleNamespace(decode=lambda streams, **kw: [None] * len(streams))
+    names = ["banana/5_plain.png", "apple/0_baseline.jpg", "banana/7_not_an_image.jpg"]
+    out = dec.decode([(folder / n).read_bytes() for n in names] + [None])
+    for name, image in zip(names[:2], out):
+        assert torch.equal(image, torch.from_numpy(_reference(folder / name)))
+    assert out[2] is None and out[3] is None and dec.cpu_fallbacks == 2

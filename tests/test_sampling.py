@@ -317,6 +317,25 @@ def test_drop_last_gives_disjoint_equal_shards(index, world):
     np.testing.assert_array_equal(np.sort(union), np.sort(order[: TOTAL // world * world]))
 
 
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_sequential_ranks_take_contiguous_blocks(index, world, drop_last):
+    """Interleaved, each rank decoded every frame of the same GOPs to deliver every other one
+    (1.65 decoded per delivered frame on 2 ranks); in blocks, each decodes only its own."""
+    order = frame_ids(all_batches(SequentialFrames(), index, epoch=1, batch_size=1))
+    streams = _rank_streams(SequentialFrames(), index, world, drop_last=drop_last, batch_size=7)
+    per_rank = TOTAL // world if drop_last else -(-TOTAL // world)
+    delivered = per_rank // 7 * 7 if drop_last else per_rank  # drop_last: whole batches only
+    for r, stream in enumerate(streams):
+        want = np.arange(r * per_rank, r * per_rank + delivered) % TOTAL
+        np.testing.assert_array_equal(stream, order[want])
+    union = np.concatenate(streams)
+    if drop_last:
+        assert len(np.unique(union)) == len(union)
+    else:
+        np.testing.assert_array_equal(np.unique(union), np.sort(order))
+
+
 def test_more_ranks_than_samples_still_gives_every_rank_a_batch(index):
     plans = [RandomFrames(num_samples=3).plan_epoch(index, epoch=0, batch_size=4, rank=r,
                                                     world_size=5) for r in range(5)]

@@ -19,6 +19,8 @@ import vidloader
 from vidloader import RandomFrames, VideoLoader
 from vidloader.synthetic import VideoSpec, make_dataset
 
+_DEFAULT_NICE = None
+
 
 def _endless(loader):
     while True:
@@ -27,6 +29,12 @@ def _endless(loader):
 
 def _run(index, backend: str, duration: float, skip: float) -> dict:
     kw = {}
+    import vidloader.pipeline._combo as combo
+
+    combo.COMBO_CPU_NICE = _DEFAULT_NICE
+    if backend.startswith("combo-nice"):  # the CPU side's niceness, for an A/B in one call
+        combo.COMBO_CPU_NICE = int(backend.split("=")[1])
+        backend = "combo"
     if backend.startswith("combo-share"):
         kw["combo_share"] = float(backend.split("=")[1])
         backend = "combo"
@@ -51,6 +59,10 @@ def _run(index, backend: str, duration: float, skip: float) -> dict:
 
 
 def main() -> None:
+    global _DEFAULT_NICE
+    import vidloader.pipeline._combo as combo
+
+    _DEFAULT_NICE = combo.COMBO_CPU_NICE
     out = os.environ.get("OUT", "/tmp")
     n, w, h = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     specs = [VideoSpec(codec="h264", width=w, height=h, num_frames=120, gop=30, bframes=2, seed=s,

@@ -1,6 +1,6 @@
 """Batched image decoding on the GPU through nvImageCodec (extra ``images-gpu``): nvJPEG's
-hardware decoder where the GPU has one, CUDA decoding beside it, and CPU backends for what
-neither takes (PNG, CMYK JPEG)."""
+hardware decoder where the GPU has one, CUDA decoding beside it, its CPU backends for what
+neither takes (PNG, CMYK JPEG), and Pillow for what no installed backend decodes."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ class NvImageCodecDecoder:
         self._decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=backends)
         colors = nvimgcodec.ColorSpec  # SRGB since 0.5, RGB before
         spec = colors.SRGB if hasattr(colors, "SRGB") else colors.RGB
+        #: Images nvImageCodec could not decode and Pillow did (see :meth:`_on_cpu`).
+        self.cpu_fallbacks = 0
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=True, color_spec=spec,
                                                allow_any_depth=False)
 
@@ -56,7 +58,25 @@ class NvImageCodecDecoder:
             if image is not None:
                 t = torch.as_tensor(image, device=self.device)
                 out[i] = t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
+        for i, blob in enumerate(blobs):
+            if out[i] is None and blob is not None:
+                out[i] = self._on_cpu(blob)
         return out
+
+    def _on_cpu(self, blob: bytes) -> torch.Tensor | None:
+        """A blob nvImageCodec did not decode (a format none of its installed backends takes,
+        e.g. PNG without its OpenCV extension), decoded by Pillow and copied to the GPU;
+        ``None`` if Pillow cannot decode it either (the file is then skipped or raises per
+        ``on_error``). Counted in :attr:`cpu_fallbacks`."""
+        from ..errors import CorruptImageError
+        from ._pillow import decode_image
+
+        try:
+            array, _ = decode_image(blob)
+        except CorruptImageError:
+            return None
+        self.cpu_fallbacks += 1
+        return torch.from_numpy(array).to(self.device)
 
     def _parse(self, blob: bytes | None):
         """The blob's ``CodeStream`` (nvImageCodec 0.9 decodes only those), or ``None`` when

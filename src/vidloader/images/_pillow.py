@@ -6,6 +6,7 @@ Imports no torch, so spawned indexing processes start quickly.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 
@@ -49,7 +50,7 @@ def probe_image(path: str) -> tuple[int, int]:
         raise _corrupt(path, exc) from exc
 
 
-def decode_image(path: str | os.PathLike, *, min_hw: tuple[int, int] | None = None
+def decode_image(path: str | os.PathLike | bytes, *, min_hw: tuple[int, int] | None = None
                  ) -> tuple[np.ndarray, tuple[float, float]]:
     """Decode to upright RGB: uint8 ``[H, W, 3]``, and its ``(sy, sx)`` scale to the full size.
 
@@ -58,7 +59,7 @@ def decode_image(path: str | os.PathLike, *, min_hw: tuple[int, int] | None = No
     are exactly ``exif_transpose(Image.open(path)).convert("RGB")``.
 
     Args:
-        path: the file.
+        path: the file, or its bytes (named ``<bytes>`` in errors).
         min_hw: the smallest upright ``(height, width)`` the caller needs; a JPEG is then
             decoded at the largest DCT reduction (1/2, 1/4, 1/8) that keeps at least this size.
 
@@ -66,9 +67,10 @@ def decode_image(path: str | os.PathLike, *, min_hw: tuple[int, int] | None = No
         CorruptImageError: unreadable or truncated file.
     """
     image_mod, ops = _pil()
-    path = os.fspath(path)
+    source = io.BytesIO(path) if isinstance(path, bytes) else os.fspath(path)
+    path = "<bytes>" if isinstance(path, bytes) else source
     try:
-        with image_mod.open(path) as im:
+        with image_mod.open(source) as im:
             orientation = im.getexif().get(_ORIENTATION_TAG, 1)
             full_h, full_w = _upright(im.size[0], im.size[1], orientation)
             if min_hw is not None and im.format == "JPEG":

@@ -33,6 +33,13 @@ log = logging.getLogger(__name__)
 #: Units a CPU worker holds at once: one decoding, one waiting, so it never idles between.
 CPU_UNITS_PER_WORKER = 2
 
+#: Niceness added to the combo's CPU decode workers. NVDEC is fed by this process's threads
+#: (demux, decoder calls, conversion kernels); at equal priority, one CPU decoder per core
+#: starved them: on the H100 (16 cores, 1080p random frames) NVDEC alone gave 364 frames/s
+#: and the combo 138, NVDEC's share at about 83 (``benchmarks/results/gpu/combo-3``). At a
+#: lower priority the CPU decoders take only the cycles the NVDEC side leaves.
+COMBO_CPU_NICE = 10
+
 
 class ComboPool(BatchPool):
     """CPU decoding in worker processes and NVDEC decoding here, pulling from one queue.
@@ -48,7 +55,8 @@ class ComboPool(BatchPool):
     def __init__(self, config: LoaderConfig, num_slots: int, nvdec_executor, *,
                  gpu_device=None) -> None:
         self.config = config
-        self.cpu = ProcessPool(config, num_slots)  # first: no CUDA before a process start
+        # First: no CUDA before a process start.
+        self.cpu = ProcessPool(config, num_slots, nice=COMBO_CPU_NICE)
         try:
             fallback = get_executor("cpu", **config.executor_options("cpu"))
             self.assembler = BatchAssembler.for_config(config, nvdec_executor, fallback=fallback)

@@ -28,6 +28,7 @@ class CpuWorkerStart:
     worker_id: int
     config: Any  # LoaderConfig
     slots: list
+    nice: int = 0  # added to the worker's niceness (the combo's CPU side: spare cycles only)
 
 
 @dataclasses.dataclass(frozen=True)

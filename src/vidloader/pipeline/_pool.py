@@ -236,12 +236,14 @@ class ProcessPool(WorkerProcesses, BatchPool):
     last process lets go, so no named segment can outlive the loader.
     """
 
-    def __init__(self, config: LoaderConfig, num_slots: int) -> None:
+    def __init__(self, config: LoaderConfig, num_slots: int, *, nice: int = 0) -> None:
+        """``nice``: added to each worker's niceness (the combo runs its CPU side at a lower
+        priority than the process feeding NVDEC)."""
         self.slots = _allocate(config.shapes, num_slots, shared=True)
         self.index = config.index
         #: Per worker, the parts handed to it and not reported yet: (plan, row_start), oldest first.
         self._held: list[list] = [[] for _ in range(config.num_workers)]
-        args = [CpuWorkerStart(i, config, self.slots) for i in range(config.num_workers)]
+        args = [CpuWorkerStart(i, config, self.slots, nice) for i in range(config.num_workers)]
         super().__init__(worker_main, args, config.num_workers)
 
     def get(self, deadline: float | None = None):

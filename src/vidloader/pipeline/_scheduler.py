@@ -96,6 +96,8 @@ class Scheduler:
         self.outstanding = 0  # messages the pool still owes (one per part handed out)
         self.next_batch = 0  # the batch the consumer will get next
         self._next_worker = 0  # round-robin over the pool's executors, unit by unit
+        #: Whether an epoch ran on this pool: the start-up ramp is for cold workers only.
+        self._warm = False
 
     def run(self, plan, start: int, *, lookahead: int, blocks: bool) -> Iterator[FinishedBatch]:
         """Batches ``start..len(plan)-1`` of ``plan`` in order. A finished batch's slot is
@@ -114,9 +116,15 @@ class Scheduler:
             units = block_units(plan, start)
         elif pool.rows_per_unit:
             units = row_units(plan, start, pool.rows_per_unit)
+        elif self._warm:
+            # Persistent workers, a later epoch: whole units from the start. Re-ramping every
+            # epoch cut GOP sharing (units of 1, 2 batches): 2.94 decoded frames per delivered
+            # one against 1.46, half the throughput, on a 5-batch epoch (2 cores).
+            units = whole_batch_units(start, n, lookahead, ramp=False)
         else:
             units = whole_batch_units(start, n, lookahead, ways=pool.ways,
                                       first_rows=plan.batch(start).batch_size if start < n else 0)
+        self._warm = True
         unit, self.outstanding = next(units, None), 0
         for b in range(start, n):
             # Hand out units while slots are free. A unit needs a slot for each batch it

@@ -51,7 +51,7 @@ def has_block_units(plan) -> bool:
 
 
 def whole_batch_units(start: int, num_batches: int, lookahead: int, *, ways: int = 1,
-                      first_rows: int = 0) -> Iterator[list[Part]]:
+                      first_rows: int = 0, ramp: bool = True) -> Iterator[list[Part]]:
     """Units of consecutive whole batches from ``start`` on, ramping up to ``lookahead``.
 
     The first batch waits for the unit that holds it, and a unit of ``lookahead`` batches in
@@ -59,8 +59,13 @@ def whole_batch_units(start: int, num_batches: int, lookahead: int, *, ways: int
     came 4 s after the workers were ready. So batch ``start``'s ``first_rows`` rows are cut
     into ``ways`` units of contiguous rows (every executor fills a share of it at once), and
     the following rounds of ``ways`` units hold 1, 2, 4 … batches, up to ``lookahead``.
+    With ``ramp=False`` (warm workers), every unit holds ``lookahead`` batches.
     """
     b = start
+    if not ramp:
+        for first in range(start, num_batches, lookahead):
+            yield [Part(k) for k in range(first, min(first + lookahead, num_batches))]
+        return
     if ways > 1 and first_rows >= 2 * ways and start < num_batches:
         cuts = np.linspace(0, first_rows, ways + 1).round().astype(int).tolist()
         yield from ([Part(start, a, z)] for a, z in zip(cuts[:-1], cuts[1:]))

@@ -9,6 +9,7 @@ to the loader as a :class:`~._messages.Failure` with its traceback and the file 
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import traceback
 
@@ -37,6 +38,8 @@ def worker_main(start: CpuWorkerStart, task_q, result_q) -> None:
     # Ctrl-C goes to the whole process group: the loader in the parent handles it and shuts
     # the workers down, so they must not die mid-write with their own traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if start.nice:
+        os.nice(start.nice)
     import torch
 
     torch.set_num_threads(1)

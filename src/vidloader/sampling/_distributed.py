@@ -1,7 +1,9 @@
 """Sharding an epoch over ranks, and finding this process's rank.
 
-Rank ``r`` of ``W`` takes positions ``r, r + W, r + 2W, ...`` of the global epoch order, so
-the ranks together cover the epoch and no two take the same position. Shapes follow
+Rank ``r`` of ``W`` takes positions ``r, r + W, r + 2W, ...`` of the global epoch order (a
+shuffled or drawn order), or, for a sequential order, the ``r``-th contiguous block of
+``L`` positions (``L`` as below), so the ranks together cover the epoch and no two take the
+same position, and a stream-order rank decodes its GOPs for itself alone. Shapes follow
 ``torch.utils.data.DistributedSampler``:
 
 - ``drop_last=False``: every rank gets ``ceil(N / W)`` samples; positions past the end wrap
@@ -24,18 +26,29 @@ def shard_length(total: int, world_size: int, drop_last: bool) -> int:
     return total // world_size if drop_last else -(-total // world_size)
 
 
-def shard_positions(local: np.ndarray, *, total: int, rank: int, world_size: int) -> np.ndarray:
+def shard_positions(local: np.ndarray, *, total: int, rank: int, world_size: int,
+                    contiguous: bool = False, length: int | None = None) -> np.ndarray:
     """Global epoch positions of this rank's samples number ``local``.
 
     Args:
         local (np.ndarray): int64 positions in this rank's share (``< shard_length``).
         total (int): samples in the epoch over all ranks.
         rank (int), world_size (int): this rank and the number of ranks.
+        contiguous (bool): rank ``r`` takes the block ``r·L … r·L + L − 1`` (``L`` =
+            ``length``, the shard length) instead of every ``world_size``-th position. For
+            orders where neighbouring positions share GOPs (sequential): interleaved, each
+            rank decodes every frame of those GOPs to deliver every other one (measured on
+            the CPU with 2 ranks: 1.65 decoded frames per delivered one, against 1.00).
 
     Returns:
         np.ndarray: int64 positions in ``[0, total)``; padding positions wrap to the start.
     """
-    return (rank + np.asarray(local, dtype=np.int64) * world_size) % total
+    local = np.asarray(local, dtype=np.int64)
+    if contiguous:
+        if length is None:
+            raise ValueError("contiguous shards need the shard length")
+        return (rank * length + local) % total
+    return (rank + local * world_size) % total
 
 
 def num_batches(samples: int, batch_size: int, drop_last: bool) -> int:

@@ -6,7 +6,8 @@ Three layers, each a pure function of integers:
 1. epoch position ``p`` → sample id: identity (sequential), a keyed permutation of the space
    (shuffle, keyed by ``(seed, epoch)``), or an i.i.d. uniform draw number ``p`` (replacement);
 2. sample id → video and frames: :class:`SampleSpace`;
-3. (rank, batch, slot) → epoch position: :mod:`._distributed`.
+3. (rank, batch, slot) → epoch position: :mod:`._distributed` (interleaved ranks; contiguous
+   blocks for a sequential order, so no two ranks decode the same GOPs).
 
 Nothing depends on the batch size, the rank or the number of workers except which positions
 a batch holds, so the global stream is the same however it is cut up.
@@ -100,7 +101,8 @@ class SampledEpoch(EpochPlan):
             batch_index, self._num_batches, self.batch_size, self.num_samples
         )
         return shard_positions(
-            local, total=self.epoch_samples, rank=self.rank, world_size=self.world_size
+            local, total=self.epoch_samples, rank=self.rank, world_size=self.world_size,
+            contiguous=self._order.mode == "sequential", length=self.num_samples,
         )
 
     def batch(self, batch_index: int) -> BatchPlan:
@@ -184,7 +186,8 @@ class SpaceSampler(Sampler):
     ) -> SampledEpoch:
         """This rank's share of epoch ``epoch`` as a random-access sequence of batch plans.
 
-        Rank ``rank`` takes epoch positions ``rank, rank + world_size, ...``. With
+        Rank ``rank`` takes epoch positions ``rank, rank + world_size, ...`` (with a
+        sequential order, the ``rank``-th contiguous block of the epoch instead). With
         ``drop_last=False`` each rank gets ``ceil(N / world_size)`` samples (short ranks wrap
         to the start of the epoch order) and the last batch may be short; with
         ``drop_last=True`` each gets ``floor(N / world_size)`` and only full batches.
