@@ -187,7 +187,8 @@ def test_combo_on_the_gpu_matches_the_cpu_stream(dataset):
 def test_combo_hands_out_small_units_and_nvdec_gathers_a_batch(dataset, fake, monkeypatch):
     """Row units keep in-order batches from waiting on a slow CPU unit (the H100 run of
     benchmarks/results/gpu/combo-2 saw whole-batch CPU units take every slot and NVDEC idle);
-    NVDEC gathers consecutive units back into up to a batch's rows."""
+    NVDEC gathers consecutive units back into up to ``lookahead`` batches' rows, as in
+    separation mode (one batch per NVDEC unit shared fewer GOPs)."""
     from vidloader.pipeline import _combo
 
     submitted, to_gpu = [], []
@@ -197,12 +198,13 @@ def test_combo_hands_out_small_units_and_nvdec_gathers_a_batch(dataset, fake, mo
     monkeypatch.setattr(_combo.ComboPool, "_to_gpu",
                         lambda self, t: (to_gpu.append(_combo._rows(t)), real_to_gpu(self, t))[1])
     index, refs = dataset
-    loader = _loader(index, "combo", batch_size=6, num_workers=2)
+    loader = _loader(index, "combo", batch_size=6, num_workers=3, lookahead=2)
     batches = collect_batches(loader)
     assert sorted(_seen(batches)) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
     _assert_close(batches, refs)
-    assert max(submitted) == 2  # ceil(6 rows / 3 ways)
-    assert max(to_gpu) <= 6 and sum(submitted) == index.total_frames
+    assert _combo.combo_split(3) == (2, 1)  # 2 CPU decoders, 1 demux worker for NVDEC
+    assert max(submitted) == 2  # ceil(6 rows / 3 ways: 2 CPU workers and NVDEC)
+    assert max(to_gpu) <= 12 and sum(submitted) == index.total_frames  # lookahead 2 × 6 rows
 
 
 def test_row_units_cut_each_batch_and_a_short_last_one():
@@ -274,5 +276,48 @@ def test_combo_cpu_workers_yield_to_the_process_feeding_nvdec(dataset, fake):
         assert COMBO_CPU_NICE > 0
         for p in loader._pool.cpu.procs:
             assert os.getpriority(os.PRIO_PROCESS, p.pid) == min(19, own + COMBO_CPU_NICE)
+        # NVDEC's demux worker keeps the loader's priority: it feeds the faster side.
+        (demux,) = loader._pool.gpu.procs
+        assert os.getpriority(os.PRIO_PROCESS, demux.pid) == own
     finally:
         loader.shutdown()
+
+
+def test_cpu_workers_take_the_newest_unit_and_only_beyond_nvdecs_horizon(monkeypatch):
+    """Batches are delivered in order: a CPU unit that NVDEC catches up with holds every later
+    batch back (bursts between 2-5 s stalls on the H100). NVDEC takes the oldest units; a CPU
+    worker the newest, and only where NVDEC, at its pace, would not reach it before the CPU is
+    done with it."""
+    import collections
+    from types import SimpleNamespace
+
+    from vidloader.pipeline import _combo
+
+    def unit(i):
+        return SimpleNamespace(unit=i, plans=[SimpleNamespace(batch_size=8)])
+
+    pool = _combo.ComboPool.__new__(_combo.ComboPool)  # the dealing logic alone
+    pool._cpu_queue, pool._queue = collections.deque(), _combo._Units()
+    clock = [100.0]
+    monkeypatch.setattr(_combo.time, "monotonic", lambda: clock[0])
+    pool._pace = pace = _combo._Pace()
+    for i in range(10):
+        pool._queue.append(unit(i))
+    assert pool._queue.rows == 80
+    assert pool._take_for_cpu().unit == 9  # nothing measured yet: the newest
+    pace.gpu_busy(True)
+    clock[0] += 1.0
+    pace.gpu_filled(100)  # 100 rows in 1 s of busy time
+    pace.gpu_busy(False)
+    clock[0] += 5.0  # idle time does not count
+    pace.gpu_busy(True)
+    clock[0] += 0.5
+    pace.gpu_filled(50)
+    assert pace.gpu_rows_per_s == pytest.approx(100)
+    pace.cpu_done(0.4)
+    assert pace.horizon_rows() == pytest.approx(_combo.CPU_HORIZON_SAFETY * 40)  # 60 rows
+    assert pool._take_for_cpu().unit == 8  # 64 rows ahead of it
+    assert pool._take_for_cpu() is None  # unit 7: 56 rows ahead, NVDEC would catch up
+    pool._cpu_queue.append(unit(20))  # a unit only the CPU may take goes regardless
+    assert pool._take_for_cpu().unit == 20
+    assert [pool._queue.popleft().unit for _ in range(8)] == list(range(8)) and pool._queue.rows == 0

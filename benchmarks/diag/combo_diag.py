@@ -19,7 +19,12 @@ import vidloader
 from vidloader import RandomFrames, VideoLoader
 from vidloader.synthetic import VideoSpec, make_dataset
 
-_DEFAULT_NICE = None
+_DEFAULTS = (None, None)
+
+
+def _decoded_per_delivered(loader):
+    stats = loader.decode_stats
+    return round(stats.decoded / stats.delivered, 2) if stats.delivered else None
 
 
 def _endless(loader):
@@ -31,9 +36,12 @@ def _run(index, backend: str, duration: float, skip: float) -> dict:
     kw = {}
     import vidloader.pipeline._combo as combo
 
-    combo.COMBO_CPU_NICE = _DEFAULT_NICE
+    combo.COMBO_CPU_NICE, combo.COMBO_DEMUX_DIVISOR = _DEFAULTS
     if backend.startswith("combo-nice"):  # the CPU side's niceness, for an A/B in one call
         combo.COMBO_CPU_NICE = int(backend.split("=")[1])
+        backend = "combo"
+    if backend.startswith("combo-div"):  # one process in DIV demuxes for NVDEC
+        combo.COMBO_DEMUX_DIVISOR = int(backend.split("=")[1])
         backend = "combo"
     if backend.startswith("combo-share"):
         kw["combo_share"] = float(backend.split("=")[1])
@@ -55,14 +63,15 @@ def _run(index, backend: str, duration: float, skip: float) -> dict:
     timed = [a for a in arrivals if a >= skip]
     steady = (len(timed) - 1) * 128 / (timed[-1] - timed[0]) if len(timed) > 2 else None
     return dict(first_batch_s=arrivals[0], frames_per_s=steady, timed_batches=len(timed),
+                decoded_per_delivered=_decoded_per_delivered(loader),
                 rows_by_executor=dict(stats["rows_by_executor"]), arrivals=arrivals, **kw)
 
 
 def main() -> None:
-    global _DEFAULT_NICE
+    global _DEFAULTS
     import vidloader.pipeline._combo as combo
 
-    _DEFAULT_NICE = combo.COMBO_CPU_NICE
+    _DEFAULTS = (combo.COMBO_CPU_NICE, combo.COMBO_DEMUX_DIVISOR)
     out = os.environ.get("OUT", "/tmp")
     n, w, h = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     specs = [VideoSpec(codec="h264", width=w, height=h, num_frames=120, gop=30, bframes=2, seed=s,

@@ -1,10 +1,18 @@
 """The combo: CPU worker processes and NVDEC in this process fill batches at once.
 
-Both take units from one queue, oldest first, whenever they have room: a CPU worker holds up
-to :data:`CPU_UNITS_PER_WORKER` units, NVDEC up to ``config.units_decoding``. The faster
-executor frees up sooner and so takes more units, with nothing to tune. Units mostly of
-videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a fixed
-share of units to NVDEC (seed 000's static split, kept for comparison).
+The combo's ``num_workers`` processes are of two kinds (:func:`combo_split`): most decode on
+the CPU, the rest demux for NVDEC as in separation mode (:class:`~._pool.SeparationPool`), so
+NVDEC is fed as fast as when it decodes alone. Both sides take units from one queue, oldest
+first, whenever they have room: a CPU worker holds up to :data:`CPU_UNITS_PER_WORKER` units,
+NVDEC up to ``config.units_decoding`` units decoding plus one per demux worker being demuxed.
+The faster side frees up sooner and so takes more units, with nothing to tune. Units mostly
+of videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a
+fixed share of units to NVDEC (seed 000's static split, kept for comparison).
+
+Measured on the H100 (16 cores, 1080p random frames, ``benchmarks/results/gpu/combo-3`` and
+``combo-4``): with NVDEC demuxing in this process's threads and gathering at most one batch
+per unit, the combo's NVDEC side filled about 100 frames/s where NVDEC alone filled 300+;
+lowering the CPU workers' priority did not change that.
 
 CPU workers write into shared-memory slots, NVDEC into GPU slots: each staging slot has a
 buffer set in each memory, and the collector reads each batch's rows from the buffers of
@@ -18,15 +26,16 @@ import dataclasses
 import itertools
 import logging
 import math
+import time
 
+from ..constants import DEFAULT_LOOKAHEAD_BATCHES
 from ..decoding import get_executor
 from ..errors import WorkerError
 from ._assemble import BatchAssembler
 from ._config import LoaderConfig
 from ._contract import BatchPool
 from ._messages import Failure, FillTask, RowsFilled
-from ._pool import ProcessPool, WorkerDied, _allocate
-from ._worker import UnitMessages, start_unit_messages
+from ._pool import ProcessPool, SeparationPool, WorkerDied
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +49,24 @@ CPU_UNITS_PER_WORKER = 2
 #: lower priority the CPU decoders take only the cycles the NVDEC side leaves.
 COMBO_CPU_NICE = 10
 
+#: One process in this many demuxes for NVDEC (at least one); the rest decode on the CPU.
+COMBO_DEMUX_DIVISOR = 4
+
+#: A CPU worker takes a unit only if NVDEC, at its measured pace, would need this many times
+#: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
+CPU_HORIZON_SAFETY = 1.5
+
+
+def combo_split(num_workers: int) -> tuple[int, int]:
+    """``(CPU decode workers, demux workers)`` of the combo's ``num_workers`` processes: at
+    least one of each (so ``num_workers=1`` starts two processes)."""
+    demux = max(1, num_workers // COMBO_DEMUX_DIVISOR)
+    return max(1, num_workers - demux), demux
+
 
 class ComboPool(BatchPool):
-    """CPU decoding in worker processes and NVDEC decoding here, pulling from one queue.
+    """CPU decoding in worker processes and NVDEC decoding here (fed by demux workers),
+    pulling from one queue.
 
     Args:
         config: the loader's config (``backend="combo"``).
@@ -55,25 +79,35 @@ class ComboPool(BatchPool):
     def __init__(self, config: LoaderConfig, num_slots: int, nvdec_executor, *,
                  gpu_device=None) -> None:
         self.config = config
-        # First: no CUDA before a process start.
-        self.cpu = ProcessPool(config, num_slots, nice=COMBO_CPU_NICE)
+        num_cpu, num_demux = combo_split(config.num_workers)
+        # Workers first: no CUDA before a process start (both kinds are fork-server forks).
+        self.cpu = ProcessPool(dataclasses.replace(config, num_workers=num_cpu), num_slots,
+                               nice=COMBO_CPU_NICE)
         try:
             fallback = get_executor("cpu", **config.executor_options("cpu"))
-            self.assembler = BatchAssembler.for_config(config, nvdec_executor, fallback=fallback)
-            self.gpu_slots = _allocate(config.shapes, num_slots,
-                                       device=config.gpu if gpu_device is None else gpu_device)
+            assembler = BatchAssembler.for_config(config, nvdec_executor, fallback=fallback)
+            self.gpu = SeparationPool(dataclasses.replace(config, num_workers=num_demux), assembler,
+                                      num_slots, device=gpu_device)
         except BaseException:
             self.cpu.shutdown()
             raise
+        self.assembler, self.gpu_slots = assembler, self.gpu.slots
+        #: NVDEC's units in flight at once: decoding, plus one being demuxed per demux worker.
+        self.gpu_room = config.units_decoding + num_demux
+        #: Rows NVDEC gathers into one unit: ``lookahead`` batches, as in separation mode
+        #: (GOPs are shared within a unit; one batch per unit decoded more per delivered frame).
+        self.gather_rows = (config.lookahead or DEFAULT_LOOKAHEAD_BATCHES) * self._batch_rows
         self._unit_ids = itertools.count()
-        self._queue: collections.deque[FillTask] = collections.deque()  # either executor
+        self._queue = _Units()  # either executor: NVDEC takes the oldest, the CPU the newest
         self._cpu_queue: collections.deque[FillTask] = collections.deque()  # CPU workers only
         self._gpu_queue: collections.deque[FillTask] = collections.deque()  # NVDEC only (share)
         self._cpu_load = [0] * self.cpu.num_workers  # units each worker holds
         self._cpu_units: dict[int, _CpuUnit] = {}  # units the CPU workers hold
         #: Workers that died mid-epoch: their units went to NVDEC, they get no more.
         self.lost_workers: list[str] = []
-        self._gpu: collections.deque[UnitMessages] = collections.deque()  # decoding, in order
+        self._gpu_parts: dict[int, int] = {}  # NVDEC's units in flight: parts not reported
+        self._next_demux = 0  # round-robin over the demux workers
+        self._pace = _Pace()
         self._done: collections.deque = collections.deque()
 
     @property
@@ -127,9 +161,8 @@ class ComboPool(BatchPool):
             msg = self._from_cpu(self.cpu.poll())
             if msg is not None:
                 return msg
-            if self._gpu:  # wait for NVDEC's oldest unit; CPU workers keep their queue
-                self._done.extend(self._gpu.popleft().finish())
-                continue
+            if self._gpu_parts:  # wait for NVDEC's oldest unit; CPU workers keep their queue
+                return self._from_gpu(self.gpu.get())
             if not self._cpu_alive and not self._cpu_units:
                 raise WorkerError("the combo has no CPU worker left and nothing queued on NVDEC, "
                                   "yet the scheduler waits for a unit: an internal error; "
@@ -165,11 +198,12 @@ class ComboPool(BatchPool):
         self._gpu_queue = collections.deque(sorted(self._gpu_queue, key=lambda t: t.unit))
 
     def shutdown(self) -> None:
-        while self._gpu:
-            self._gpu.popleft().cancel()
-        self.cpu.shutdown()
-        self.assembler.close()
-        self.gpu_slots = []
+        try:
+            self.gpu.shutdown()  # cancels NVDEC's units, stops the demux workers, closes the assembler
+        finally:
+            self.cpu.shutdown()
+            self.gpu_slots = []
+            self._gpu_parts.clear()
 
     # -- dealing units --------------------------------------------------------------------
 
@@ -184,43 +218,57 @@ class ComboPool(BatchPool):
         return 2 * routed > sum(p.batch_size for p in task.plans)
 
     def _feed(self) -> None:
-        """Give the oldest waiting units to executors with room, until none has room."""
+        """Give waiting units to executors with room, until neither takes one: NVDEC the
+        oldest, CPU workers the newest of the shared queue (see :meth:`_take_for_cpu`)."""
         while True:
+            took = False
+            if len(self._gpu_parts) < self.gpu_room:
+                head = self._oldest(self._gpu_queue, self._queue)
+                if head is not None:
+                    queue, task = head
+                    queue.popleft()
+                    self._to_gpu(self._gather(queue, task))
+                    took = True
             worker = min(range(len(self._cpu_load)), key=self._cpu_load.__getitem__)
-            cpu_room = self._cpu_load[worker] < CPU_UNITS_PER_WORKER
-            gpu_room = len(self._gpu) < self.config.units_decoding
-            cpu_task = self._oldest(self._cpu_queue, self._queue) if cpu_room else None
-            gpu_task = self._oldest(self._gpu_queue, self._queue) if gpu_room else None
-            if cpu_task is None and gpu_task is None:
+            if self._cpu_load[worker] < CPU_UNITS_PER_WORKER:
+                task = self._take_for_cpu()
+                if task is not None:
+                    self._to_cpu(worker, task)
+                    took = True
+            if not took:
                 return
-            if gpu_task is None or (cpu_task is not None and self._cpu_first(cpu_task[1], gpu_task[1])):
-                queue, task = cpu_task
-                queue.popleft()
-                self._to_cpu(worker, task)
-            else:
-                queue, task = gpu_task
-                queue.popleft()
-                self._to_gpu(self._gather(queue, task))
+
+    def _take_for_cpu(self) -> FillTask | None:
+        """The unit a free CPU worker takes, or ``None`` (it waits).
+
+        Units only the CPU may take (NVDEC cannot decode their files, or ``combo_share``
+        dealt them) go oldest first. From the shared queue it takes the *newest* unit, and
+        only if NVDEC, at its measured pace, would not reach that unit before the CPU is
+        expected to finish it (:data:`CPU_HORIZON_SAFETY`). Batches are delivered in order,
+        so a CPU unit in a batch NVDEC has caught up with holds every later batch back:
+        taking the oldest unit, as before, gave bursts of batches between 2-5 s stalls on
+        the H100 (combo 376-414 frames/s against NVDEC alone 599, ``combo-5``).
+        """
+        if self._cpu_queue:
+            return self._cpu_queue.popleft()
+        if not self._queue:
+            return None
+        tail = self._queue[-1]
+        if self._queue.rows - _rows(tail) < self._pace.horizon_rows():
+            return None
+        return self._queue.pop()
 
     def _gather(self, queue: collections.deque, task: FillTask) -> FillTask:
-        """``task`` and the units queued right behind it, up to a batch's rows, as one NVDEC
-        task (its parts still report one message each, as the scheduler counts them)."""
+        """``task`` and the units queued right behind it, up to :attr:`gather_rows`, as one
+        NVDEC task (its parts still report one message each, as the scheduler counts them)."""
         rows = _rows(task)
-        while queue and rows + _rows(queue[0]) <= self._batch_rows and not self._needs_cpu(queue[0]):
+        while queue and rows + _rows(queue[0]) <= self.gather_rows and not self._needs_cpu(queue[0]):
             more = queue.popleft()
             rows += _rows(more)
             task = dataclasses.replace(task, slot_ids=task.slot_ids + more.slot_ids,
                                        plans=task.plans + more.plans,
                                        row_starts=task.row_starts + more.row_starts)
         return task
-
-    def _cpu_first(self, cpu_task: FillTask, gpu_task: FillTask) -> bool:
-        """Both sides have room: the older unit goes first (batches are taken in order); for
-        the same unit, the side with the smaller share of its room in use."""
-        if cpu_task.unit != gpu_task.unit:
-            return cpu_task.unit < gpu_task.unit
-        cpu_busy = sum(self._cpu_load) / (CPU_UNITS_PER_WORKER * len(self._cpu_load))
-        return cpu_busy <= len(self._gpu) / self.config.units_decoding
 
     @staticmethod
     def _oldest(*queues):
@@ -233,7 +281,24 @@ class ComboPool(BatchPool):
         self.cpu.submit(worker, task)
 
     def _to_gpu(self, task: FillTask) -> None:
-        self._gpu.append(start_unit_messages(self.assembler, self.gpu_slots, task))
+        if not self._gpu_parts:
+            self._pace.gpu_busy(True)
+        self._gpu_parts[task.unit] = len(task.plans)
+        self.gpu.submit(self._next_demux, task)
+        self._next_demux = (self._next_demux + 1) % self.gpu.num_workers
+
+    def _from_gpu(self, msg):
+        """Book NVDEC's message. A :class:`Failure` ends the epoch (the loader raises it); its
+        unit is the oldest in flight (NVDEC reports units in submission order)."""
+        unit = msg.unit if isinstance(msg, RowsFilled) else next(iter(self._gpu_parts))
+        left = self._gpu_parts[unit] = self._gpu_parts[unit] - 1 if isinstance(msg, RowsFilled) else 0
+        if left <= 0:
+            del self._gpu_parts[unit]
+        if isinstance(msg, RowsFilled):
+            self._pace.gpu_filled(len(msg.valid))
+        if not self._gpu_parts:
+            self._pace.gpu_busy(False)
+        return msg
 
     def _from_cpu(self, msg):
         """Book a CPU worker's message; ``None`` for one of a unit already handed to NVDEC
@@ -246,6 +311,7 @@ class ComboPool(BatchPool):
             if len(held.reported) == len(held.task.plans):
                 del self._cpu_units[msg.unit]
                 self._cpu_load[held.worker] -= 1
+                self._pace.cpu_done(time.monotonic() - held.started)
         return msg
 
 
@@ -256,6 +322,7 @@ class _CpuUnit:
     worker: int
     task: FillTask
     reported: set = dataclasses.field(default_factory=set)  # (batch_index, row_start)
+    started: float = dataclasses.field(default_factory=time.monotonic)
 
     def unreported(self) -> FillTask | None:
         """The task's parts not reported yet, as a task of their own (``None``: all were)."""
@@ -271,3 +338,71 @@ class _CpuUnit:
 
 def _rows(task: FillTask) -> int:
     return sum(p.batch_size for p in task.plans)
+
+
+class _Units(collections.deque):
+    """Queued units, keeping the sum of their rows (appended and popped at either end)."""
+
+    rows = 0
+
+    def append(self, task: FillTask) -> None:
+        super().append(task)
+        self.rows += _rows(task)
+
+    def popleft(self) -> FillTask:
+        task = super().popleft()
+        self.rows -= _rows(task)
+        return task
+
+    def pop(self) -> FillTask:
+        task = super().pop()
+        self.rows -= _rows(task)
+        return task
+
+
+class _Pace:
+    """NVDEC's rows per second while it has work, and how long a CPU unit takes from
+    hand-out to its last report (moving averages): what :meth:`ComboPool._take_for_cpu`
+    weighs. NVDEC's pace counts busy time only: its stalls behind a late CPU unit would
+    otherwise lower it, shrink the horizon and cause more such stalls."""
+
+    WINDOW_S = 0.5  # NVDEC's pace is sampled over at least this much busy time
+    WEIGHT = 0.3  # of the newest sample in the moving averages
+
+    def __init__(self) -> None:
+        self.gpu_rows_per_s: float | None = None
+        self.cpu_unit_s: float | None = None
+        self._busy_since: float | None = None
+        self._busy_s = 0.0
+        self._rows = 0
+
+    def gpu_busy(self, busy: bool) -> None:
+        now = time.monotonic()
+        if busy and self._busy_since is None:
+            self._busy_since = now
+        elif not busy and self._busy_since is not None:
+            self._busy_s += now - self._busy_since
+            self._busy_since = None
+
+    def gpu_filled(self, rows: int) -> None:
+        self._rows += rows
+        now = time.monotonic()
+        busy = self._busy_s + (now - self._busy_since if self._busy_since is not None else 0.0)
+        if busy >= self.WINDOW_S:
+            self.gpu_rows_per_s = self._average(self.gpu_rows_per_s, self._rows / busy)
+            self._rows, self._busy_s = 0, 0.0
+            if self._busy_since is not None:
+                self._busy_since = now
+
+    def cpu_done(self, seconds: float) -> None:
+        self.cpu_unit_s = self._average(self.cpu_unit_s, seconds)
+
+    def horizon_rows(self) -> float:
+        """Rows NVDEC fills while a CPU unit is filled, with the safety factor; 0 until
+        both are measured."""
+        if self.gpu_rows_per_s is None or self.cpu_unit_s is None:
+            return 0.0
+        return CPU_HORIZON_SAFETY * self.gpu_rows_per_s * self.cpu_unit_s
+
+    def _average(self, old: float | None, new: float) -> float:
+        return new if old is None else (1 - self.WEIGHT) * old + self.WEIGHT * new
