@@ -95,7 +95,7 @@ for step in $STEPS; do
     random) pair random 12 120 75 ;;
     sequential) pair sequential 8 300 60 ;;
     multicam-stream) pair multicam-stream 8 300 60 ;;
-    multicam-random) pair multicam-random 8 200 60 ;;
+    multicam-random) pair multicam-random 8 200 70 ;;
     contiguous)
       for w in sequential multicam-stream; do
         run "$w-contiguous-$NPROC" "$NPROC" 60 --workload "$w" --seconds 8 --max-batches 300 \
