@@ -99,7 +99,9 @@ class _StreamEpoch(EpochPlan):
     def batch(self, batch_index: int) -> BatchPlan:
         if not 0 <= batch_index < self.length:
             raise IndexError(f"batch {batch_index} of {self.length}")
-        g = batch_index * self.world + self.rank
+        # Rank r walks its own stretch of each run (interleaved, g = b·W + r, each rank
+        # decoded the GOPs of the frames the other ranks delivered).
+        g = self.rank * self.length + batch_index
         parts = [self.in_order.batch((k * self.run + g) % self.total) for k in range(self.groups)]
         return BatchPlan(
             epoch=parts[0].epoch, batch_index=batch_index,
