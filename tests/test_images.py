@@ -415,3 +415,15 @@ def test_nvimgcodec_decoder_falls_back_to_pillow_for_what_it_cannot_decode(folde
     for name, image in zip(names[:2], out):
         assert torch.equal(image, torch.from_numpy(_reference(folder / name)))
     assert out[2] is None and out[3] is None and dec.cpu_fallbacks == 2
+
+
+def test_image_bench_counts_every_kind_of_batch():
+    """The decode-alone contenders yield lists of images; counting them as DALI's output
+    failed on the H100 (IndexError), so their figures were missing."""
+    from vidloader.bench._images import _count
+
+    image = torch.zeros(4, 4, 3, dtype=torch.uint8)
+    assert _count([image] * 5) == 5
+    assert _count([{"data": torch.zeros(7, 3, 4, 4)}]) == 7
+    assert _count({"images": torch.zeros(3, 4, 4, 3)}) == 3
+    assert _count((torch.zeros(6, 3, 4, 4), torch.zeros(6))) == 6

@@ -52,8 +52,12 @@ def _time_batches(batches, limit: int | None, warmup: int = 2) -> tuple[int, flo
 
 
 def _count(batch) -> int:
-    if isinstance(batch, list):
+    """Images in a batch: DALI's ``[{"data": ...}]``, a dict with ``"images"``, a list of
+    decoded images (the decode-alone contenders) or a batched tensor."""
+    if isinstance(batch, list) and batch and isinstance(batch[0], dict):
         return len(batch[0]["data"])
+    if isinstance(batch, list):
+        return len(batch)
     if isinstance(batch, dict):
         return len(batch["images"])
     return len(batch[0])

@@ -51,13 +51,15 @@ class _ProcfsTree:
             tree += frontier
         return tree
 
-    def sample(self) -> dict[int, tuple[float, int]]:
-        """``pid -> (cpu seconds, memory bytes)`` for every live process of the tree."""
+    def sample(self, memory: bool = True) -> dict[int, tuple[float, int]]:
+        """``pid -> (cpu seconds, memory bytes)`` for every live process of the tree (memory
+        0 without ``memory``: reading it is the expensive part)."""
         out = {}
         for pid in self.pids():
             st = self._stat(pid)
             if st:
-                out[pid] = ((int(st[11]) + int(st[12])) / self.tick, self._memory(pid))
+                out[pid] = ((int(st[11]) + int(st[12])) / self.tick,
+                            self._memory(pid) if memory else 0)
         return out
 
     def _memory(self, pid: int) -> int:
@@ -94,7 +96,7 @@ class _PsutilTree:
 
         self.psutil, self.root = psutil, psutil.Process(pid)
 
-    def sample(self) -> dict[int, tuple[float, int]]:
+    def sample(self, memory: bool = True) -> dict[int, tuple[float, int]]:
         out = {}
         try:
             procs = [self.root, *self.root.children(recursive=True)]
@@ -104,7 +106,7 @@ class _PsutilTree:
             try:
                 with p.oneshot():
                     t = p.cpu_times()
-                    out[p.pid] = (t.user + t.system, self._memory(p))
+                    out[p.pid] = (t.user + t.system, self._memory(p) if memory else 0)
             except self.psutil.Error:
                 continue
         return out
@@ -190,12 +192,23 @@ def _num(text: str) -> float:
     return float(text)
 
 
+#: Seconds between two memory readings of the process tree. PSS comes from each process's
+#: smaps: about 10 ms for one process holding torch, more with shared-memory slots mapped.
+#: Read every 200 ms, with the process tree walk, it took 20% of the demo's throughput on
+#: 2 cores (181 against 226 frames/s, session 7).
+MEMORY_SECONDS = 1.0
+
+
 class Monitor:
     """Samples the process tree of ``pid`` (and the machine) every 200 ms from :meth:`start` to
-    :meth:`stop`; :meth:`summary` reports on any time window inside that span."""
+    :meth:`stop`, its memory every ``memory_seconds`` (``None``: never); :meth:`summary`
+    reports on any time window inside that span."""
 
-    def __init__(self, pid: int | None = None) -> None:
+    def __init__(self, pid: int | None = None, *, memory_seconds: float | None = MEMORY_SECONDS,
+                 interval: float = SAMPLE_SECONDS) -> None:
         self.tree = process_tree(pid or os.getpid())
+        self.memory_seconds, self.interval = memory_seconds, interval
+        self._memory_at = -float("inf")
         self.gpu = GpuSampler()
         #: (time, {pid: cpu seconds}, tree memory bytes, machine busy s, machine total s)
         self.samples: list[tuple[float, dict, int, float, float]] = []
@@ -209,16 +222,21 @@ class Monitor:
         return self
 
     def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_SECONDS):
+        while not self._stop.wait(self.interval):
             self._sample()
 
     def _sample(self) -> None:
         if self.tree is None:
             return
-        snap = self.tree.sample()
+        now = time.monotonic()
+        memory = self.memory_seconds is not None and now - self._memory_at >= self.memory_seconds
+        if memory:
+            self._memory_at = now
+        snap = self.tree.sample(memory)
         busy, total = self.tree.system_cpu()
         cpu = {pid: c for pid, (c, _) in snap.items()}
-        self.samples.append((time.monotonic(), cpu, sum(m for _, m in snap.values()), busy, total))
+        tree_memory = sum(m for _, m in snap.values()) if memory else 0
+        self.samples.append((now, cpu, tree_memory, busy, total))
 
     def stop(self) -> None:
         """Stop sampling (once; later calls do nothing)."""
@@ -249,7 +267,7 @@ class Monitor:
             out.update(cpu_util_pct=100 * busy / (wall * cores), cpu_cores_busy=busy / wall,
                        machine_cpu_pct=machine,
                        other_cpu_pct=max(0.0, machine - 100 * busy / (wall * cores)),
-                       peak_host_memory_bytes=max(s[2] for s in self.samples))
+                       peak_host_memory_bytes=max(s[2] for s in self.samples) or None)
         out.update(self.gpu.summary(t0, t1))
         return out
 
