@@ -76,12 +76,16 @@ class VideoLoader:
             several named outputs from the same decoded frames.
         labels: a sequence aligned with the index's videos, a dict path→label, or a callable
             on the path.
-        backend ("cpu" | "nvdec"): decoding backend. ``"nvdec"`` decodes on the GPU given by
-            ``device`` (default ``cuda:$LOCAL_RANK``) in this process; frames never leave it.
+        backend ("cpu" | "nvdec" | "combo"): decoding backend. ``"nvdec"`` decodes on the
+            GPU given by ``device`` (default ``cuda:$LOCAL_RANK``) in this process; frames
+            never leave it. ``"combo"`` decodes on CPU workers and NVDEC at once (README,
+            "CPU and GPU at once").
         num_workers (int | None): CPU processes, forked from vidloader's fork server (they
             start in a fraction of a second and never re-run your script). With ``"cpu"`` they
             decode; with ``"nvdec"`` they only demux (separation mode) and this process
-            decodes. 0 does everything in the calling process. Default: the number of CPU cores.
+            decodes; with ``"combo"`` a quarter of them (at least one) demux for NVDEC and the
+            rest (at least one) decode on the CPU. 0 does everything in the calling process
+            (not with ``"combo"``). Default: the number of CPU cores.
         prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
             prefetch − 1)`` staging slots of one batch each, in shared memory.
         lookahead (int | None): consecutive batches a worker plans and decodes together, so
