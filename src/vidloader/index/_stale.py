@@ -3,7 +3,8 @@
 An index's frame table (pts, keyframes) is only true of the bytes that were probed. A file
 replaced by another valid video of the same length would otherwise decode without an error,
 its frames delivered under the old entry's label. Comparing size and mtime costs one
-``stat`` per file open (~2 µs) and catches every rewrite that changes either; a rewrite that
+``stat`` (~2 µs) per file open and per reuse of an open file (a file rewritten in place is
+read through an open handle too), and catches every rewrite that changes either; a rewrite that
 keeps both (``rsync -t`` of same-sized content, or an in-place edit followed by ``touch -d``)
 is not caught.
 """

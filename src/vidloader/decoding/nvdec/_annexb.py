@@ -124,7 +124,14 @@ class ContainerCache:
 
     def get(self, record: VideoRecord) -> _OpenVideo:
         key = (record.path, record.stream_index)
-        video = self._open.pop(key, None) or _OpenVideo(record)
+        video = self._open.pop(key, None)
+        if video is not None:
+            try:
+                record.check_unchanged()  # rewritten in place while open: see the CPU executor
+            except BaseException:
+                video.close()
+                raise
+        video = video or _OpenVideo(record)
         self._open[key] = video
         while len(self._open) > self.max_open:
             self._open.popitem(last=False)[1].close()
