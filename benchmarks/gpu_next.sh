@@ -1,21 +1,22 @@
 #!/bin/bash
-# The GPU checks session 6 could not run (its device time ran out), in priority order, for one
-# device call of under 10 minutes. From the repository root on the device machine, with the
-# wheels installed into .site (see DEVELOPERS / benchmarks/README.md):
+# The first device call of the next session (about 9 minutes on one H100 or H200), in
+# priority order, from what session 7 could not run:
+#   1. every cuda test (the combo's new dealing, the in-place rewrite check, images);
+#   2. does NVDEC say when it conceals damage? (issue 17 item 7: benchmarks/diag/nvdec_damage_probe.py);
+#   3. the combo on the W4 clips workload, where the CPU is the faster side (issue 13).
+# From the repository root on the device, with PyAV and PyNvVideoCodec installed into .site:
 #   PYTHONPATH=$PWD/src:$PWD/.site bash benchmarks/gpu_next.sh
-# Writes into $OUT: gpu.txt, cuda_tests.log, combo_diag.json/.log, stacks.txt.
+# Writes into $OUT: gpu.txt, cuda_tests.log, nvdec_damage.json, combo_w4.json/.log.
 set -u
 OUT=${OUT:-/tmp/vidloader-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
-# 1. The cuda tests added this session (~2-3 min): NVTX ranges and no CUDA context in CPU
-#    workers, NVDEC-path faults (same-size replacement), the combo on real NVDEC, the loader.
-VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda \
-  tests/test_nvtx.py tests/test_reliability.py tests/test_combo.py tests/test_loader_nvdec.py \
-  > "$OUT/cuda_tests.log" 2>&1
+VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda tests/ \
+  2>&1 | grep -v "^Svt" > "$OUT/cuda_tests.log"
 tail -3 "$OUT/cuda_tests.log"
-# 2. The combo after the row-unit fix: per-batch arrivals of nvdec, combo and cpu (~4 min).
-OUT=$OUT timeout 300 python3 benchmarks/diag/combo_diag.py 24 1920 1080 \
-  nvdec:30:12,combo:45:15,cpu:90:60 > "$OUT/combo_diag.log" 2>&1
-grep -v "^Svt" "$OUT/combo_diag.log" | cut -c1-300 | tail -4
+timeout 60 python3 benchmarks/diag/nvdec_damage_probe.py "$OUT/nvdec_damage.json" > /dev/null 2>&1
+python3 -c "import json; d = json.load(open('$OUT/nvdec_damage.json')); print({k: (v if not isinstance(v, dict) else {a: b for a, b in v.items() if a != 'mean_diff_per_frame'}) for k, v in d.items()})"
+timeout 300 python3 -m vidloader.bench._combo_run --workloads W4-clips --scale gpu-quick \
+  --variants cpu,nvdec,combo --out "$OUT/combo_w4.json" 2>&1 | grep -v "^Svt" > "$OUT/combo_w4.log"
+grep -E "over|frames_per_s" "$OUT/combo_w4.log" | cut -c1-240
