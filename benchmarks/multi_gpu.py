@@ -359,39 +359,33 @@ def check_union(results: list[dict], ctx: dict, shard: str, world: int, record: 
     k = min(counts)
     single = getattr(job.plan.sampler, "wrapped", job.plan.sampler)  # contiguous: the wrapped one
     whole = single.plan_epoch(job.index, epoch=0, batch_size=ctx["samples"], drop_last=True)
-    per_block = len(whole) // world
-    ids = [b for r in range(world) for b in global_batches(shard, r, world, per_block, k)]
+    epoch_batches = len(whole)
+    # A timed window of the library's own shards covers no prefix of the single-process epoch
+    # (since session 7 stream orders are sharded in contiguous blocks, the rest interleaved):
+    # there every row received must be a row of that epoch, none more often than there (each
+    # rank's rows are also compared with its own plan: ranks_as_planned).
+    window = shard == "library" and not record
+    if window:
+        ids = list(range(epoch_batches))
+    else:
+        per_block = epoch_batches // world
+        ids = [b for r in range(world) for b in global_batches(shard, r, world, per_block, k)]
     want = collections.Counter()
     for b in ids:
         bp = whole.batch(b)
-        f = bp.frame_indices[:, 0]
-        want.update(zip(bp.video_indices.tolist(), f.tolist()))
+        want.update(zip(bp.video_indices.tolist(), bp.frame_indices[:, 0].tolist()))
     got = collections.Counter()
     for r in results:
         for batch in r["_rows"][:k]:
             got.update(map(tuple, np.asarray(batch).tolist()))
-    epoch_batches = len(whole)
-    if shard == "library" and not record:
-        # A window of the library's own shards: since session 7 the library (and the bench's
-        # multicam stream order) shards stream orders in contiguous blocks and the rest
-        # interleaved, so no prefix of the single-process epoch is what the ranks cover. The
-        # test: every row received is a row of that epoch, none more often than there (each
-        # rank's rows are also compared with its own plan: ranks_as_planned).
-        want = collections.Counter()
-        for b in range(epoch_batches):
-            bp = whole.batch(b)
-            want.update(zip(bp.video_indices.tolist(), bp.frame_indices[:, 0].tolist()))
-        extra = got - want
-        missing = collections.Counter()
-        ids = []
-    else:
-        missing, extra = want - got, got - want
+    extra = got - want
+    missing = collections.Counter() if window else want - got
     out = {
         "batch_counts": counts, "equal_batch_counts": len(set(counts)) == 1,
-        "compared_batches_per_rank": k, "single_process_batches_covered": len(ids),
+        "compared_batches_per_rank": k, "single_process_batches_covered": 0 if window else len(ids),
         "single_process_epoch_batches": epoch_batches,
         "whole_epoch": record and len(ids) == epoch_batches,
-        "window_check": "rows within the epoch" if shard == "library" and not record else "prefix",
+        "window_check": "rows within the epoch" if window else "prefix",
         "rows_received": sum(got.values()), "rows_expected": sum(want.values()),
         "distinct_rows_received": len(got),
         "epoch_repeats_rows": any(c > 1 for c in want.values()),

@@ -17,9 +17,12 @@ import torch
 
 import vidloader
 from vidloader import RandomFrames, VideoLoader
+from vidloader.pipeline import _combo as combo
 from vidloader.synthetic import VideoSpec, make_dataset
 
-_DEFAULTS = (None, None)
+#: The combo's settings as shipped; a ``combo-nice=N`` or ``combo-div=N`` variant changes one
+#: for its own run only.
+_DEFAULTS = (combo.COMBO_CPU_NICE, combo.COMBO_DEMUX_DIVISOR)
 
 
 def _decoded_per_delivered(loader):
@@ -34,8 +37,6 @@ def _endless(loader):
 
 def _run(index, backend: str, duration: float, skip: float) -> dict:
     kw = {}
-    import vidloader.pipeline._combo as combo
-
     combo.COMBO_CPU_NICE, combo.COMBO_DEMUX_DIVISOR = _DEFAULTS
     if backend.startswith("combo-nice"):  # the CPU side's niceness, for an A/B in one call
         combo.COMBO_CPU_NICE = int(backend.split("=")[1])
@@ -68,10 +69,6 @@ def _run(index, backend: str, duration: float, skip: float) -> dict:
 
 
 def main() -> None:
-    global _DEFAULTS
-    import vidloader.pipeline._combo as combo
-
-    _DEFAULTS = (combo.COMBO_CPU_NICE, combo.COMBO_DEMUX_DIVISOR)
     out = os.environ.get("OUT", "/tmp")
     n, w, h = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     specs = [VideoSpec(codec="h264", width=w, height=h, num_frames=120, gop=30, bframes=2, seed=s,

@@ -2,10 +2,11 @@
 
 The combo's ``num_workers`` processes are of two kinds (:func:`combo_split`): most decode on
 the CPU, the rest demux for NVDEC as in separation mode (:class:`~._pool.SeparationPool`), so
-NVDEC is fed as fast as when it decodes alone. Both sides take units from one queue, oldest
-first, whenever they have room: a CPU worker holds up to :data:`CPU_UNITS_PER_WORKER` units,
-NVDEC up to ``config.units_decoding`` units decoding plus one per demux worker being demuxed.
-The faster side frees up sooner and so takes more units, with nothing to tune. Units mostly
+NVDEC is fed as fast as when it decodes alone. Both sides take units from one queue whenever
+they have room, NVDEC the oldest and a CPU worker the newest (:meth:`ComboPool._take_for_cpu`):
+a CPU worker holds up to :data:`CPU_UNITS_PER_WORKER` units, NVDEC up to
+``config.units_decoding`` units decoding plus one per demux worker being demuxed. The faster
+side frees up sooner and so takes more units, with nothing to tune. Units mostly
 of videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a
 fixed share of units to NVDEC (seed 000's static split, kept for comparison).
 
@@ -290,12 +291,13 @@ class ComboPool(BatchPool):
     def _from_gpu(self, msg):
         """Book NVDEC's message. A :class:`Failure` ends the epoch (the loader raises it); its
         unit is the oldest in flight (NVDEC reports units in submission order)."""
-        unit = msg.unit if isinstance(msg, RowsFilled) else next(iter(self._gpu_parts))
-        left = self._gpu_parts[unit] = self._gpu_parts[unit] - 1 if isinstance(msg, RowsFilled) else 0
-        if left <= 0:
-            del self._gpu_parts[unit]
         if isinstance(msg, RowsFilled):
+            self._gpu_parts[msg.unit] -= 1
+            if not self._gpu_parts[msg.unit]:
+                del self._gpu_parts[msg.unit]
             self._pace.gpu_filled(len(msg.valid))
+        else:
+            del self._gpu_parts[next(iter(self._gpu_parts))]
         if not self._gpu_parts:
             self._pace.gpu_busy(False)
         return msg
