@@ -323,10 +323,12 @@ def test_cpu_workers_take_the_newest_unit_and_only_beyond_nvdecs_horizon(monkeyp
     assert [pool._queue.popleft().unit for _ in range(8)] == list(range(8)) and pool._queue.rows == 0
 
 
-def test_combo_gives_most_rows_to_the_cpu_when_nvdec_is_the_slower_side(dataset, fake, monkeypatch):
-    """Where the CPU is faster (small clips, W4 in the issue: CPU 2,849-3,128 frames/s against
-    NVDEC 1,470 on the H200), NVDEC still takes the oldest units and the CPU the newest: the
-    CPU must end up with the larger share, and the stream stays the CPU backend's."""
+def test_combo_with_a_slow_nvdec_keeps_the_cpu_stream(dataset, fake, monkeypatch):
+    """Where the CPU is the faster side (small clips, W4 in the issue: CPU 2,849-3,128
+    frames/s against NVDEC 1,470 on the H200), NVDEC still takes the oldest units and the CPU
+    the newest: the stream stays the CPU backend's and both sides fill rows. (Which side fills
+    more is timing on a 15-batch epoch, where NVDEC's first grab of units dominates; the
+    dealing in that regime is checked without timing below.)"""
     import time
 
     from . import _fake_nvc as fake_module
@@ -344,5 +346,23 @@ def test_combo_gives_most_rows_to_the_cpu_when_nvdec_is_the_slower_side(dataset,
     assert _seen(batches) == _seen(collect_batches(_loader(index, "cpu")))
     _assert_close(batches, refs)
     shares = loader.stats["rows_by_executor"]
-    print("shares with a slow NVDEC:", shares)
-    assert shares.get("cpu", 0) > shares.get("nvdec", 0), shares
+    assert shares.get("cpu", 0) > 0 and shares.get("nvdec", 0) > 0, shares
+
+
+def test_a_slow_nvdec_leaves_the_cpu_every_unit_but_its_own_head():
+    """NVDEC at 10 rows/s, a CPU unit in 0.1 s: the horizon is 1.5 rows, so free CPU workers
+    take every queued unit from the newest down to the one right behind NVDEC's next."""
+    import collections
+    from types import SimpleNamespace
+
+    from vidloader.pipeline import _combo
+
+    pool = _combo.ComboPool.__new__(_combo.ComboPool)  # the dealing logic alone
+    pool._cpu_queue, pool._queue, pool._pace = collections.deque(), _combo._Units(), _combo._Pace()
+    pool._pace.gpu_rows_per_s, pool._pace.cpu_unit_s = 10.0, 0.1
+    for i in range(6):
+        pool._queue.append(SimpleNamespace(unit=i, plans=[SimpleNamespace(batch_size=8)]))
+    taken = []
+    while (task := pool._take_for_cpu()) is not None:
+        taken.append(task.unit)
+    assert taken == [5, 4, 3, 2, 1] and [t.unit for t in pool._queue] == [0]
