@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, 
 
 import vidloader  # noqa: E402
 from tests.media import reference_frames  # noqa: E402
-from tests.test_reliability import _damage_reference_picture  # noqa: E402
 from vidloader.synthetic import VideoSpec, make_video  # noqa: E402
 
 
@@ -43,6 +42,33 @@ def _captured(fn):
         return result, tmp.read().decode(errors="replace")
 
 
+def _damage_slice_data(src: Path, dst: Path, which: int) -> int:
+    """Copy ``src`` to ``dst`` with the interior of the largest NAL unit (the slice) of its
+    ``which``-th non-key picture overwritten with random bytes, every length prefix kept (the
+    test suite's helper overwrites from byte 8 of the packet on, which can break a later NAL's
+    length prefix: then the Annex B filter refuses the packet, the damage is caught at demux,
+    and concealment is never reached). Returns the picture's display index."""
+    import av
+
+    with av.open(str(src)) as c:
+        packets = [(p.pos, p.size, p.pts, bytes(p)) for p in c.demux(c.streams.video[0])
+                   if p.size and not p.is_keyframe]
+    pos, _, pts, raw = packets[which]
+    nals, off = [], 0
+    while off + 4 <= len(raw):  # 4-byte AVCC length prefixes
+        n = int.from_bytes(raw[off:off + 4], "big")
+        nals.append((off + 4, n))
+        off += 4 + n
+    start, size = max(nals, key=lambda x: x[1])
+    data = bytearray(src.read_bytes())
+    lo, hi = pos + start + 4, pos + start + size  # keep the NAL header and the first slice bytes
+    data[lo:hi] = np.random.default_rng(0).integers(0, 256, hi - lo, np.uint8).tobytes()
+    dst.write_bytes(bytes(data))
+    with av.open(str(src)) as c:
+        all_pts = sorted(p.pts for p in c.demux(c.streams.video[0]) if p.size)
+    return all_pts.index(pts)
+
+
 def _decode(path: Path, frames: int):
     record = vidloader.build_index(path, num_workers=0, progress=False)[0]
     out = vidloader.decode_frames(path, range(frames), index_record=record, backend="nvdec")
@@ -54,7 +80,7 @@ def main() -> None:
     good, bad = root / "good.mp4", root / "bad.mp4"
     frames = 30
     make_video(good, VideoSpec(width=256, height=256, num_frames=frames, gop=10, bframes=0, seed=0))
-    damaged_at = _damage_reference_picture(good, bad, 12)
+    damaged_at = _damage_slice_data(good, bad, 12)
     reference = reference_frames(str(good)).astype(int)
     report = {"damaged_picture": damaged_at}
     for name, path in (("intact", good), ("damaged", bad)):
