@@ -83,6 +83,7 @@ class FakeDecoder:
         self.cc = av.CodecContext.create(self.codec, "r")
         self.surfaces: list[torch.Tensor] = []
         self.flushed = False
+        self.chunked = False  # a chunk went through the parser since the last flush
         self.reconfigs: list[tuple[int, int]] = []
 
     def setReconfigParams(self, width: int, height: int) -> int:  # noqa: N802
@@ -102,14 +103,24 @@ class FakeDecoder:
             self.owner.fail_decodes -= 1
             raise RuntimeError("fake NVDEC failure")
         if pkt.bsl == 0:
-            frames = self.cc.decode(None)
+            # Pictures of a chunk still in the parser come out first, as NVDEC's parser
+            # hands its last picture to the decoder at the end of the stream.
+            frames = [f for p in self._parse(None) for f in self.cc.decode(p)] + self.cc.decode(None)
             self.cc = av.CodecContext.create(self.codec, "r")
-            self.flushed = True
-        else:
+            self.flushed, self.chunked = True, False
+        elif pkt.decode_flag & 8:  # ENDOFPICTURE: the packet is one access unit
             packet = av.Packet(ctypes.string_at(pkt.bsl_data, pkt.bsl))
             packet.pts = pkt.pts
             frames = self.cc.decode(packet)
+        else:  # a chunk of access units: split by a parser, as NVDEC's own parser does
+            self.owner.chunks += 1
+            self.chunked = True
+            data = ctypes.string_at(pkt.bsl_data, pkt.bsl)
+            frames = [f for p in self._parse(data) for f in self.cc.decode(p)]
         return [self._surface(i, f) for i, f in enumerate(frames)]
+
+    def _parse(self, data: bytes | None) -> list:
+        return self.cc.parse(data) if data is not None or self.chunked else []
 
     def _surface(self, i: int, frame) -> _Frame:
         assert frame.width <= self.max_w and frame.height <= self.max_h
@@ -147,6 +158,7 @@ class FakeNvc(types.ModuleType):
         self.fail_decodes = fail_decodes  # the next N Decode calls raise
         self.decoders: list[FakeDecoder] = []
         self.packets: list[tuple[int, int]] = []
+        self.chunks = 0  # Decode calls that carried several access units
         self.PacketData = PacketData
         self.cudaVideoCodec = types.SimpleNamespace(H264=4, HEVC=8, VP9=10, AV1=11)
         self.cudaVideoChromaFormat = types.SimpleNamespace(**{"Monochrome": 0, "420": 1, "422": 2, "444": 3})

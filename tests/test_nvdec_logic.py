@@ -65,19 +65,27 @@ CODEC_CASES = [(n, True) for n in ("h264", "hevc", "hevc_main10", "hevc_main12",
                                    "vp9", "vp9_10bit") if n in SPECS] + [("h264", False), ("hevc", False)]
 
 
+@pytest.mark.parametrize("feed_packets", [16, 1])
 @pytest.mark.parametrize(("name", "passthrough"), CODEC_CASES)
-def test_random_frames_exact(media, monkeypatch, name, passthrough):
+def test_random_frames_exact(media, monkeypatch, name, passthrough, feed_packets):
     """NV12 planes (8-bit) and P016 planes (10/12-bit: FFmpeg's samples shifted to the high
-    bits) equal FFmpeg's full decode, for random frame sets of every codec."""
+    bits) equal FFmpeg's full decode, for random frame sets of every codec, with H.264 and
+    HEVC fed in chunks of access units (the default) and one access unit per call."""
+    from vidloader.decoding.nvdec import _decoder
+
     nvc = _fake_nvc.FakeNvc(pts_passthrough=passthrough)
     _fake_nvc.install(monkeypatch, nvc)
+    monkeypatch.setattr(_decoder, "FEED_PACKETS", feed_packets)
+    chunked = feed_packets > 1 and record_of(media[name]).codec in _decoder.CHUNKED_CODECS
     ex = NvdecExecutor(frame_cache_bytes=0, packet_cache_bytes=0)
     for frames in random_frame_sets(record_of(media[name]).num_frames, count=10, seed=3):
         _check(ex, media[name], frames)
     slot = ex.slots[0]
-    assert slot.pts_mode == ("frame" if passthrough else "count")
+    # Chunks map frames by count and never ask for the pts; one by one, the pts decides.
+    assert slot.pts_mode == (None if chunked else "frame" if passthrough else "count")
+    assert (nvc.chunks > 0) == chunked
     assert slot.reuse_after_flush is True and len(nvc.decoders) == 1
-    assert all(flag == 2 | 8 for size, flag in nvc.packets if size)
+    assert all(flag == (2 if chunked else 2 | 8) for size, flag in nvc.packets if size)
     assert _fake_nvc._Stream.syncs > 0  # waits before a Decode that recycles delivered frames
     assert ex.stats.delivered == ex.stats.decoded - (ex.stats.decoded - ex.stats.delivered)
     assert ex.stats.decoded >= ex.stats.delivered > 0 and ex.stats.seeks > 0

@@ -9,8 +9,8 @@ the frame callback):
 
 * ``slot``: the library's ``DecoderSlot.decode_gop``, wanted frames cloned (the loader's path);
 * ``slot-1size``: the same on videos of one size only (no reconfiguration between GOPs);
-* ``slot-nosync``: ``SYNC_BEFORE_RECYCLE`` off;
-* ``chunk``: the packets a GOP needs concatenated into one ``Decode`` call, then the flush;
+* ``slot`` with ``feed_packets`` 1, 4, 16, 64: access units per ``Decode`` call;
+* ``chunk``: the packets a GOP needs concatenated into one raw ``Decode`` call, then the flush;
 * ``slot-t1``: one thread, for the per-thread latency.
 
 Then runs the loader itself on the W4 clips for a few seconds with a stack sampler and prints
@@ -116,7 +116,7 @@ def _decode_chunk(slot: D.DecoderSlot, rec, bundle, g, wanted, on_frame, timers:
     return n if n == len(feed) else -n
 
 
-def _run(mode: str, jobs, threads: int, nvc) -> dict:
+def _run(mode: str, jobs, threads: int, nvc, feed: int = 1) -> dict:
     timers, lock = Timers(), threading.Lock()
     state = {"next": 0, "clips": 0, "packets": 0, "frames": 0, "count_mismatch": 0}
     stop = time.perf_counter() + SECONDS
@@ -124,7 +124,7 @@ def _run(mode: str, jobs, threads: int, nvc) -> dict:
 
     def worker():
         slot = D.DecoderSlot(nvc, 0, max_width=max(r.width for r, _, _ in jobs),
-                             max_height=max(r.height for r, _, _ in jobs))
+                             max_height=max(r.height for r, _, _ in jobs), feed_packets=feed)
         _instrument(slot, timers)
         with torch.cuda.device(0), torch.cuda.stream(slot.stream):
             while time.perf_counter() < stop:
@@ -149,7 +149,8 @@ def _run(mode: str, jobs, threads: int, nvc) -> dict:
                                                 if not isinstance(nv12, torch.Tensor) else
                                                 nv12[: rec.height * 3 // 2, : rec.width].clone())
                                 timers.add("on_frame", time.perf_counter() - t)
-                            packets, _ = slot.decode_gop(rec, bundle, g, gop.frames, on_frame)
+                            packets, _ = slot.decode_gop(rec, bundle, g, gop.frames, on_frame,
+                                                         wants=want.__contains__)
                         with lock:
                             state["packets"] += packets
                 except Exception:  # noqa: BLE001 - recorded
@@ -166,7 +167,7 @@ def _run(mode: str, jobs, threads: int, nvc) -> dict:
         t.join()
     torch.cuda.synchronize()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    out = {"mode": mode, "threads": threads, "wall_s": wall, "clips_per_s": state["clips"] / wall,
+    out = {"mode": mode, "threads": threads, "feed_packets": feed, "wall_s": wall, "clips_per_s": state["clips"] / wall,
            "frames_per_s": 16 * state["clips"] / wall, "packets_per_s": state["packets"] / wall,
            "cpu_s_per_packet_us": 1e6 * cpu / max(1, state["packets"]), "cpu_cores": cpu / wall,
            "thread_seconds": {k: round(v, 2) for k, v in timers.total.items()},
@@ -188,10 +189,13 @@ def _stack_sample(seconds: float, make_loader) -> dict:
             for ident, frame in sys._current_frames().items():
                 if ident == me:
                     continue
-                stack = traceback.extract_stack(frame)[-4:]
-                where = " < ".join(f"{f.name}:{f.lineno}" for f in reversed(stack))
+                names_, f = [], frame
+                while f is not None and len(names_) < 4:  # no linecache: cheap under the GIL
+                    names_.append(f"{f.f_code.co_name}:{f.f_lineno}")
+                    f = f.f_back
+                where = " < ".join(names_)
                 counts[(names.get(ident, "?").split("_")[0], where)] += 1
-            time.sleep(0.005)
+            time.sleep(0.02)
 
     loader = make_loader()
     it = iter(loader)
@@ -221,13 +225,13 @@ def main() -> None:
     report = {"gpu": torch.cuda.get_device_name(0), "sizes": {f"{w}x{h}": n for (w, h), n in sizes.items()},
               "runs": []}
     torch.zeros(1, device="cuda")
-    for mode, js, threads in (("slot", jobs, THREADS), ("slot-1size", one_size, THREADS),
-                              ("chunk", jobs, THREADS), ("slot-t1", jobs, 1)):
-        report["runs"].append(_run(mode, js, threads, nvc))
-    D.SYNC_BEFORE_RECYCLE = False
-    report["runs"].append(_run("slot-nosync", jobs, THREADS, nvc))
-    D.SYNC_BEFORE_RECYCLE = True
+    for mode, js, threads, feed in (("slot", jobs, THREADS, 1), ("slot", jobs, THREADS, 4),
+                                    ("slot", jobs, THREADS, 16), ("slot", jobs, THREADS, 64),
+                                    ("slot-1size", one_size, THREADS, 16), ("slot", jobs, 32, 16),
+                                    ("slot-t1", jobs, 1, 16), ("chunk", jobs, THREADS, 1)):
+        report["runs"].append(_run(mode, js, threads, nvc, feed))
 
+    _write(report)
     from vidloader import Clips, Process, VideoLoader
 
     def make():
@@ -240,6 +244,10 @@ def main() -> None:
         print(json.dumps(report["loader"], indent=0)[:6000], flush=True)
     except Exception:  # noqa: BLE001 - the probe's runs above are the record
         report["loader"] = {"error": traceback.format_exc()}
+    _write(report)
+
+
+def _write(report: dict) -> None:
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(report, f, indent=1)

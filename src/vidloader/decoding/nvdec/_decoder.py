@@ -8,11 +8,21 @@ flushed (empty packet) after every GOP, told the new size (``setReconfigParams``
 picture size changes within its maximum, and re-created only when a video is larger than that
 maximum or when a flushed decoder turns out not to accept new packets.
 
+H.264 and HEVC packets are fed in chunks of up to :data:`FEED_PACKETS` access units per
+``Decode`` call (Annex B is self-delimiting, so concatenated access units are a valid stream for
+NVDEC's parser). One call per packet made each thread wait for every picture in turn: on the
+W4 clips (340p/720p H.264) on an H100, 16 threads fed packet by packet reached 4,900 packets/s
+with NVDEC mostly idle, and the same threads fed whole GOPs 10,800
+(``benchmarks/results/gpu/session8-2/feed.log``). AV1 and VP9 frames carry no start codes, so
+they are still fed one by one.
+
 Output frames are matched to display indices without trusting the container's timestamps to
-survive NVDEC: each packet of a GOP is fed with ``pts = 1 + its rank in display order``. If
-``DecodedFrame.getPTS()`` returns that rank, frames map by it (robust to dropped frames);
+survive NVDEC. Fed one by one, each packet goes with ``pts = 1 + its rank in display order``;
+if ``DecodedFrame.getPTS()`` returns that rank, frames map by it (robust to dropped frames);
 otherwise they map by counting, since with ``latency=NATIVE`` frames leave in display order.
-The first frame a slot ever outputs decides which (:attr:`DecoderSlot.pts_mode`).
+The first frame a slot ever outputs decides which (:attr:`DecoderSlot.pts_mode`). Chunks
+carry one timestamp for several pictures, so chunked GOPs always map by counting, and a GOP
+that outputs fewer frames than it was fed raises :class:`CorruptVideoError`.
 
 Verified with PyNvVideoCodec 2.2.4 on an H200 (``vidloader bench probe``): ``getPTS()``
 returns the pts of hand-built packets (with or without the TIMESTAMP flag), so frames map by
@@ -42,6 +52,7 @@ log = logging.getLogger(__name__)
 #: picture, and ENDOFPICTURE (8), since each demuxed packet is exactly one access unit; it
 #: lets the parser hand a picture to the decoder without waiting for the next packet.
 DEFAULT_PACKET_FLAGS = 2 | 8
+ENDOFPICTURE = 8
 
 #: Whether a slot waits for its stream before a ``Decode`` call that follows one which returned
 #: frames. The next call recycles those frames' buffers, and which CUDA stream the binding
@@ -51,9 +62,19 @@ DEFAULT_PACKET_FLAGS = 2 | 8
 #: probe ``vidloader bench probe`` (facts → ``stream_order``) tells whether it can go.
 SYNC_BEFORE_RECYCLE = True
 
+#: Access units per ``Decode`` call for the codecs in :data:`CHUNKED_CODECS` (1: one by one).
+#: A chunk's pictures are decoded back to back while earlier ones are displayed; each call
+#: returns up to about this many frames, whose surfaces PyNvVideoCodec keeps until the next
+#: call, so the value also bounds the output surfaces a decoder holds.
+FEED_PACKETS = 16
+#: Codecs whose packets (Annex B access units) may be concatenated into one ``Decode`` call.
+CHUNKED_CODECS = frozenset({"h264", "hevc"})
+
 #: Called for each output frame: ``(display_index or -1, nv12 view)``; the view is valid only
 #: until the decoder is called again.
 OnFrame = Callable[[int, torch.Tensor], None]
+#: Whether the caller wants display index ``i`` (frames it does not want get no view at all).
+Wants = Callable[[int], bool]
 
 
 def nv12_view(frame: Any, height: int, width: int, device: torch.device, *,
@@ -176,16 +197,19 @@ class DecoderSlot:
         packet_flags: ``PacketData.decode_flag`` for every packet.
         skip_nonref: drop the packets of non-reference pictures no request wants
             (``PacketBundle.is_nonref``), as FFmpeg's ``skip_frame=NONREF`` does on the CPU.
+        feed_packets: access units per ``Decode`` call for H.264 and HEVC (1: one by one).
     """
 
     def __init__(self, nvc, device: int, *, max_width: int = 0, max_height: int = 0,
-                 packet_flags: int = DEFAULT_PACKET_FLAGS, skip_nonref: bool = True) -> None:
+                 packet_flags: int = DEFAULT_PACKET_FLAGS, skip_nonref: bool = True,
+                 feed_packets: int | None = None) -> None:
         self.nvc, self.gpu = nvc, int(device)
         self.device = torch.device("cuda", self.gpu)
         self.stream = torch.cuda.Stream(self.device)
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.packet_flags = int(packet_flags)
         self.skip_nonref = bool(skip_nonref)
+        self.feed_packets = max(1, int(FEED_PACKETS if feed_packets is None else feed_packets))
         self._decoders: dict[tuple[str, bool], _Decoder] = {}  # (codec, deep) -> decoder
         self.pts_mode: str | None = None  # "frame" (getPTS carries our rank) or "count"
         self.reuse_after_flush: bool | None = None  # learnt on the first reuse
@@ -224,9 +248,11 @@ class DecoderSlot:
         return dec
 
     def decode_gop(self, record: VideoRecord, bundle: PacketBundle, g: int, wanted: np.ndarray,
-                   on_frame: OnFrame, *, retry: bool = True) -> tuple[int, int]:
+                   on_frame: OnFrame, *, wants: Wants | None = None,
+                   retry: bool = True) -> tuple[int, int]:
         """Feed GOP ``g`` of ``bundle`` up to what the frames ``wanted`` (sorted display
-        indices) need, flush, and call ``on_frame`` for every output frame. With
+        indices) need, flush, and call ``on_frame`` for every output frame (with ``wants``,
+        only for the frames it accepts: the others are counted but never viewed). With
         :attr:`skip_nonref`, packets of non-reference pictures that are not wanted are not
         fed at all (nothing else depends on them). Returns ``(packets fed, frames output)``.
 
@@ -238,9 +264,10 @@ class DecoderSlot:
         dec = self._decoder(record)
         feed = _packets_to_feed(record, bundle, g, wanted, skip_nonref=self.skip_nonref)
         reused = dec.flushed  # this decoder already went through an end of stream
-        counter = _FrameCounter(self, record, feed, bundle)
+        chunk = self.feed_packets if record.codec in CHUNKED_CODECS else 1
+        counter = _FrameCounter(self, record, feed, bundle, wants=wants, by_count=chunk > 1)
         try:
-            self._run(dec, bundle, feed, counter, on_frame)
+            self._run(dec, bundle, feed, counter, on_frame, chunk)
         except BaseException as exc:
             # Fed but not flushed (a sink or decode error): its leftovers would come out with
             # the next GOP, so it is dropped and re-created on next use.
@@ -249,35 +276,52 @@ class DecoderSlot:
                 raise
             if retry and counter.count == 0:
                 log.info("%s: NVDEC failed (%s); retrying on a fresh decoder", record.path, exc.__cause__)
-                return self.decode_gop(record, bundle, g, wanted, on_frame, retry=False)
+                return self.decode_gop(record, bundle, g, wanted, on_frame, wants=wants, retry=False)
             raise CorruptVideoError(record.path, f"NVDEC failed in the GOP at keyframe "
                                     f"{int(bundle.gop_keyframes[g])}: {exc.__cause__}") from exc.__cause__
         out = counter.count
         if out == 0 and len(feed) and reused and self.reuse_after_flush is None:
             log.info("a flushed NVDEC decoder output nothing: re-creating decoders after each GOP")
             self.reuse_after_flush = False
-            return self.decode_gop(record, bundle, g, wanted, on_frame)
+            return self.decode_gop(record, bundle, g, wanted, on_frame, wants=wants)
         if out and reused and self.reuse_after_flush is None:
             self.reuse_after_flush = True
         return len(feed), out
 
     def _run(self, dec: _Decoder, bundle: PacketBundle, feed: np.ndarray, counter: _FrameCounter,
-             on_frame: OnFrame) -> None:
+             on_frame: OnFrame, chunk: int = 1) -> None:
         payload = bundle.payload  # referenced until the last Decode returns
         base = payload.ctypes.data
-        for i, r in zip(feed.tolist(), counter.rank.tolist()):
-            pkt = self.nvc.PacketData()
-            pkt.bsl_data = base + int(bundle.offsets[i])
-            pkt.bsl = int(bundle.sizes[i])
-            pkt.pts = r
-            pkt.decode_flag = self.packet_flags
-            counter.take(self._decode(dec, pkt), on_frame)
+        if chunk > 1:
+            self._run_chunked(dec, bundle, feed, counter, on_frame, chunk)
+        else:
+            for i, r in zip(feed.tolist(), counter.rank.tolist()):
+                pkt = self.nvc.PacketData()
+                pkt.bsl_data = base + int(bundle.offsets[i])
+                pkt.bsl = int(bundle.sizes[i])
+                pkt.pts = r
+                pkt.decode_flag = self.packet_flags
+                counter.take(self._decode(dec, pkt), on_frame)
         eos = self.nvc.PacketData()
         eos.bsl, eos.bsl_data = 0, 0
         counter.take(self._decode(dec, eos), on_frame)
         dec.flushed = True
         del payload
         counter.check(len(feed))
+
+    def _run_chunked(self, dec: _Decoder, bundle: PacketBundle, feed: np.ndarray,
+                     counter: _FrameCounter, on_frame: OnFrame, chunk: int) -> None:
+        """Feed ``feed`` in runs of up to ``chunk`` access units per ``Decode`` call, without
+        the end-of-picture flag (the parser finds the boundaries); frames map by count."""
+        for a in range(0, len(feed), chunk):
+            buf = gather_packets(bundle, feed[a : a + chunk])
+            pkt = self.nvc.PacketData()
+            pkt.bsl_data = buf.ctypes.data
+            pkt.bsl = int(buf.nbytes)
+            pkt.pts = int(counter.rank[a])
+            pkt.decode_flag = self.packet_flags & ~ENDOFPICTURE
+            counter.take(self._decode(dec, pkt), on_frame)
+            del buf  # the parser has consumed it when Decode returns
 
     def _decode(self, dec: _Decoder, pkt) -> list:
         if self._frames_out and SYNC_BEFORE_RECYCLE:
@@ -291,6 +335,16 @@ class DecoderSlot:
 
     def close(self) -> None:
         self._decoders.clear()
+
+
+def gather_packets(bundle: PacketBundle, positions: np.ndarray) -> np.ndarray:
+    """The payload bytes of packets ``positions`` (ascending), back to back: a view when they
+    are contiguous in the bundle, else one copy."""
+    offsets, sizes = bundle.offsets[positions], bundle.sizes[positions]
+    start, stop = int(offsets[0]), int(offsets[-1] + sizes[-1])
+    if stop - start == int(sizes.sum()):
+        return bundle.payload[start:stop]
+    return np.concatenate([bundle.payload[int(o) : int(o) + int(n)] for o, n in zip(offsets, sizes)])
 
 
 def _key(record: VideoRecord) -> tuple[str, bool]:
@@ -309,8 +363,10 @@ class _FrameCounter:
     ``display[r - 1]`` is the display index of the frame of rank ``r`` (-1: not a frame).
     """
 
-    def __init__(self, slot: DecoderSlot, record: VideoRecord, feed: np.ndarray, bundle: PacketBundle) -> None:
+    def __init__(self, slot: DecoderSlot, record: VideoRecord, feed: np.ndarray, bundle: PacketBundle,
+                 *, wants: Wants | None = None, by_count: bool = False) -> None:
         self.slot, self.record = slot, record
+        self.wants, self.by_count = wants, by_count
         pts = bundle.pts[feed]
         order = np.argsort(pts, kind="stable")
         self.rank = np.empty(len(feed), np.int64)
@@ -319,25 +375,32 @@ class _FrameCounter:
         self.count = 0
 
     def take(self, frames, on_frame: OnFrame) -> None:
-        rec = self.record
+        rec, viewed = self.record, False
         for frame in frames:
             r = self._rank(frame)
             if not 1 <= r <= len(self.display):
                 raise CorruptVideoError(rec.path, f"NVDEC output a frame of unknown rank {r} (fed {len(self.display)} packets)")
             self.count += 1
-            on_frame(int(self.display[r - 1]),
-                     nv12_view(frame, rec.height, rec.width, self.slot.device, deep=rec.bit_depth > 8,
-                               path=rec.path))
+            i = int(self.display[r - 1])
+            if self.wants is not None and not self.wants(i):
+                continue  # no view: DLPack export and the callback cost host time per frame
+            viewed = True
+            on_frame(i, nv12_view(frame, rec.height, rec.width, self.slot.device, deep=rec.bit_depth > 8,
+                                  path=rec.path))
+        # Only frames that were read need the stream drained before their surfaces recycle.
+        self.slot._frames_out = viewed
 
     def _rank(self, frame) -> int:
         slot = self.slot
+        if self.by_count:
+            return self.count + 1
         if slot.pts_mode is None:
             slot.pts_mode = "frame" if int(frame.getPTS()) == 1 else "count"
             log.info("NVDEC frame order: matched by %s", slot.pts_mode)
         return int(frame.getPTS()) if slot.pts_mode == "frame" else self.count + 1
 
     def check(self, fed: int) -> None:
-        if self.slot.pts_mode == "count" and self.count not in (0, fed):
+        if (self.by_count or self.slot.pts_mode == "count") and self.count not in (0, fed):
             raise CorruptVideoError(
                 self.record.path, f"NVDEC output {self.count} frames for {fed} packets; frames "
                 "cannot be numbered (damaged GOP?)",

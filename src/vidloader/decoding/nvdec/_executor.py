@@ -333,7 +333,6 @@ class NvdecExecutor(Executor):
         delivered: list[int] = []
 
         def on_frame(i: int, nv12: torch.Tensor) -> None:
-            self.stats.decoded += 1
             if keep and i >= 0:
                 nv12 = _compact(nv12, rec)
                 self.frame_cache.put(rec.path, i, nv12)
@@ -344,7 +343,9 @@ class NvdecExecutor(Executor):
 
         bundle, g = self._packets(job, self._containers)
         with self.ranges("vidloader.decode", job):
-            packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
+            packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
+                                               wants=None if keep else wanted.__contains__)
+        self.stats.decoded += decoded
         self._count(job, packets, len(delivered), wanted)
 
     def _deliver_cached(self, job: _Job, frames, sink: BatchSink, consumer) -> None:
@@ -382,18 +383,16 @@ class NvdecExecutor(Executor):
         rec, wanted = job.record, set(job.gop.frames.tolist())
         keep = keep_all and self.frame_cache.max_bytes > 0
         frames: list[tuple[int, torch.Tensor]] = []
-        decoded = 0
 
         def on_frame(i: int, nv12: torch.Tensor) -> None:
-            nonlocal decoded
-            decoded += 1
             if i in wanted or (keep and i >= 0):
                 frames.append((i, _compact(nv12, rec)))  # the surface is recycled next call
 
         with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
             bundle, g = self._packets(job, containers)
             with self.ranges("vidloader.decode", job):
-                packets, _ = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame)
+                packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
+                                                   wants=None if keep else wanted.__contains__)
             event = torch.cuda.Event()
             event.record(slot.stream)
         return _Result(frames, packets, decoded, event)
@@ -469,6 +468,10 @@ class PendingBatch:
     def __init__(self, executor: NvdecExecutor, jobs: list[_Job], results: list, consumer) -> None:
         self._executor, self._jobs, self._results, self._consumer = executor, jobs, results, consumer
         self._done = False
+
+    def done(self) -> bool:
+        """Whether every GOP has finished (so :meth:`wait` will not block on the decoders)."""
+        return all(r.done() for r in self._results if isinstance(r, Future))
 
     def wait(self) -> None:
         """Block until every GOP is delivered; order the caller's stream after the sinks' work
