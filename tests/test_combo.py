@@ -366,3 +366,43 @@ def test_a_slow_nvdec_leaves_the_cpu_every_unit_but_its_own_head():
     while (task := pool._take_for_cpu()) is not None:
         taken.append(task.unit)
     assert taken == [5, 4, 3, 2, 1] and [t.unit for t in pool._queue] == [0]
+
+
+def test_combo_takes_cpu_reports_while_nvdec_decodes(dataset, fake, monkeypatch):
+    """While NVDEC decodes its oldest unit, the combo still takes the CPU workers' reports
+    and deals them new units. NVDEC is held here until three CPU reports have come in: the
+    combo used to block on NVDEC's unit (and the CPU workers idled; the W4 clips ran at
+    NVDEC's speed alone), so the reports never came and NVDEC was released only by the
+    timeout."""
+    import threading
+
+    from vidloader.pipeline import _combo
+
+    from . import _fake_nvc as fake_module
+
+    release, timed_out, reports = threading.Event(), [], []
+    decode = fake_module.FakeDecoder.Decode
+
+    def held(self, pkt):
+        if not release.is_set() and not release.wait(timeout=20):
+            timed_out.append(True)
+            release.set()
+        return decode(self, pkt)
+
+    from_cpu = _combo.ComboPool._from_cpu
+
+    def counting(self, msg):
+        msg = from_cpu(self, msg)
+        if msg is not None:
+            reports.append(msg)
+            if len(reports) >= 3:
+                release.set()
+        return msg
+
+    monkeypatch.setattr(fake_module.FakeDecoder, "Decode", held)
+    monkeypatch.setattr(_combo.ComboPool, "_from_cpu", counting)
+    index, refs = dataset
+    batches = collect_batches(_loader(index, "combo", num_workers=3, lookahead=1))
+    assert not timed_out, "the combo waited for NVDEC and took no CPU report meanwhile"
+    assert _seen(batches) == _seen(collect_batches(_loader(index, "cpu")))
+    _assert_close(batches, refs)

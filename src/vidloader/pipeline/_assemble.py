@@ -135,6 +135,13 @@ class UnitFill:
             self.assembler.redo_task_by_task(self)
         return self.results
 
+    @property
+    def ready(self) -> bool:
+        """Whether :meth:`finish` would return without waiting for the decoders (a unit
+        without an asynchronous executor, or whose pending batch has finished)."""
+        done = getattr(self.pending, "done", None)
+        return self.pending is None or done is None or done()
+
     def cancel(self) -> None:
         """Stop the unit's decoding (nothing is written into its slots afterwards)."""
         if self.pending is not None:

@@ -153,14 +153,22 @@ class WorkerProcesses:
                 continue
             return self._unpack(msg)
 
-    def poll(self):
-        """The next message if one is here, else ``None`` (never blocks)."""
+    def poll(self, timeout: float = 0.0):
+        """The next message if one is here (or comes within ``timeout`` seconds), else
+        ``None``. With a timeout, a dead worker raises :class:`WorkerDied` as in :meth:`get`."""
         if self._backlog:
             return self._backlog.popleft()
         try:
-            return self._unpack(self.result_q.get_nowait())
+            msg = self.result_q.get(timeout=timeout) if timeout > 0 else self.result_q.get_nowait()
         except queue.Empty:
+            if timeout > 0:
+                self._check_alive()
             return None
+        return self._unpack(msg)
+
+    def check_alive(self) -> None:
+        """Raise :class:`WorkerDied` if a worker that was not retired has died."""
+        self._check_alive()
 
     def _unpack(self, msg):
         """The first of a unit's messages (they arrive together as a list); the rest wait."""
@@ -252,8 +260,8 @@ class ProcessPool(WorkerProcesses, BatchPool):
         except WorkerDied as dead:
             raise WorkerDied(f"{dead}{self._in_progress(dead.worker)}", worker=dead.worker) from None
 
-    def poll(self):
-        return self._forget(super().poll())
+    def poll(self, timeout: float = 0.0):
+        return self._forget(super().poll(timeout))
 
     def retire(self, worker: int) -> None:
         super().retire(worker)
@@ -373,15 +381,28 @@ class SeparationPool(WorkerProcesses, BatchPool):
                 self._done.extend(self._decoding.popleft().finish())
         return self._done.popleft()
 
-    def _start_units(self, deadline):
+    def poll_filled(self):
+        """:meth:`get` without waiting: take the packets that are here, start what can start,
+        and return the oldest unit's next message if that unit has finished decoding, else
+        ``None``. (The combo waits on its CPU workers and NVDEC at once with this.)"""
+        if not self._done:
+            error = self._start_units(None, block=False)
+            if error is not None:
+                return error
+            if self._decoding and self._decoding[0].ready:
+                self._done.extend(self._decoding.popleft().finish())
+        return self._done.popleft() if self._done else None
+
+    def _start_units(self, deadline, *, block: bool = True):
         """Start the oldest submitted units whose packets are here, up to the limit; wait for
-        packets only when nothing is decoding. Returns a worker's error message, if one came."""
+        packets only when nothing is decoding (and ``block``). Returns a worker's error
+        message, if one came."""
         while len(self._decoding) < self.units_decoding:
             if self._order and self._order[0] in self._ready:
                 key = self._order.popleft()
                 self._start(key, *self._ready.pop(key))
                 continue
-            msg = self._next_message(deadline, block=not self._decoding)
+            msg = self._next_message(deadline, block=block and not self._decoding)
             if msg is None:
                 return None
             if not isinstance(msg, PacketsDemuxed):

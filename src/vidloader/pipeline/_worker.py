@@ -102,6 +102,11 @@ class UnitMessages:
             for i, (s, p, r, a) in enumerate(zip(task.slot_ids, task.plans, results, task.row_starts))
         ]
 
+    @property
+    def ready(self) -> bool:
+        """Whether :meth:`finish` returns without waiting for the decoders."""
+        return self.error is not None or self.fill is None or self.fill.ready
+
     def cancel(self) -> None:
         if self.fill is not None:
             self.fill.cancel()
