@@ -70,6 +70,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
     t1 = time.monotonic()
     rows1 = _rows(loader)
     stats = dict(loader.stats)
+    idle = dict(getattr(getattr(loader, "_pool", None), "idle_s", {}))  # the combo's dealing
     it.close()
     loader.shutdown()
     monitor.stop()
@@ -81,6 +82,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
             "rows_by_executor_timed": share,
             "share_by_executor_timed": {k: v / total for k, v in share.items()},
             "cpu_fallback_files": len(stats["cpu_fallback_files"]),
+            "combo_cpu_idle_s": {k: round(v, 2) for k, v in idle.items()},
             **monitor.summary(t0, t1)}
 
 
@@ -99,6 +101,14 @@ VARIANTS = {
     "nvdec": dict(backend="nvdec"),
     "combo": dict(backend="combo"),
     "combo-share-0.5": dict(backend="combo", combo_share=0.5),
+    "combo-share-0.4": dict(backend="combo", combo_share=0.4),
+}
+
+#: Variants that change one of the combo's constants for their own run (diagnostics).
+PATCHED = {
+    "combo-horizon0": ("CPU_HORIZON_SAFETY", 0.0),
+    "combo-div2": ("COMBO_DEMUX_DIVISOR", 2),
+    "combo-div8": ("COMBO_DEMUX_DIVISOR", 8),
 }
 
 
@@ -126,12 +136,20 @@ def main(argv=None) -> None:
         index = load_index(prepare_dataset(dataset, args.scale, data_dir=args.data_dir))
         row = {}
         for label in args.variants.split(","):
-            extra = VARIANTS[label]
+            from vidloader.pipeline import _combo
+
+            extra = VARIANTS.get(label, VARIANTS["combo"])
+            name_value = PATCHED.get(label)
+            saved = getattr(_combo, name_value[0]) if name_value else None
+            if name_value:
+                setattr(_combo, *name_value)
             row[label] = _measure(
                 # persistent workers: a small dataset's epochs must not restart 16 processes
                 lambda extra=extra: VideoLoader(index, num_workers=args.workers, device=args.device,
                                                 persistent_workers=True, **kwargs, **extra),
                 warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s)
+            if name_value:
+                setattr(_combo, name_value[0], saved)
             print(name, label, json.dumps(row[label]), flush=True)
         if {"cpu", "nvdec"} <= row.keys():
             total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"]

@@ -117,6 +117,11 @@ class ComboPool(BatchPool):
         self._next_demux = 0  # round-robin over the demux workers
         self._pace = _Pace()
         self._next_demux_check = 0.0
+        #: Seconds a CPU worker had room but got no unit, by reason ("queue empty": nothing
+        #: dispatched is waiting; "horizon": NVDEC would reach the newest unit first), and
+        #: NVDEC's in flight at its limit: what the bench reads to see why a side idles.
+        self.idle_s: collections.Counter = collections.Counter()
+        self._idle_state: tuple[str | None, float] = (None, time.monotonic())
         self._done: collections.deque = collections.deque()
 
     @property
@@ -265,13 +270,23 @@ class ComboPool(BatchPool):
                     self._to_gpu(self._gather(queue, task))
                     took = True
             worker = min(range(len(self._cpu_load)), key=self._cpu_load.__getitem__)
-            if self._cpu_load[worker] < CPU_UNITS_PER_WORKER:
+            room = self._cpu_load[worker] < CPU_UNITS_PER_WORKER
+            if room:
                 task = self._take_for_cpu()
                 if task is not None:
                     self._to_cpu(worker, task)
                     took = True
             if not took:
+                self._note_idle(None if not room else "queue empty" if not self._queue else "horizon")
                 return
+
+    def _note_idle(self, reason: str | None) -> None:
+        """Add the time since the last call to the reason the CPU side was idle then."""
+        now = time.monotonic()
+        last, since = self._idle_state
+        if last is not None:
+            self.idle_s[last] += now - since
+        self._idle_state = (reason, now)
 
     def _take_for_cpu(self) -> FillTask | None:
         """The unit a free CPU worker takes, or ``None`` (it waits).
