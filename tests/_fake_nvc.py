@@ -23,6 +23,12 @@ import torch
 from vidloader.decoding.cpu._frame import CpuFrame
 from vidloader.processing._nv12 import i420_to_nv12, to_p016
 
+#: What PyNvVideoCodec says when NVDEC has no GPU memory for a decoder: its ``NVDEC_API_CALL``
+#: text (``CUresult`` 2 is ``CUDA_ERROR_OUT_OF_MEMORY``), raised from ``CreateDecoder`` or from
+#: the ``Decode`` whose sequence header makes it create the decoder's surfaces.
+OOM_TEXT = ("HandleVideoSequence : cuvidCreateDecoder(&m_hDecoder, &videoDecodeCreateInfo) "
+            "returned error 2 at /src/NvDecoder.cpp:318")
+
 #: cudaVideoCodec id -> FFmpeg decoder (FFmpeg's native AV1 decoder needs a hardware device).
 _CODECS = {4: "h264", 8: "hevc", 10: "vp9", 11: "libdav1d"}
 
@@ -102,6 +108,8 @@ class FakeDecoder:
         if self.owner.fail_decodes > 0:
             self.owner.fail_decodes -= 1
             raise RuntimeError("fake NVDEC failure")
+        if self.owner.out_of_memory == "decode":
+            raise RuntimeError(OOM_TEXT)
         if pkt.bsl == 0:
             # Pictures of a chunk still in the parser come out first, as NVDEC's parser
             # hands its last picture to the decoder at the end of the stream.
@@ -156,6 +164,10 @@ class FakeNvc(types.ModuleType):
         super().__init__("PyNvVideoCodec")
         self.pts_passthrough, self.broken_reuse = pts_passthrough, broken_reuse
         self.fail_decodes = fail_decodes  # the next N Decode calls raise
+        #: ``"create"`` / ``"decode"``: every ``CreateDecoder`` / ``Decode`` call raises what
+        #: the binding raises when the GPU has no memory for a decoder (:data:`OOM_TEXT`),
+        #: until set back to ``""``.
+        self.out_of_memory = ""
         self.decoders: list[FakeDecoder] = []
         self.packets: list[tuple[int, int]] = []
         self.chunks = 0  # Decode calls that carried several access units
@@ -176,6 +188,8 @@ class FakeNvc(types.ModuleType):
     def CreateDecoder(self, *, gpuid, codec, cudacontext, cudastream, usedevicememory,  # noqa: N802
                       maxwidth, maxheight, outputColorType, latency):
         assert usedevicememory is True and cudastream != 0
+        if self.out_of_memory == "create":
+            raise RuntimeError(OOM_TEXT)
         dec = FakeDecoder(self, codec, maxwidth, maxheight)
         self.decoders.append(dec)
         return dec

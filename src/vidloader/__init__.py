@@ -23,7 +23,7 @@ _HOMES = {
     "decode_frames": ".decoding",
     **dict.fromkeys([
         "BackendUnavailableError", "ConfigError", "CorruptImageError", "CorruptVideoError",
-        "DatasetFormatError", "FrameIndexError", "IndexFormatError", "MediaError",
+        "DatasetFormatError", "FrameIndexError", "GpuMemoryError", "IndexFormatError", "MediaError",
         "PathOutsideRootError", "StaleIndexError", "UnsupportedCodecError", "VideoNotFoundError",
         "VidloaderError", "WorkerError",
     ], ".errors"),
@@ -47,6 +47,7 @@ __all__ = [
     "DatasetFormatError",
     "FrameIndexError",
     "GopShuffle",
+    "GpuMemoryError",
     "ImageLoader",
     "IndexFormatError",
     "MediaError",

@@ -63,6 +63,27 @@ class BackendUnavailableError(VidloaderError, ImportError):
     """An optional backend (its Python package, or a GPU) is missing."""
 
 
+class GpuMemoryError(VidloaderError, MemoryError):
+    """The GPU ran out of memory while vidloader allocated on it (staging slots, NVDEC
+    decoder surfaces, decoded frames, colour conversion). Not a bad file: raised whatever
+    ``on_error`` says, after the loader has stopped its workers and threads and freed its GPU
+    memory, so the loader can be iterated again once memory is free. The message names what
+    was being allocated, how much was free and the fixes.
+
+    Attributes:
+        what: what was being allocated.
+        device: the GPU (``"cuda:N"``), or ``None`` if unknown.
+        free_bytes, total_bytes: ``torch.cuda.mem_get_info`` when it failed (``None`` if
+            that could not be read).
+    """
+
+    def __init__(self, message: str, *, what: str = "", device: str | None = None,
+                 free_bytes: int | None = None, total_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.what, self.device = what, device
+        self.free_bytes, self.total_bytes = free_bytes, total_bytes
+
+
 class WorkerError(VidloaderError, RuntimeError):
     """A loader worker failed. The message carries the worker's traceback and the file."""
 

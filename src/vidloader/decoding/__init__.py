@@ -14,9 +14,12 @@ _HOMES = {
                      "GopRequest"], "._base"),
     **dict.fromkeys(["available_backends", "get_executor"], "._registry"),
     "decode_frames": "._api",
+    **dict.fromkeys(["BATCH_FIXES", "NVDEC_FIXES", "describe_bytes", "gpu_memory_error",
+                     "gpu_memory_guard", "is_gpu_out_of_memory", "release_frames"], "._memory"),
 }
 
 __all__ = [
+    "BATCH_FIXES",
     "CpuExecutor",
     "DecodeStats",
     "DecodeTask",
@@ -24,9 +27,15 @@ __all__ = [
     "Executor",
     "FrameSink",
     "GopRequest",
+    "NVDEC_FIXES",
     "available_backends",
     "decode_frames",
+    "describe_bytes",
     "get_executor",
+    "gpu_memory_error",
+    "gpu_memory_guard",
+    "is_gpu_out_of_memory",
+    "release_frames",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..decoding import DecodeStats
+from ..decoding import BATCH_FIXES, NVDEC_FIXES, DecodeStats, gpu_memory_guard
 from ..processing import finalize
 from ._config import LoaderConfig
 from ._contract import BatchPool
 from ._scheduler import FinishedBatch
 from ._transfer import Transfer
+
+#: What the collector allocates, for a :class:`~vidloader.errors.GpuMemoryError`.
+_BATCH_COPY = ("the batch handed to you: its copy out of the staging slot and its finalisation "
+               "(dtype, normalisation, layout)")
 
 
 class LoaderStats(dict):
@@ -33,10 +37,19 @@ class Collector:
         self.ranges = config.ranges
         self.stats = LoaderStats()
         self.decode_stats = DecodeStats()
+        #: The GPU batches are made on, and what frees memory there (named if it runs out).
+        self._gpu = config.device if config.device is not None or not config.uses_nvdec else config.gpu
+        self._fixes = NVDEC_FIXES if config.uses_nvdec else BATCH_FIXES
 
     def __call__(self, done: FinishedBatch, pool: BatchPool) -> dict | None:
-        """The batch's dict, or ``None`` when every row of it was skipped."""
-        with self.ranges("vidloader.collect", done.plan.batch_index):
+        """The batch's dict, or ``None`` when every row of it was skipped.
+
+        Raises:
+            GpuMemoryError: the GPU had no room for the batch's copy out of its slot or for
+                its finalisation (dtype, normalisation) there.
+        """
+        with (self.ranges("vidloader.collect", done.plan.batch_index),
+              gpu_memory_guard(_BATCH_COPY, self._gpu, fixes=self._fixes)):
             return self._collect(done, pool)
 
     def _collect(self, done: FinishedBatch, pool: BatchPool) -> dict | None:

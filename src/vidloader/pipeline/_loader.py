@@ -22,8 +22,8 @@ from ..constants import (
     DEFAULT_NVDEC_DECODERS,
     DEFAULT_PREFETCH_PER_WORKER,
 )
-from ..decoding import DecodeStats
-from ..errors import ConfigError, UnsupportedCodecError
+from ..decoding import DecodeStats, release_frames
+from ..errors import ConfigError, GpuMemoryError, UnsupportedCodecError
 from ..index import VideoIndex
 from ..processing import Process, as_outputs
 from ..sampling import RandomFrames, Sampler, detect_rank_world, resolve_labels
@@ -96,6 +96,9 @@ class VideoLoader:
             dtype conversion and normalisation then run on that device.
         on_error ("raise" | "skip"): a bad video raises :class:`WorkerError` naming it, or is
             skipped (its samples dropped from the batch), logged and counted in ``stats``.
+            GPU memory running out is not a bad video: :class:`GpuMemoryError` is raised
+            either way, after the loader stopped and freed everything; iterate again once
+            memory is free.
         drop_last (bool): drop the last, short batch of an epoch.
         rank, world_size (int | None): distributed shard; default from ``RANK``/``WORLD_SIZE``
             or ``torch.distributed``.
@@ -296,12 +299,19 @@ class VideoLoader:
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         epoch, start = self._epoch, self._next_batch
         plan = self._epoch_plan(epoch)
-        if self._pool is None:
-            self._start()
         try:
+            if self._pool is None:
+                self._start()
             yield from self._run(plan, start)
         except GeneratorExit:  # the consumer broke out of its loop
             self._drain_or_close()
+            raise
+        except GpuMemoryError as exc:
+            # Not a bad file: raised whatever on_error says. Everything is stopped and freed
+            # first, and the frames of its traceback let go of the GPU memory they hold, so
+            # a new iteration works once the caller has freed memory (even holding ``exc``).
+            self._close_pool()
+            release_frames(exc)
             raise
         except BaseException:
             self._close_pool()

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import dataclasses
 import itertools
+import math
 import queue
 import time
 
@@ -21,6 +22,7 @@ import torch
 
 from .._utils._procs import guard_hint, worker_context
 from ..constants import QUEUE_POLL_SECONDS, WORKER_JOIN_SECONDS, WORKER_START_SECONDS
+from ..decoding import describe_bytes, gpu_memory_error, is_gpu_out_of_memory
 from ..errors import WorkerError
 from ..planning import plan_tasks
 from ._assemble import BatchAssembler
@@ -44,13 +46,34 @@ from ._worker import fill_unit_messages, start_unit_messages, worker_main
 
 
 def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=False) -> list:
-    slots = []
-    for _ in range(num_slots):
-        slot = {n: torch.zeros(s, dtype=torch.uint8, device=device) for n, s in shapes.items()}
-        if shared:
-            slot = {name: t.share_memory_() for name, t in slot.items()}
-        slots.append(slot)
-    return slots
+    """``num_slots`` staging slots, each a uint8 tensor of ``shapes[name]`` per output, on
+    ``device`` (or in shared memory).
+
+    Raises:
+        GpuMemoryError: the GPU has no room for them (naming the slots' bytes).
+    """
+    slots: list[dict] = []
+    try:
+        for _ in range(num_slots):
+            slots.append({n: torch.zeros(s, dtype=torch.uint8, device=device) for n, s in shapes.items()})
+            if shared:
+                slots[-1] = {name: t.share_memory_() for name, t in slots[-1].items()}
+        return slots
+    except Exception as exc:
+        if not is_gpu_out_of_memory(exc):
+            raise
+        made = len(slots)
+        slots.clear()  # a traceback keeps this frame and its locals alive: not the slots made
+        raise gpu_memory_error(exc, _slots_what(shapes, num_slots, made), device) from exc
+
+
+def _slots_what(shapes: dict[str, tuple], num_slots: int, made: int) -> str:
+    """The staging slots, for a :class:`GpuMemoryError`: how many, their bytes, their shapes."""
+    each = sum(math.prod(s) for s in shapes.values())
+    outputs = ", ".join(f"{name!r} {'x'.join(map(str, s))}" for name, s in shapes.items())
+    return (f"the loader's staging slots: {num_slots} slots of {describe_bytes(each)} each "
+            f"({describe_bytes(each * num_slots)} in all, {made} made; uint8 {outputs}: "
+            "batch rows x frames x height x width x 3)")
 
 
 class InlinePool(BatchPool):
@@ -58,7 +81,11 @@ class InlinePool(BatchPool):
 
     def __init__(self, assembler: BatchAssembler, shapes: dict, num_slots: int, device=None) -> None:
         self.assembler = assembler
-        self.slots = _allocate(shapes, num_slots, device=device)
+        try:
+            self.slots = _allocate(shapes, num_slots, device=device)
+        except BaseException:  # no pool to shut down: close the executors here
+            assembler.close()
+            raise
         self._done: collections.deque = collections.deque()
 
     @property
@@ -341,7 +368,12 @@ class SeparationPool(WorkerProcesses, BatchPool):
                  device=None) -> None:
         """``device``: where the slots live (default the config's GPU; tests pass ``"cpu"``)."""
         self.assembler, self.index = assembler, config.index
-        self.slots = _allocate(config.shapes, num_slots, device=config.gpu if device is None else device)
+        try:
+            self.slots = _allocate(config.shapes, num_slots,
+                                   device=config.gpu if device is None else device)
+        except BaseException:  # no pool to shut down: close the executors here
+            assembler.close()
+            raise
         self.units_decoding = config.units_decoding
         self._units: dict[int, tuple] = {}  # key -> its FillTask and decode tasks
         self._keys = itertools.count()  # unit keys (a batch can begin two units)

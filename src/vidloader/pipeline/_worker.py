@@ -4,6 +4,10 @@ mode's demux workers are in ``_demux``: torch-free).
 Workers are forks of vidloader's fork server (``_utils._procs``) and never touch CUDA. They never raise: a failure is sent
 to the loader as a :class:`~._messages.Failure` with its traceback and the file name
 (torchdata.nodes style). Every message is a dataclass of :mod:`._messages`.
+
+One exception is not a unit's failure: :class:`~vidloader.errors.GpuMemoryError`, which only
+the in-process pools (NVDEC) can meet. It propagates as it is, so the loader raises it typed
+(not wrapped in a ``WorkerError``) and whatever ``on_error`` says.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import os
 import signal
 import traceback
 
-from ..decoding import get_executor
+from ..decoding import get_executor, gpu_memory_error, is_gpu_out_of_memory
+from ..errors import GpuMemoryError
 from ._assemble import BatchAssembler
 from ._messages import (
     STOP,
@@ -68,6 +73,21 @@ def fill_unit_messages(assembler, slots, task: FillTask, bundles=None, failed=()
     return start_unit_messages(assembler, slots, task, bundles, failed).finish()
 
 
+#: What a unit allocates on the GPU beyond what the executor names itself (a CPU fallback's
+#: frames written into GPU staging slots), for a :class:`GpuMemoryError`.
+UNIT_WORK = "a unit of work's frames on their way into the GPU staging slots"
+
+
+def raise_gpu_memory(exc: BaseException) -> None:
+    """Raise ``exc`` typed if the GPU ran out of memory (a :class:`GpuMemoryError` as it is;
+    torch's or the binding's out-of-memory error converted): the GPU's failure, not the
+    unit's, so never a :class:`Failure` (see the module docstring). Else return."""
+    if isinstance(exc, GpuMemoryError):
+        raise exc
+    if is_gpu_out_of_memory(exc):
+        raise gpu_memory_error(exc, UNIT_WORK) from exc
+
+
 class UnitMessages:
     """A unit started with :func:`start_unit_messages`; :meth:`finish` waits and reports."""
 
@@ -90,6 +110,7 @@ class UnitMessages:
         try:
             results = self.fill.finish()
         except BaseException as exc:
+            raise_gpu_memory(exc)
             return self.fail(exc)
         after = dataclasses.asdict(self.executor.stats)
         delta = {k: after[k] - before[k] for k in after}
@@ -122,5 +143,6 @@ def start_unit_messages(assembler, slots, task: FillTask, bundles=None, failed=(
                     for s, p, a in zip(task.slot_ids, task.plans, task.row_starts)]
         unit.fill = assembler.start_unit(task.plans, stagings, bundles, failed, tasks=decode_tasks)
     except BaseException as exc:
+        raise_gpu_memory(exc)
         unit.error = unit.fail(exc)
     return unit

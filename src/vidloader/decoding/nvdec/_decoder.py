@@ -43,6 +43,7 @@ import torch
 
 from ...errors import CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
+from .._memory import gpu_memory_error, is_gpu_out_of_memory
 from ._bundle import PacketBundle
 from ._caps import NVDEC_CODECS, describe_stream
 
@@ -239,6 +240,10 @@ class DecoderSlot:
             dec = _Decoder(self.nvc, record.codec, self.gpu, self.stream.cuda_stream, max_w, max_h)
         except Exception as exc:  # the binding raises its own exception types
             what = describe_stream(record.codec, record.profile, record.bit_depth, record.chroma_format)
+            if is_gpu_out_of_memory(exc):  # not this file's fault: never a skip or a fallback
+                raise gpu_memory_error(
+                    exc, f"an NVDEC decoder's surfaces ({what}, up to {max_w}x{max_h}, for "
+                    f"{record.path})", self.gpu) from exc
             raise UnsupportedCodecError(
                 record.path, f"NVDEC on GPU {self.gpu} cannot create a decoder for {what} "
                 f"{record.width}x{record.height} ({exc}); use backend='cpu' for it",
@@ -260,6 +265,8 @@ class DecoderSlot:
 
         Raises:
             CorruptVideoError: NVDEC rejected the packets (after one retry on a fresh decoder).
+            GpuMemoryError: the GPU had no memory for the decoder or its surfaces (no retry:
+                a fresh decoder needs the same memory).
         """
         dec = self._decoder(record)
         feed = _packets_to_feed(record, bundle, g, wanted, skip_nonref=self.skip_nonref)
@@ -329,6 +336,9 @@ class DecoderSlot:
         try:
             frames = dec.handle.Decode(pkt)
         except Exception as exc:
+            if is_gpu_out_of_memory(exc):  # surfaces allocated as the stream starts: no retry
+                raise gpu_memory_error(exc, f"NVDEC decode surfaces ({dec.codec}, "
+                                       f"{dec.max_w}x{dec.max_h})", self.gpu) from exc
             raise _DecodeFailure() from exc
         self._frames_out = bool(frames)
         return frames

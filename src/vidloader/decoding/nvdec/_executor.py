@@ -39,6 +39,7 @@ from ..._utils._nvtx import Ranges
 from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
+from .._memory import gpu_memory_guard
 from ._annexb import ContainerCache, demux_gops, full_gop_requests
 from ._bundle import PacketBundle
 from ._caps import NvdecCaps, needed_queries, nvdec_decodability, query_nvdec_caps
@@ -51,6 +52,12 @@ from ._pool import DecoderPool
 DEFAULT_FRAME_CACHE_BYTES = 256 << 20
 #: Demuxed GOPs kept in host memory per executor (0 disables the packet cache).
 DEFAULT_PACKET_CACHE_BYTES = 128 << 20
+
+#: What a failed allocation was for, in a :class:`~vidloader.errors.GpuMemoryError`: the
+#: executor's own copies of decoded pictures, and the sink's work (its conversion and writes).
+FRAME_COPIES = "copies of decoded frames (NVDEC surfaces cloned for delivery and the frame cache)"
+CONVERSION = ("the colour conversion of decoded frames (NV12 to RGB, resize, crop) and their "
+              "writes into the batch's staging slots")
 
 #: ``sink(task_position, frame_index, frame)`` for :meth:`NvdecExecutor.decode_batch`.
 BatchSink = Callable[[int, int, NvdecFrame], None]
@@ -226,7 +233,7 @@ class NvdecExecutor(Executor):
         """
         jobs = self._jobs(tasks, bundles)
         consumer = torch.cuda.current_stream(self.device)
-        with torch.cuda.device(self.device):
+        with torch.cuda.device(self.device), gpu_memory_guard(FRAME_COPIES, self.device):
             if self._pool is None:
                 self._run_inline(jobs, sink, consumer)
             else:
@@ -339,7 +346,8 @@ class NvdecExecutor(Executor):
             if i in wanted:
                 wanted.discard(i)
                 delivered.append(i)
-                sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
+                with gpu_memory_guard(CONVERSION, self.device):
+                    sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
 
         bundle, g = self._packets(job, self._containers)
         with self.ranges("vidloader.decode", job):
@@ -350,7 +358,8 @@ class NvdecExecutor(Executor):
 
     def _deliver_cached(self, job: _Job, frames, sink: BatchSink, consumer) -> None:
         for i, nv12 in frames:
-            sink(job.pos, i, NvdecFrame(nv12, job.record, consumer))
+            with gpu_memory_guard(CONVERSION, self.device):
+                sink(job.pos, i, NvdecFrame(nv12, job.record, consumer))
             self.stats.delivered += 1
 
     def _count(self, job: _Job, packets: int, delivered: int, missing) -> None:
@@ -413,7 +422,8 @@ class NvdecExecutor(Executor):
             if i in wanted:
                 wanted.discard(i)
                 delivered += 1
-                sink(job.pos, i, NvdecFrame(nv12, job.record, consumer))
+                with gpu_memory_guard(CONVERSION, self.device):
+                    sink(job.pos, i, NvdecFrame(nv12, job.record, consumer))
         self._count(job, res.packets, delivered, wanted)
 
 
@@ -422,8 +432,11 @@ class NvdecExecutor(Executor):
     def _deliver_gop(self, slot: DecoderSlot, containers: ContainerCache, job: _Job, sink: GopSink,
                      ready, consumer) -> _Result:
         """Decode ``job``'s GOP (or take it from the frame cache) and hand its wanted frames,
-        stacked, to ``sink``; all on ``slot``'s stream. Returns the counts and a done-event."""
-        with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
+        stacked, to ``sink``; all on ``slot``'s stream. Returns the counts and a done-event.
+        Runs on a decoder thread: an allocation that fails here reaches :meth:`PendingBatch.wait`
+        as a :class:`~vidloader.errors.GpuMemoryError` through the future."""
+        with (torch.cuda.device(slot.device), torch.cuda.stream(slot.stream),
+              gpu_memory_guard(FRAME_COPIES, slot.device)):
             slot.stream.wait_event(ready)  # the caller's earlier work on the sink's buffers
             want = set(job.gop.frames.tolist())
             cached = self._cached(job)
@@ -442,7 +455,8 @@ class NvdecExecutor(Executor):
                 indices = [i for i, _ in wanted]
                 if cached is None:
                     self._keep(job, zip(indices, stacked))
-                sink(job.pos, indices, NvdecFrames(stacked, job.record, consumer))
+                with gpu_memory_guard(CONVERSION, slot.device):
+                    sink(job.pos, indices, NvdecFrames(stacked, job.record, consumer))
             res.frames = []
             res.delivered = len(wanted)
             res.event = torch.cuda.Event()
@@ -480,6 +494,8 @@ class PendingBatch:
         Raises:
             CorruptVideoError / UnsupportedCodecError: a GOP failed (the other GOPs are
                 finished or cancelled first, so no sink runs after this returns).
+            GpuMemoryError: the GPU ran out of memory for a decoder, a decoded frame or the
+                sink's conversion (cancelled the same way).
         """
         if self._done:
             return

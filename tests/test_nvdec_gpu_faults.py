@@ -1,0 +1,182 @@
+"""GPU memory faults on the NVDEC path, on a real GPU (issue 17 item 7): GPU memory exhausted
+by another tensor raises :class:`GpuMemoryError` whatever ``on_error`` says, frees what the
+loader held and leaves it usable; 50 loaders started, broken out of and dropped leak no GPU
+memory, thread or process.
+
+Every test needs a GPU with PyNvVideoCodec (``cuda`` marker); CPU CI skips them.
+``test_gpu_memory.py`` checks the same logic on the CPU with the stand-in NVDEC.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import multiprocessing
+import threading
+import time
+
+import pytest
+import torch
+
+import vidloader
+from vidloader import GpuMemoryError, RandomFrames, VideoLoader, WorkerError
+
+from .media import make_small_dataset
+
+pytestmark = pytest.mark.cuda
+
+#: Output size and batch that make the staging slots large (19 MiB each, 8+ slots), so that
+#: memory for a few batches is more than the other tensor leaves.
+BIG = dict(batch_size=32, size=(448, 448))
+#: Bytes the other tensor leaves free: less than the staging slots (at iteration start) ...
+LEAVE_AT_START = 64 << 20
+#: ... or than one batch's copy out of its slot (mid-epoch).
+LEAVE_MID_EPOCH = 4 << 20
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """Four tiny H.264 videos (96x64, 20..35 frames, 110 in all)."""
+    paths = make_small_dataset(tmp_path_factory.mktemp("gpu_faults"), n=4)
+    return vidloader.build_index(paths, num_workers=0, progress=False)
+
+
+def _settle() -> None:
+    """Free what can be freed: garbage, the caching allocator's unused blocks (also those
+    waiting on another stream's events), so that ``memory_allocated`` counts live tensors."""
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def _hog(leave: int) -> torch.Tensor:
+    """A tensor that takes all but about ``leave`` bytes of the GPU's free memory: another
+    tensor (a model's, say) that leaves the loader too little."""
+    _settle()
+    # Whole 2 MiB: then torch's allocator counts exactly the tensor's bytes as allocated.
+    size = (torch.cuda.mem_get_info()[0] - leave) & ~((2 << 20) - 1)
+    for _ in range(16):  # the driver's free figure may be a little more than one malloc gets
+        try:
+            return torch.empty(size, dtype=torch.uint8, device="cuda")
+        except torch.cuda.OutOfMemoryError:
+            size -= 16 << 20
+    pytest.fail(f"could not allocate all but {leave >> 20} MiB of the GPU")
+
+
+def _frames(batches) -> list[tuple[int, int]]:
+    return [(int(v), int(f)) for b in batches for v, f in zip(b["video_index"], b["frame_index"])]
+
+
+def _every_frame(index) -> list[tuple[int, int]]:
+    return [(v, f) for v in range(len(index)) for f in range(index[v].num_frames)]
+
+
+def _staging_bytes(loader: VideoLoader) -> int:
+    return loader.staging_slots * sum(math.prod(s) for s in loader.config.shapes.values())
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_gpu_memory_taken_by_another_tensor_at_start(index, on_error, num_workers):
+    """Another tensor leaves 64 MiB: the staging slots (the iteration's first GPU
+    allocation) do not fit. GpuMemoryError names them (with on_error='skip' too: nothing is
+    skipped), the loader holds no GPU memory afterwards although the exception is held, and
+    once the tensor is freed a new iteration gives the whole epoch."""
+    loader = VideoLoader(index, sampler=RandomFrames(seed=0), backend="nvdec", on_error=on_error,
+                         num_workers=num_workers, nvdec_decoders=4, **BIG)
+    assert _staging_bytes(loader) > 2 * LEAVE_AT_START
+    hog = _hog(LEAVE_AT_START)
+    _settle()
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(GpuMemoryError) as caught:
+        list(loader)
+    error = caught.value
+    assert not isinstance(error, WorkerError)
+    assert "staging slots" in error.what, str(error)
+    assert error.free_bytes is not None and error.free_bytes < _staging_bytes(loader)
+    for word in ("on_error='skip'", "batch_size", "backend='cpu'", "empty_cache"):
+        assert word in str(error)
+    assert loader.stats["skipped_files"] == []
+    _settle()
+    assert torch.cuda.memory_allocated() == before  # staging freed, with `error` still held
+    del hog
+    _settle()
+    assert sorted(_frames(loader)) == _every_frame(index)
+    loader.shutdown()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_gpu_memory_taken_by_another_tensor_mid_epoch(index, num_workers):
+    """After the first batch, another tensor takes all but 4 MiB: the next batch's GPU work
+    (its copy out of the slot, if not a decode or a conversion first) fails. GpuMemoryError
+    with on_error='skip'; every GPU byte the loader held is freed; once the tensor is freed,
+    a new iteration continues where the stream stopped, each frame once in all."""
+    loader = VideoLoader(index, sampler=RandomFrames(seed=1), backend="nvdec", on_error="skip",
+                         num_workers=num_workers, nvdec_decoders=4, **BIG)
+    # A clean epoch first: what stays once per process (the conversion's cached weights on
+    # the GPU) is made, so the loader's own memory can be told from it.
+    assert sorted(_frames(loader)) == _every_frame(index)
+    _settle()
+    baseline = torch.cuda.memory_allocated()
+    seen, hog = [], None
+    with pytest.raises(GpuMemoryError) as caught:
+        for batch in loader:
+            seen += _frames([batch])
+            del batch
+            if hog is None:
+                hog = _hog(LEAVE_MID_EPOCH)
+    assert not isinstance(caught.value, WorkerError)
+    assert 1 <= len(seen) // BIG["batch_size"] < len(loader)
+    assert loader.stats["skipped_files"] == []
+    hog_bytes = hog.numel()
+    _settle()
+    assert torch.cuda.memory_allocated() - hog_bytes == baseline, caught.value.what
+    del hog
+    _settle()
+    assert sorted(seen + _frames(loader)) == _every_frame(index)
+    loader.shutdown()
+
+
+def _workers() -> list[str]:
+    """Loader worker processes still alive (the fork servers are not children of this one)."""
+    return [p.name for p in multiprocessing.active_children() if p.name.startswith("vidloader-worker")]
+
+
+def _threads_settle(count: int, timeout: float = 10.0) -> int:
+    """``threading.active_count()`` once it is down to ``count`` (queue feeder threads end a
+    moment after their queue is closed), or what it still is after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while threading.active_count() > count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return threading.active_count()
+
+
+def test_fifty_loaders_broken_out_of_leak_no_gpu_memory_thread_or_process(index):
+    """50 cycles of: an NVDEC loader with 2 demux workers, 2 batches, ``break``, ``del``.
+    After the first cycle (which may leave once-per-process state, e.g. conversion
+    constants), GPU memory allocated by torch does not grow at all; threads and worker
+    processes are back to what they were; the GPU's free memory (NVDEC decoders included,
+    which torch does not count) does not drift by more than noise."""
+    def cycle() -> None:
+        loader = VideoLoader(index, sampler=RandomFrames(seed=2), batch_size=8, backend="nvdec",
+                             num_workers=2, nvdec_decoders=4)
+        for k, _ in enumerate(loader):
+            if k == 1:
+                break
+        del loader
+
+    started = time.monotonic()
+    cycle()
+    _settle()
+    allocated, free = torch.cuda.memory_allocated(), torch.cuda.mem_get_info()[0]
+    time.sleep(1.0)  # the first cycle's queue feeder threads end
+    threads = threading.active_count()
+    for _ in range(49):
+        cycle()
+    _settle()
+    assert torch.cuda.memory_allocated() == allocated
+    assert _threads_settle(threads) <= threads, [t.name for t in threading.enumerate()]
+    assert not _workers(), _workers()
+    drift = free - torch.cuda.mem_get_info()[0]
+    assert drift < 256 << 20, f"free GPU memory fell by {drift >> 20} MiB over 49 loaders"
+    assert time.monotonic() - started < 120
