@@ -93,3 +93,26 @@ def test_driver_caps_win_over_the_table(monkeypatch):
     assert nvdec_decodability(records, caps)[0].tolist() == [True, True]
     assert caps.get("hevc", "420", 10).min_width == 144
     assert any("AV1 8-bit 4:2:0: 128x128..8192x8192" in line for line in caps.describe())
+
+
+def test_the_driver_is_asked_once_and_not_when_the_gpu_is_full(monkeypatch):
+    """Answers are kept per process (every loader asked again at construction); with the GPU
+    nearly full the binding is not asked at all (PyNvVideoCodec 2.2.4 crashed the process
+    there on an H100) and GpuMemoryError says why."""
+    import torch
+
+    from vidloader import GpuMemoryError
+
+    nvc = _fake_nvc.FakeNvc()
+    _fake_nvc.install(monkeypatch, nvc)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda gpu=None: (8 << 30, 80 << 30))
+    records = [_record("hevc", "yuv420p10le", profile="Main 10", bit_depth=10)]
+    first = query_nvdec_caps(nvc, queries=needed_queries(records))
+    asked = list(nvc.caps_calls)
+    again = query_nvdec_caps(nvc, queries=needed_queries(records))
+    assert asked and nvc.caps_calls == asked and first.entries == again.entries
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda gpu=None: (10 << 20, 80 << 30))
+    assert query_nvdec_caps(nvc, queries=needed_queries(records)).source == "driver"  # kept
+    with pytest.raises(GpuMemoryError, match="capability query"):
+        query_nvdec_caps(nvc, queries=needed_queries([_record("av1", profile="Main")]))
+    assert nvc.caps_calls == asked

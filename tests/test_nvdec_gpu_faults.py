@@ -63,6 +63,30 @@ def _hog(leave: int) -> torch.Tensor:
     pytest.fail(f"could not allocate all but {leave >> 20} MiB of the GPU")
 
 
+class _Hogs:
+    """The other tensor, held here and not in a test's locals: a failing test's traceback
+    keeps its locals alive, and a leftover tensor took the GPU from every later test (the
+    next loader's capability query then crashed the binding)."""
+
+    def __init__(self) -> None:
+        self.tensor: torch.Tensor | None = None
+
+    def take(self, leave: int) -> int:
+        self.tensor = _hog(leave)
+        return self.tensor.numel()
+
+    def free(self) -> None:
+        self.tensor = None
+        _settle()
+
+
+@pytest.fixture
+def hogs():
+    h = _Hogs()
+    yield h
+    h.free()
+
+
 def _frames(batches) -> list[tuple[int, int]]:
     return [(int(v), int(f)) for b in batches for v, f in zip(b["video_index"], b["frame_index"])]
 
@@ -77,7 +101,7 @@ def _staging_bytes(loader: VideoLoader) -> int:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
-def test_gpu_memory_taken_by_another_tensor_at_start(index, on_error, num_workers):
+def test_gpu_memory_taken_by_another_tensor_at_start(index, hogs, on_error, num_workers):
     """Another tensor leaves 64 MiB: the staging slots (the iteration's first GPU
     allocation) do not fit. GpuMemoryError names them (with on_error='skip' too: nothing is
     skipped), the loader holds no GPU memory afterwards although the exception is held, and
@@ -85,7 +109,7 @@ def test_gpu_memory_taken_by_another_tensor_at_start(index, on_error, num_worker
     loader = VideoLoader(index, sampler=RandomFrames(seed=0), backend="nvdec", on_error=on_error,
                          num_workers=num_workers, nvdec_decoders=4, **BIG)
     assert _staging_bytes(loader) > 2 * LEAVE_AT_START
-    hog = _hog(LEAVE_AT_START)
+    hogs.take(LEAVE_AT_START)
     _settle()
     before = torch.cuda.memory_allocated()
     with pytest.raises(GpuMemoryError) as caught:
@@ -99,14 +123,13 @@ def test_gpu_memory_taken_by_another_tensor_at_start(index, on_error, num_worker
     assert loader.stats["skipped_files"] == []
     _settle()
     assert torch.cuda.memory_allocated() == before  # staging freed, with `error` still held
-    del hog
-    _settle()
+    hogs.free()
     assert sorted(_frames(loader)) == _every_frame(index)
     loader.shutdown()
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_gpu_memory_taken_by_another_tensor_mid_epoch(index, num_workers):
+def test_gpu_memory_taken_by_another_tensor_mid_epoch(index, hogs, num_workers):
     """After the first batch, another tensor takes all but 4 MiB: the next batch's GPU work
     (its copy out of the slot, if not a decode or a conversion first) fails. GpuMemoryError
     with on_error='skip'; every GPU byte the loader held is freed; once the tensor is freed,
@@ -118,21 +141,19 @@ def test_gpu_memory_taken_by_another_tensor_mid_epoch(index, num_workers):
     assert sorted(_frames(loader)) == _every_frame(index)
     _settle()
     baseline = torch.cuda.memory_allocated()
-    seen, hog = [], None
+    seen, hog_bytes = [], 0
     with pytest.raises(GpuMemoryError) as caught:
         for batch in loader:
             seen += _frames([batch])
             del batch
-            if hog is None:
-                hog = _hog(LEAVE_MID_EPOCH)
+            if not hog_bytes:
+                hog_bytes = hogs.take(LEAVE_MID_EPOCH)
     assert not isinstance(caught.value, WorkerError)
     assert 1 <= len(seen) // BIG["batch_size"] < len(loader)
     assert loader.stats["skipped_files"] == []
-    hog_bytes = hog.numel()
     _settle()
     assert torch.cuda.memory_allocated() - hog_bytes == baseline, caught.value.what
-    del hog
-    _settle()
+    hogs.free()
     assert sorted(seen + _frames(loader)) == _every_frame(index)
     loader.shutdown()
 

@@ -207,7 +207,7 @@ def query_nvdec_caps(nvc: Any = None, *, gpu: int = 0, queries: Sequence[Key] | 
     entries: dict[Key, CodecCaps] = {}
     engines, asked = 0, 0
     for key in queries if queries is not None else default_queries():
-        raw = _ask(nvc, get_caps, gpu, key) if get_caps is not None else None
+        raw = _ask_once(nvc, get_caps, gpu, key) if get_caps is not None else None
         if raw is None:
             entries[key] = table.get(key, _UNSUPPORTED)
             continue
@@ -221,6 +221,49 @@ def query_nvdec_caps(nvc: Any = None, *, gpu: int = 0, queries: Sequence[Key] | 
     source = "driver" if asked == len(entries) and asked else (
         f"table:{generation}" if not asked else f"driver+table:{generation}")
     return NvdecCaps(name, source, entries, engines)
+
+
+#: The driver's answers, by (GPU, codec, chroma, bits): they do not change while the process
+#: runs, and each loader used to ask again at construction.
+_ANSWERS: dict[tuple[int, int, Key], tuple[object, dict | None]] = {}
+#: Free GPU memory below which the driver is not asked. PyNvVideoCodec 2.2.4's
+#: ``GetDecoderCaps`` crashed the process (segmentation fault) on an H100 whose memory another
+#: tensor had taken (``benchmarks/results/gpu/session8-6/cuda_tests.log``): a typed error
+#: beats a dead process.
+CAPS_MIN_FREE_BYTES = 64 << 20
+
+
+def _ask_once(nvc, get_caps, gpu: int, key: Key) -> dict | None:
+    """:func:`_ask`, once per process for each GPU and kind of video.
+
+    Raises:
+        GpuMemoryError: less than :data:`CAPS_MIN_FREE_BYTES` of the GPU is free.
+    """
+    # Keyed by the binding too (tests swap in stand-ins), which the entry keeps alive so
+    # that its id is not reused.
+    cache_key = (id(nvc), gpu, key)
+    if cache_key not in _ANSWERS:
+        _check_room(gpu)
+        _ANSWERS[cache_key] = (nvc, _ask(nvc, get_caps, gpu, key))
+    answer = _ANSWERS[cache_key][1]
+    return None if answer is None else dict(answer)
+
+
+def _check_room(gpu: int) -> None:
+    import torch
+
+    from .._memory import gpu_memory_error
+
+    try:
+        free, _ = torch.cuda.mem_get_info(gpu)
+    except (RuntimeError, AssertionError):  # no CUDA here (a stand-in binding in tests)
+        return
+    if free < CAPS_MIN_FREE_BYTES:
+        raise gpu_memory_error(
+            MemoryError(f"{free >> 20} MiB free, under the {CAPS_MIN_FREE_BYTES >> 20} MiB "
+                        "below which NVDEC's capabilities are not asked (the binding has "
+                        "crashed the process there)"),
+            "NVDEC's capability query", gpu)
 
 
 def _ask(nvc, get_caps, gpu: int, key: Key) -> dict | None:
