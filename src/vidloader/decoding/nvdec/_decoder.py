@@ -199,14 +199,15 @@ class DecoderSlot:
         skip_nonref: drop the packets of non-reference pictures no request wants
             (``PacketBundle.is_nonref``), as FFmpeg's ``skip_frame=NONREF`` does on the CPU.
         feed_packets: access units per ``Decode`` call for H.264 and HEVC (1: one by one).
+        stream: the CUDA stream its decoders and conversions run on (default a new one).
     """
 
     def __init__(self, nvc, device: int, *, max_width: int = 0, max_height: int = 0,
                  packet_flags: int = DEFAULT_PACKET_FLAGS, skip_nonref: bool = True,
-                 feed_packets: int | None = None) -> None:
+                 feed_packets: int | None = None, stream=None) -> None:
         self.nvc, self.gpu = nvc, int(device)
         self.device = torch.device("cuda", self.gpu)
-        self.stream = torch.cuda.Stream(self.device)
+        self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.packet_flags = int(packet_flags)
         self.skip_nonref = bool(skip_nonref)

@@ -46,7 +46,7 @@ from ._caps import NvdecCaps, needed_queries, nvdec_decodability, query_nvdec_ca
 from ._decoder import DecoderSlot
 from ._frame import NvdecFrame, NvdecFrames, record_stream, stack_surfaces
 from ._gop_cache import FrameCache, GopPacketCache
-from ._pool import DecoderPool
+from ._pool import DecoderPool, shared_stream
 
 #: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
 DEFAULT_FRAME_CACHE_BYTES = 256 << 20
@@ -164,11 +164,15 @@ class NvdecExecutor(Executor):
         self.packet_cache = GopPacketCache(packet_cache_bytes)
         self._slot: DecoderSlot | None = None
         self._containers = ContainerCache()
-        self._pool = DecoderPool(self._make_slot, num_decoders) if num_decoders > 1 else None
+        self._pool = (DecoderPool(self._make_slot, num_decoders, device=self.device.index)
+                      if num_decoders > 1 else None)
 
-    def _make_slot(self) -> DecoderSlot:
+    def _make_slot(self, stream=None) -> DecoderSlot:
+        """A decoder slot on ``stream`` (default: the device's shared stream for decoding on
+        the caller's thread; see :mod:`._pool` on why streams are kept)."""
         return DecoderSlot(self._nvc, self.device.index, max_width=self.max_width,
-                           max_height=self.max_height, skip_nonref=self.skip_nonref)
+                           max_height=self.max_height, skip_nonref=self.skip_nonref,
+                           stream=stream if stream is not None else shared_stream(self.device.index))
 
     @property
     def caps(self) -> NvdecCaps | None:
