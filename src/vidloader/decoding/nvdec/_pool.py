@@ -117,6 +117,10 @@ class DecoderPool:
                     fut.set_result(fn(*res, *args))
                 except BaseException as exc:  # the future carries it to the caller
                     fut.set_exception(exc)
+                    del exc
+                # Not kept while waiting for the next job: a job's arguments reach staging
+                # slots, and a failed one's future holds the frames of its traceback.
+                del item, fut, fn, args
         finally:
             # Renamed before the pool learns it stopped: a thread serving no pool must not
             # pass for a live loader's (tests count threads by the serving name).
@@ -148,6 +152,7 @@ class _DecoderThread:
                 except BaseException:  # a stream cannot be made: each job makes its own slot stream
                     self.stream = None
             pool._serve(self.stream)
+            del pool  # an idle thread keeps nothing of the pool it served
 
 
 #: Idle threads by (device, the stream class of the time): tests put a stand-in for
