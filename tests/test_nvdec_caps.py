@@ -75,7 +75,9 @@ def test_decodability_of_100k_records_is_cheap():
     t0 = time.perf_counter()
     mask, reasons = nvdec_decodability(records, table_nvdec_caps("turing"))
     elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, f"{elapsed:.2f} s for 100k records"
+    # A guard against a per-record slow path, loose enough for a busy 2-core CI machine
+    # (timing is the benchmarks' business).
+    assert elapsed < 5.0, f"{elapsed:.2f} s for 100k records"
     ok = np.array([why is None for _, why in HOPPER_CASES])
     np.testing.assert_array_equal(mask, ok[np.arange(100_000) % len(kinds)])
     assert len(reasons) == 100_000 and reasons[-1] == HOPPER_CASES[(100_000 - 1) % len(kinds)][1]
