@@ -657,3 +657,24 @@ def test_decoder_threads_and_streams_outlive_their_pool():
     gate.set()
     closing.join(timeout=10)
     assert all(f.result() for f in held) and queued.cancelled()
+
+
+def test_a_pool_dropped_without_close_lets_its_threads_go():
+    """Threads hold only a weak reference to their pool: an executor dropped without
+    ``close`` does not leave decoder threads serving nobody for the rest of the process."""
+    import gc
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from vidloader.decoding.nvdec._pool import DecoderPool
+
+    pool = DecoderPool(lambda stream=None: SimpleNamespace(close=lambda: None), 2)
+    assert pool.submit(lambda s, c: 7).result(timeout=10) == 7
+    del pool
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(
+            t.name.startswith("vidloader-nvdec") for t in threading.enumerate()):
+        time.sleep(0.01)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("vidloader-nvdec")]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -41,6 +42,9 @@ class DecoderPool:
             each thread, with ``stream=``).
         num_decoders: threads, ``1 ..`` :data:`MAX_DECODERS_PER_GPU`.
         device: the CUDA device whose threads are borrowed.
+
+    A pool dropped without :meth:`close` still lets its threads go (a finalizer stops them),
+    since they hold only a weak reference to it.
     """
 
     def __init__(self, make_slot: Callable[..., DecoderSlot], num_decoders: int, *, device: int = 0) -> None:
@@ -51,11 +55,13 @@ class DecoderPool:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._slots: list[tuple[DecoderSlot, ContainerCache]] = []
         self._lock = threading.Lock()
-        self._left = threading.Semaphore(0)  # one release per thread that stopped serving
+        self._left = threading.Semaphore(0)  # one release per thread handed back
         self._closed = False
         self._threads = _borrow(int(device), self.num_decoders)
+        self._stop = weakref.finalize(self, _stop_serving, self._jobs, len(self._threads))
+        me = weakref.ref(self)
         for t in self._threads:
-            t.serve(self)
+            t.serve(self._jobs, self._left, me)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Run ``fn(slot, containers, *args)`` on a pool thread."""
@@ -81,51 +87,51 @@ class DecoderPool:
             except queue.Empty:
                 break
             item[0].cancel()
-        for _ in self._threads:
-            self._jobs.put(_STOP)
+        self._stop()  # one stop per thread, once
         for _ in self._threads:
             self._left.acquire()
         for slot, containers in self._slots:
             slot.close()
             containers.close()
         self._slots.clear()
-        _give_back(self._threads)
         self._threads = []
 
-    # -- called on the pool's threads ------------------------------------------------------
-
     def _resources(self, stream) -> tuple[DecoderSlot, ContainerCache]:
+        """A thread's slot and container cache (called on the thread, once)."""
         res = (self._make_slot(stream=stream), ContainerCache())
         with self._lock:
             self._slots.append(res)
         return res
 
-    def _serve(self, stream) -> None:
-        """Run this pool's jobs until told to stop (on a borrowed thread)."""
-        res = None
-        try:
-            while True:
-                item = self._jobs.get()
-                if item is _STOP:
-                    return
-                fut, fn, args = item
-                if not fut.set_running_or_notify_cancel():
-                    continue
-                try:
-                    if res is None:
-                        res = self._resources(stream)
-                    fut.set_result(fn(*res, *args))
-                except BaseException as exc:  # the future carries it to the caller
-                    fut.set_exception(exc)
-                    del exc
-                # Not kept while waiting for the next job: a job's arguments reach staging
-                # slots, and a failed one's future holds the frames of its traceback.
-                del item, fut, fn, args
-        finally:
-            # Renamed before the pool learns it stopped: a thread serving no pool must not
-            # pass for a live loader's (tests count threads by the serving name).
-            threading.current_thread().name = _IDLE_NAME
-            self._left.release()
+
+def _stop_serving(jobs: queue.SimpleQueue, threads: int) -> None:
+    for _ in range(threads):
+        jobs.put(_STOP)
+
+
+def _serve(jobs: queue.SimpleQueue, pool_ref, stream) -> None:
+    """Run a pool's jobs until told to stop (on a borrowed thread)."""
+    res = None
+    while True:
+        item = jobs.get()
+        if item is _STOP:
+            return
+        fut, fn, args = item
+        if fut.set_running_or_notify_cancel():
+            try:
+                if res is None:
+                    pool = pool_ref()
+                    if pool is None:
+                        raise RuntimeError("the decoder pool was dropped while jobs were queued")
+                    res = pool._resources(stream)
+                    del pool
+                fut.set_result(fn(*res, *args))
+            except BaseException as exc:  # the future carries it to the caller
+                fut.set_exception(exc)
+                del exc
+        # Not kept while waiting for the next job: a job's arguments reach staging slots,
+        # and a failed one's future holds the frames of its traceback.
+        del item, fut, fn, args
 
 
 class _DecoderThread:
@@ -139,20 +145,28 @@ class _DecoderThread:
         self._thread = threading.Thread(target=self._run, name=_IDLE_NAME, daemon=True)
         self._thread.start()
 
-    def serve(self, pool: DecoderPool) -> None:
-        self._inbox.put(pool)
+    def serve(self, jobs: queue.SimpleQueue, left: threading.Semaphore, pool_ref) -> None:
+        self._inbox.put((jobs, left, pool_ref))
 
     def _run(self) -> None:
         while True:
-            pool = self._inbox.get()
+            jobs, left, pool_ref = self._inbox.get()
             self._thread.name = f"{_SERVING_NAME}-{self.device}"
             if self.stream is None:
                 try:
                     self.stream = self._make_stream()
-                except BaseException:  # a stream cannot be made: each job makes its own slot stream
+                except Exception:  # no stream here: each slot makes its own
                     self.stream = None
-            pool._serve(self.stream)
-            del pool  # an idle thread keeps nothing of the pool it served
+            try:
+                _serve(jobs, pool_ref, self.stream)
+            finally:
+                # Idle (renamed, back in the list) before the pool learns it stopped: a thread
+                # serving no pool must not pass for a live loader's, and the next pool may
+                # borrow it at once.
+                self._thread.name = _IDLE_NAME
+                _give_back([self])
+                left.release()
+                del jobs, left, pool_ref
 
 
 #: Idle threads by (device, the stream class of the time): tests put a stand-in for
