@@ -3,6 +3,7 @@ ImageLoader exactness against Pillow, augmentations, resume, sharding, errors, D
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import pickle
@@ -275,6 +276,27 @@ def test_cifar_loader_stored_pixels_each_once(cifar_root):
         assert b["images"].dtype == torch.uint8 and b["images"].shape[1:] == (32, 32, 3)
         assert torch.equal(b["images"], ds.pixels[b["sample_index"]])
         assert np.array_equal(b["label"].numpy(), ds.labels[b["sample_index"].numpy()])
+
+
+def test_cifar_units_of_several_batches_hand_over_owned_batches(cifar_root):
+    """On a GPU an in-memory dataset is augmented a unit of many batches at a time and each
+    batch handed over as a view of the unit's result (no copy out of a slot). Forced here on
+    the CPU: the same stream as a batch at a time, and no batch changes after it is given."""
+    ds = CIFAR10(cifar_root)
+    proc = ImageProcess(crop="random", padding=4, random_flip=True, dtype="float32",
+                        normalized=True, mean=(0.5,) * 3, std=(0.25,) * 3, layout="chw")
+    single = ImageLoader(ds, batch_size=32, processing=proc, sampler=RandomFrames(seed=4))
+    assert single.lookahead == 1  # on the CPU: a batch at a time
+    units = ImageLoader(ds, batch_size=32, processing=proc, sampler=RandomFrames(seed=4))
+    units.config = dataclasses.replace(units.config, lookahead=4)
+    assert units.lookahead == 4
+    got = list(units)
+    frozen = [b["images"].clone() for b in got]
+    for ref, batch, kept in zip(single, got, frozen, strict=True):
+        assert torch.equal(ref["images"], batch["images"])
+        assert torch.equal(ref["sample_index"], batch["sample_index"])
+        assert torch.equal(batch["images"], kept)  # untouched by the batches after it
+    assert units.stats["samples"] == len(ds)
 
 
 def test_in_memory_pixels_are_copied_to_a_device_once(cifar_root):

@@ -26,6 +26,7 @@ from vidloader.bench._images_resize import float_reference
 from vidloader.images import ImageFolder, ImageProcess
 from vidloader.images._augment import augment_batch, sample_windows
 from vidloader.images._batched import (
+    crop_flip_gather,
     crop_resize_batch,
     crop_resize_matmul,
     crop_resize_per_image,
@@ -74,6 +75,22 @@ def test_matmul_fixed_windows_with_padding_are_exact():
     assert (windows.top < 0).any() and (windows.left + 32 > 32).any()  # windows leave the image
     got = crop_resize_matmul(list(pixels), windows, (32, 32))
     assert torch.equal(got, augment_batch(pixels, proc, seeds))
+
+
+@pytest.mark.parametrize("crop, padding", [("random", 4), ("random", 0), ("none", 0)])
+def test_gather_from_the_whole_dataset_equals_gather_then_crop(crop, padding):
+    """The in-memory GPU path cuts windows straight out of the dataset (one index_select,
+    zero outside the image); the same pixels as gathering the images and cropping them."""
+    pixels = torch.from_numpy(cifar_like_pixels(40, seed=5)[0])
+    indices = np.random.default_rng(1).integers(0, 40, 97)  # repeats, any order
+    proc = ImageProcess(crop=crop, padding=padding, random_flip=True)
+    seeds = np.arange(97, dtype=np.uint64) * 7 + 3
+    windows = sample_windows(proc, 32, 32, seeds)
+    assert 0 < windows.flip.mean() < 1
+    if padding:
+        assert (windows.top < 0).any() and (windows.left + 32 > 32).any()
+    got = crop_flip_gather(pixels, indices, windows, (32, 32))
+    assert torch.equal(got, augment_batch(pixels[torch.from_numpy(indices)], proc, seeds))
 
 
 def test_matmul_on_reduced_decodes_scales_the_windows():

@@ -50,6 +50,40 @@ def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
+def crop_flip_gather(pixels: torch.Tensor, indices: np.ndarray, windows: Windows,
+                     out_hw: tuple[int, int]) -> torch.Tensor:
+    """Fixed-size windows (``crop="random"`` with padding, or ``"none"``) of images picked
+    from a whole dataset: uint8 ``[N, oh, ow, C]`` where row ``i`` is image ``indices[i]`` of
+    ``pixels`` (uint8 ``[M, H, W, C]``, any device) cut to ``windows[i]`` and flipped, zero
+    where the window passes the image's edge.
+
+    One ``index_select`` over flat pixel numbers reads straight from the dataset: no copy of
+    the chosen images and no padded copy first, and a constant number of launches however
+    many samples (an in-memory GPU epoch is bound by launches and host work, not by bytes).
+    The per-sample numbers travel in one pinned, non-blocking copy, so nothing here waits on
+    the GPU.
+    """
+    oh, ow = out_hw
+    _, h, w, c = pixels.shape
+    dev, n = pixels.device, len(indices)
+    packed = np.stack([np.asarray(indices, np.int64), windows.top, windows.left,
+                       windows.flip.astype(np.int64)])
+    image, top, left, flip = to_device(packed, dev).unbind(0)
+    cols = torch.arange(ow, device=dev)
+    xs = left[:, None] + torch.where(flip.bool()[:, None], ow - 1 - cols, cols)  # [N, ow]
+    ys = top[:, None] + torch.arange(oh, device=dev)  # [N, oh]
+    pixel = ((image[:, None, None] * h + ys.clamp(0, h - 1)[:, :, None]) * w
+             + xs.clamp(0, w - 1)[:, None, :])
+    out = pixels.reshape(-1, c).index_select(0, pixel.view(-1)).view(n, oh, ow, c)
+    # Tested on the host (a device tensor's truth value would sync): padding is rarely hit
+    # by every sample of a unit, but the mask is only built when some window leaves the image.
+    if n and (windows.top.min() < 0 or windows.left.min() < 0 or (windows.top + oh).max() > h
+                  or (windows.left + ow).max() > w):
+        inside = (((ys >= 0) & (ys < h))[:, :, None] & ((xs >= 0) & (xs < w))[:, None, :])
+        out.masked_fill_(~inside[..., None], 0)
+    return out
+
+
 def resize_weights(out_size: int, in_sizes: np.ndarray, width: int, flip: np.ndarray,
                    device: torch.device) -> torch.Tensor:
     """float32 ``[B, out_size, width]``: row ``i`` of sample ``b`` holds the antialiased

@@ -17,8 +17,9 @@ import torch
 
 from ..errors import MediaError
 from ..images._augment import Windows, augment_batch, crop_resize, sample_windows
-from ..images._batched import crop_resize_batch, to_device
+from ..images._batched import crop_flip_gather, crop_resize_batch, to_device
 from ..images._pillow import decode_image, needed_size
+from ..processing import finalize
 from ._messages import STOP, Failure, FillTask, Ready, RowsFilled
 
 
@@ -31,11 +32,27 @@ class ImageWorkerStart:
     slots: list
 
 
-def fill_from_memory(pixels: torch.Tensor, config, plan, staging: torch.Tensor) -> None:
-    """Gather the plan's images from ``pixels`` (on the slot's device) and augment them there
-    in one batched call per plan."""
-    idx = torch.from_numpy(plan.video_indices).to(pixels.device)
-    staging[:, 0].copy_(augment_batch(pixels[idx], config.proc, plan.sample_seeds))
+def augment_from_memory(pixels: torch.Tensor, config, plans: list) -> torch.Tensor:
+    """Every sample of ``plans`` (a unit of consecutive batches), gathered from ``pixels``
+    (an in-memory dataset on the output's device), augmented and finished (dtype,
+    normalisation, layout) in one batched pass: a tensor whose rows are the plans' rows in
+    order.
+
+    A unit of many batches is what makes a GPU epoch fast: the launches and host work per
+    pass are a few dozen whatever its size, so they are paid once per unit, not per batch.
+    """
+    proc = config.proc
+    indices = np.concatenate([plan.video_indices for plan in plans])
+    seeds = np.concatenate([plan.sample_seeds for plan in plans])
+    h, w = pixels.shape[1:3]
+    windows = sample_windows(proc, h, w, seeds)
+    out_hw = proc.out_hw(h, w)
+    fixed = out_hw == (int(windows.height[0]), int(windows.width[0]))
+    if proc.crop in ("random", "none") and fixed and pixels.device.type == "cuda":
+        staged = crop_flip_gather(pixels, indices, windows, out_hw)
+    else:  # on the CPU, gathering the images first and padding them is faster (caches)
+        staged = augment_batch(pixels[to_device(indices, pixels.device)], proc, seeds)
+    return finalize(staged[:, None], proc, is_clip=False)
 
 
 def fill_from_files(dataset, config, plan, staging: torch.Tensor) -> tuple[np.ndarray, list]:

@@ -7,6 +7,10 @@ import torch
 from ._spec import Process
 
 _TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
+#: Per-channel constants already on a device, by (values, device): ``torch.tensor(values,
+#: device="cuda")`` copies from pageable memory and waits for the stream, i.e. for every
+#: kernel queued before it, which serialised a GPU loader's host and device at each batch.
+_CONSTANTS: dict[tuple, torch.Tensor] = {}
 
 
 def finalize(staged: torch.Tensor, proc: Process, *, is_clip: bool) -> torch.Tensor:
@@ -23,9 +27,9 @@ def finalize(staged: torch.Tensor, proc: Process, *, is_clip: bool) -> torch.Ten
         if proc.normalized:
             x = x / 255.0
         if proc.mean is not None:
-            x = x - torch.tensor(proc.mean, dtype=x.dtype, device=x.device)
+            x = x - _constant(proc.mean, x.device)
         if proc.std is not None:
-            x = x / torch.tensor(proc.std, dtype=x.dtype, device=x.device)
+            x = x / _constant(proc.std, x.device)
         x = x.to(_TORCH_DTYPES[proc.dtype])
     layout = proc.layout
     if not is_clip:
@@ -34,3 +38,12 @@ def finalize(staged: torch.Tensor, proc: Process, *, is_clip: bool) -> torch.Ten
     src = "thwc" if is_clip else "hwc"
     perm = [0] + [1 + src.index(axis) for axis in layout]
     return x.permute(*perm).contiguous()
+
+
+def _constant(values, device: torch.device) -> torch.Tensor:
+    """float32 ``values`` on ``device``, made once per process (the tensors are tiny)."""
+    key = (tuple(float(v) for v in values), str(device))
+    tensor = _CONSTANTS.get(key)
+    if tensor is None:
+        tensor = _CONSTANTS[key] = torch.tensor(key[0], dtype=torch.float32, device=device)
+    return tensor
