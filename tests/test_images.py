@@ -278,10 +278,11 @@ def test_cifar_loader_stored_pixels_each_once(cifar_root):
         assert np.array_equal(b["label"].numpy(), ds.labels[b["sample_index"].numpy()])
 
 
-def test_cifar_units_of_several_batches_hand_over_owned_batches(cifar_root):
+def test_cifar_units_of_several_batches_give_the_same_owned_batches(cifar_root):
     """On a GPU an in-memory dataset is augmented a unit of many batches at a time and each
-    batch handed over as a view of the unit's result (no copy out of a slot). Forced here on
-    the CPU: the same stream as a batch at a time, and no batch changes after it is given."""
+    batch handed over as a view of the unit's result (no slot, no copy). Forced here on the
+    CPU: the same stream as a batch at a time, no batch changes after it is given, and a
+    resume from inside a unit continues the stream."""
     ds = CIFAR10(cifar_root)
     proc = ImageProcess(crop="random", padding=4, random_flip=True, dtype="float32",
                         normalized=True, mean=(0.5,) * 3, std=(0.25,) * 3, layout="chw")
@@ -297,6 +298,17 @@ def test_cifar_units_of_several_batches_hand_over_owned_batches(cifar_root):
         assert torch.equal(ref["sample_index"], batch["sample_index"])
         assert torch.equal(batch["images"], kept)  # untouched by the batches after it
     assert units.stats["samples"] == len(ds)
+    # Broken out of inside a unit, resumed in a fresh loader: the same batches follow.
+    first = ImageLoader(ds, batch_size=32, processing=proc, sampler=RandomFrames(seed=4))
+    first.config = dataclasses.replace(first.config, lookahead=4)
+    it = iter(first)
+    head = [next(it) for _ in range(6)]
+    it.close()
+    resumed = ImageLoader(ds, batch_size=32, processing=proc, sampler=RandomFrames(seed=4))
+    resumed.config = dataclasses.replace(resumed.config, lookahead=4)
+    resumed.load_state_dict(first.state_dict())
+    for x, y in zip(head + list(resumed), got, strict=True):
+        assert torch.equal(x["images"], y["images"])
 
 
 def test_in_memory_pixels_are_copied_to_a_device_once(cifar_root):

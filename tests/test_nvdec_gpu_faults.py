@@ -63,6 +63,26 @@ def _hog(leave: int) -> torch.Tensor:
     pytest.fail(f"could not allocate all but {leave >> 20} MiB of the GPU")
 
 
+def _holders(limit: int = 6) -> list[str]:
+    """For a failed memory check: the live CUDA tensors over 1 MiB (but the other tensor) and
+    the types of what refers to them, two levels up, so the log says what kept them."""
+    found = []
+    for obj in gc.get_objects():
+        try:
+            if not (isinstance(obj, torch.Tensor) and obj.is_cuda):
+                continue
+            size = obj.untyped_storage().nbytes()
+        except Exception:  # noqa: BLE001 - any object may be half-built or odd
+            continue
+        if (1 << 20) < size < (1 << 34):
+            refs = [type(r).__name__ for r in gc.get_referrers(obj)][:6]
+            up = [type(rr).__name__ for r in gc.get_referrers(obj) for rr in gc.get_referrers(r)][:8]
+            found.append(f"{tuple(obj.shape)} {obj.dtype} {size} B <- {refs} <- {up}")
+        if len(found) >= limit:
+            break
+    return found
+
+
 class _Hogs:
     """The other tensor, held here and not in a test's locals: a failing test's traceback
     keeps its locals alive, and a leftover tensor took the GPU from every later test (the
@@ -124,7 +144,7 @@ def test_gpu_memory_taken_by_another_tensor_at_start(index, hogs, on_error, num_
         assert word in str(error)
     assert loader.stats["skipped_files"] == []
     _settle()
-    assert torch.cuda.memory_allocated() == before  # staging freed, with `error` still held
+    assert torch.cuda.memory_allocated() == before, _holders()  # freed, `error` still held
     hogs.free()
     assert sorted(_frames(loader)) == _every_frame(index)
     loader.shutdown()
@@ -154,7 +174,7 @@ def test_gpu_memory_taken_by_another_tensor_mid_epoch(index, hogs, num_workers):
     assert 1 <= len(seen) // BIG["batch_size"] < len(loader)
     assert loader.stats["skipped_files"] == []
     _settle()
-    assert torch.cuda.memory_allocated() - hog_bytes == baseline, caught.value.what
+    assert torch.cuda.memory_allocated() - hog_bytes == baseline, (caught.value.what, _holders())
     hogs.free()
     assert sorted(seen + _frames(loader)) == _every_frame(index)
     loader.shutdown()

@@ -40,7 +40,11 @@ from vidloader.sampling import SequentialFrames
 BATCH = 256
 
 
-def _timed(name: str, results: dict, images: int, call) -> object:
+def _timed(name: str, results: dict, images: int, call, warm=None) -> object:
+    """``call()`` timed (synchronised before and after), after ``warm()`` untimed: first
+    calls build cuBLAS handles, load kernels and grow allocator pools."""
+    if warm is not None:
+        warm()
     torch.cuda.synchronize()
     start = time.perf_counter()
     value = call()
@@ -91,20 +95,32 @@ def main() -> None:
     decoder = NvImageCodecDecoder(torch.device("cuda", 0))
     decoder.decode([read_file(paths[0])])  # initialise the backends
 
+    for threads in (8, 16):
+        with ThreadPoolExecutor(threads) as pool:
+            blobs = _timed(f"read ({threads} threads)", results, n,
+                           lambda pool=pool: list(pool.map(read_file, paths)),
+                           warm=lambda pool=pool: list(pool.map(read_file, paths[:512])))
     with ThreadPoolExecutor(8) as pool:
-        blobs = _timed("read (8 threads)", results, n, lambda: list(pool.map(read_file, paths)))
+        code_stream = decoder._code_stream
+        _timed("CodeStream(path), 8 threads", results, n,
+               lambda: list(pool.map(code_stream, paths)),
+               warm=lambda: list(pool.map(code_stream, paths[:512])))
+    _timed("CodeStream(path), 1 thread", results, n // 4,
+           lambda: [code_stream(p) for p in paths[: n // 4]])
     cuts = [blobs[i:i + BATCH] for i in range(0, n, BATCH)]
-    streams = _timed("parse (CodeStream)", results, n,
+    streams = _timed("parse (CodeStream(bytes))", results, n,
                      lambda: [[decoder._parse(b) for b in cut] for cut in cuts])
-    decoded = _timed("decode (nvimgcodec)", results, n,
-                     lambda: [decoder._decoder.decode(s, params=decoder._params) for s in streams])
+
+    def decode_all(batches):
+        return [decoder._decoder.decode(s, params=decoder._params) for s in batches]
+    decoded = _timed("decode (nvimgcodec)", results, n, lambda: decode_all(streams),
+                     warm=lambda: decode_all(streams[:3]))
     tensors = _timed("tensor (as_tensor)", results, n, lambda: [
         [torch.as_tensor(x, device=decoder.device) for x in batch] for batch in decoded])
     _timed("decode whole (parse+decode+tensor)", results, n,
            lambda: [decoder.decode(cut) for cut in cuts])
     two = [streams[i] + streams[i + 1] for i in range(0, len(streams) - 1, 2)]
-    _timed("decode, 512 per call", results, 2 * BATCH * len(two),
-           lambda: [decoder._decoder.decode(s, params=decoder._params) for s in two])
+    _timed("decode, 512 per call", results, 2 * BATCH * len(two), lambda: decode_all(two))
 
     loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
                          decoder="nvimgcodec", sampler=SequentialFrames())
@@ -114,14 +130,16 @@ def main() -> None:
            for batch in tensors]
     slot = torch.empty((BATCH, 3, 224, 224), device="cuda")
 
-    def augment():
-        for plan, images in zip(plans, rgb):
+    def augment(count=batches):
+        for plan, images in list(zip(plans, rgb))[:count]:
             if plan.batch_size == len(images):
                 fill_from_images(config, "nvimgcodec", images, plan, slot[:plan.batch_size])
-    _timed("augment (fill_from_images)", results, n, augment)
+    _timed("augment (fill_from_images)", results, n, augment, warm=lambda: augment(3))
+    _timed("augment, host only (no sync)", results, n, augment)  # sync only at the end
     results["gil"] = _gil_share(decoder, streams[:6])
     print(f"gil: {results['gil']}", flush=True)
 
+    _instrument(results)
     for threads in (8, 16):
         loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
                              decoder="nvimgcodec", reader_threads=threads, drop_last=True,
@@ -132,7 +150,55 @@ def main() -> None:
         _timed(f"loader (reader_threads={threads})", results, n,
                lambda it=it: [next(it) for _ in range(batches)])
         loader.shutdown()
+        spent = {k: round(1e3 * v / max(1, COUNTS[k]), 2) for k, v in SPENT.items()}
+        results[f"loader (reader_threads={threads}) ms per call"] = spent
+        print(f"  ms per call: {spent}", flush=True)
+        SPENT.clear()
+        COUNTS.clear()
     (out / "jpeg_stages.json").write_text(json.dumps(results, indent=1))
+
+
+SPENT: dict = {}
+COUNTS: dict = {}
+
+
+def _clocked(name: str, fn):
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            SPENT[name] = SPENT.get(name, 0.0) + time.perf_counter() - start
+            COUNTS[name] = COUNTS.get(name, 0) + 1
+    return wrapper
+
+
+def _instrument(results: dict) -> None:
+    """Clock the loader's stages where they run: the decode thread's wait for its files and
+    its decode, the main thread's wait for a decoded plan and its augmentation."""
+    from concurrent.futures import Future
+
+    from vidloader.pipeline import _image_decode
+
+    pool_cls = _image_decode.BatchDecodePool
+    original_decode = pool_cls._decode
+
+    def _decode(self, reads):
+        start = time.perf_counter()
+        for f in reads:
+            f.result()
+        SPENT["decode thread: wait for reads"] = SPENT.get("decode thread: wait for reads", 0.0) + time.perf_counter() - start
+        COUNTS["decode thread: wait for reads"] = COUNTS.get("decode thread: wait for reads", 0) + 1
+        return _clocked("decode thread: decode", original_decode)(self, reads)
+    pool_cls._decode = _decode
+    _image_decode.fill_from_images = _clocked("main: augment", _image_decode.fill_from_images)
+    original_result = Future.result
+
+    def result(self, timeout=None):
+        if threading.current_thread() is threading.main_thread():
+            return _clocked("main: wait for a decoded plan", original_result)(self, timeout)
+        return original_result(self, timeout)
+    Future.result = result
 
 
 def _epochs(loader):

@@ -17,6 +17,7 @@ import torch
 
 from ..constants import DEFAULT_PREFETCH_PER_WORKER
 from ..errors import ConfigError
+from ..images._batched import to_device
 from ..images._dataset import ImageDataset
 from ..images._spec import ImageProcess
 from ..processing import finalize
@@ -89,12 +90,8 @@ class ImageCollector:
         if not valid.any():
             return None
         rows = None if valid.all() else torch.from_numpy(np.flatnonzero(valid))
-        if getattr(pool, "hands_over", False):  # already owned, on its device: no copy
-            images = pool.take(done.slot_id)
-            images = images if rows is None else images[rows.to(images.device)]
-        else:
-            staged = pool.slots[done.slot_id]["images"][: bp.batch_size]
-            images = self.transfer(staged, rows)
+        staged = pool.slots[done.slot_id]["images"][: bp.batch_size]
+        images = self.transfer(staged, rows)
         if not getattr(pool, "stages_final", False):  # the GPU pool normalises as it resizes
             images = finalize(images, self.config.proc, is_clip=False)
         keep = slice(None) if rows is None else rows.numpy()
@@ -103,6 +100,30 @@ class ImageCollector:
             return [{"data": images, "label": labels.view(-1, 1).to(images.device)}]
         return {"images": images, "label": labels,
                 "sample_index": torch.from_numpy(bp.video_indices[keep].copy())}
+
+    def from_memory(self, plans: list, images: torch.Tensor, labels: np.ndarray):
+        """The batches of a unit of an in-memory dataset: ``images`` holds the plans' finished
+        samples in order (owned, on the batch's device); each batch is a view of it, so a
+        batch costs a few slices (no copy, no launch)."""
+        indices = np.concatenate([plan.video_indices for plan in plans])
+        label = torch.from_numpy(labels[indices])
+        sample_index = torch.from_numpy(indices)
+        dali = self.config.output == "dali"
+        if dali:  # one copy to the images' device per unit, not one per batch
+            label = to_device(labels[indices].reshape(-1, 1), images.device)
+        stats, rows_by = self.stats, self.stats["rows_by_executor"]
+        offset = 0
+        for plan in plans:
+            rows = slice(offset, offset + plan.batch_size)
+            offset = rows.stop
+            stats["batches"] += 1
+            stats["samples"] += plan.batch_size
+            rows_by["memory"] = rows_by.get("memory", 0) + plan.batch_size
+            if dali:
+                yield [{"data": images[rows], "label": label[rows]}]
+            else:
+                yield {"images": images[rows], "label": label[rows],
+                       "sample_index": sample_index[rows]}
 
     def _account(self, done: FinishedBatch) -> None:
         stats, valid = self.stats, done.valid
@@ -114,12 +135,13 @@ class ImageCollector:
             stats["rows_by_executor"][name] = stats["rows_by_executor"].get(name, 0) + rows
 
 
-def make_image_pool(config: ImageLoaderConfig, num_slots: int, decoder=None) -> BatchPool:
-    """The pool that fills ``config``'s slots (``decoder``: a stand-in for nvImageCodec)."""
-    from ._image_pools import BatchDecodePool, MemoryPool, PillowInlinePool, PillowProcessPool
+def make_image_pool(config: ImageLoaderConfig, num_slots: int, decoder=None):
+    """The pool that fills ``config``'s slots (``decoder``: a stand-in for nvImageCodec), or
+    for an in-memory dataset the :class:`~._image_pools.MemoryImages` that needs none."""
+    from ._image_pools import BatchDecodePool, MemoryImages, PillowInlinePool, PillowProcessPool
 
     if config.backend == "memory":
-        return MemoryPool(config, num_slots)
+        return MemoryImages(config)
     if config.backend in ("nvimgcodec", "batch"):
         return BatchDecodePool(config, num_slots, decoder)
     if config.num_workers == 0:
@@ -241,7 +263,26 @@ class ImageLoader(VideoLoader):
 
     def _start(self) -> None:
         self._pool = make_image_pool(self.config, self.staging_slots, self._custom_decoder)
-        self._scheduler = Scheduler(self._pool, self.labels)
+        in_memory = self.config.backend == "memory"
+        self._scheduler = None if in_memory else Scheduler(self._pool, self.labels)
+
+    def _run(self, plan, start: int):
+        if self._scheduler is not None:
+            yield from super()._run(plan, start)
+            return
+        # In memory: a unit of ``lookahead`` batches at a time, straight from the sampler's
+        # plan, with no scheduler (see MemoryImages).
+        unit, pool, collect = self.lookahead, self._pool, self._collector.from_memory
+        for first in range(start, len(plan), unit):
+            plans = [plan.batch(b) for b in range(first, min(first + unit, len(plan)))]
+            for b, batch in enumerate(collect(plans, pool.augment(plans), self.labels), first):
+                self._next_batch = b + 1
+                yield batch
+
+    def _drain_or_close(self) -> None:
+        if self._scheduler is None and self._pool is not None and self.persistent_workers:
+            return  # in memory: nothing in flight, nothing to drain
+        super()._drain_or_close()
 
     def __repr__(self) -> str:
         return (f"ImageLoader({self.dataset!r}, {type(self.sampler).__name__}, "

@@ -5,9 +5,7 @@ device, Pillow in spawned workers or in this process, and nvImageCodec on the GP
 from __future__ import annotations
 
 import collections
-import traceback
 
-import numpy as np
 import torch
 
 from ._contract import BatchPool
@@ -19,7 +17,7 @@ from ._image_fill import (
     fill_task_messages,
     image_worker_main,
 )
-from ._messages import Failure, FillTask, RowsFilled
+from ._messages import FillTask
 from ._pool import WorkerProcesses
 
 
@@ -57,66 +55,30 @@ class _SyncPool(BatchPool):
         self.slots = []
 
 
-class MemoryPool(BatchPool):
-    """An in-memory dataset (CIFAR): its pixels are moved to the batch's device once; each
-    unit of consecutive batches is gathered, augmented and finished there in one pass
-    (:func:`~._image_fill.augment_from_memory`), and each batch handed over as a view of the
-    result: no staging copy, no per-batch launches beyond the loader's own.
+class MemoryImages:
+    """An in-memory dataset (CIFAR) on the batch's device: its pixels are moved there once,
+    and each unit of consecutive batches is gathered, augmented and finished there in one
+    pass (:func:`~._image_fill.augment_from_memory`).
 
-    Its slots hold no memory of their own: ``slots[i]["images"]`` is the finished batch until
-    the collector :meth:`take` s it (:attr:`hands_over`), and each unit's result is freshly
-    allocated (from the caching allocator on a GPU), so handing views to the user is safe.
+    Not a :class:`~._contract.BatchPool`: nothing here can fail per file, wait on a worker or
+    arrive out of order, so :class:`~._image_loader.ImageLoader` drives it without the
+    scheduler, slots or messages, whose per-batch bookkeeping (~0.1-0.3 ms) was most of a
+    GPU epoch once the pixels no longer crossed PCIe.
     """
 
     executor = "memory"
-    #: Slots hold the finished output, dtype, normalisation and layout (the collector skips
-    #: ``finalize``) ...
-    stages_final = True
-    #: ... and the collector takes it as is instead of copying it out of the slot.
-    hands_over = True
 
-    def __init__(self, config, num_slots: int) -> None:
+    def __init__(self, config) -> None:
         device = config.device if config.device is not None else torch.device("cpu")
         self.config = config
         self.pixels = config.dataset.pixels_on(device)  # copied once, kept by the dataset
-        self.slots = [{"images": None} for _ in range(num_slots)]
-        self._done: collections.deque = collections.deque()
 
-    @property
-    def ways(self) -> int:
-        return 1
-
-    def submit(self, worker: int, task: FillTask) -> None:
-        try:
-            self._fill(task)
-        except BaseException as exc:  # the scheduler raises it as a WorkerError
-            self._done.append(Failure(task.first_batch, task.slot_ids, repr(exc),
-                                      traceback.format_exc(), getattr(exc, "path", None)))
-
-    def _fill(self, task: FillTask) -> None:
-        if any(start != 0 for start in task.row_starts):  # whole batches only (no row units)
-            raise RuntimeError(f"MemoryPool fills whole batches, got row starts {task.row_starts}")
-        images = augment_from_memory(self.pixels, self.config, task.plans)
-        offset = 0
-        for slot_id, plan in zip(task.slot_ids, task.plans):
-            rows = plan.batch_size
-            self.slots[slot_id]["images"] = images[offset:offset + rows]
-            offset += rows
-            valid = np.ones(rows, dtype=bool)
-            self._done.append(RowsFilled(plan.batch_index, slot_id, valid, [], {"decoded": rows},
-                                         0, self.executor, {}, task.unit))
-
-    def take(self, slot_id: int) -> torch.Tensor:
-        """The finished batch in ``slot_id``, now the caller's (the slot lets go of it)."""
-        images, self.slots[slot_id]["images"] = self.slots[slot_id]["images"], None
-        return images
-
-    def get(self):
-        return self._done.popleft()
+    def augment(self, plans: list) -> torch.Tensor:
+        """The finished samples of ``plans``, in order (a freshly allocated tensor)."""
+        return augment_from_memory(self.pixels, self.config, plans)
 
     def shutdown(self) -> None:
-        self.slots = []
-        self._done.clear()
+        self.pixels = None
 
 
 class PillowInlinePool(_SyncPool):
@@ -147,8 +109,3 @@ class PillowProcessPool(WorkerProcesses, BatchPool):
         super().shutdown()
         self.slots = []
 
-
-def _all_valid(plan):
-    import numpy as np
-
-    return np.ones(plan.batch_size, dtype=bool)
