@@ -63,24 +63,48 @@ def _hog(leave: int) -> torch.Tensor:
     pytest.fail(f"could not allocate all but {leave >> 20} MiB of the GPU")
 
 
-def _holders(limit: int = 6) -> list[str]:
-    """For a failed memory check: the live CUDA tensors over 1 MiB (but the other tensor) and
-    the types of what refers to them, two levels up, so the log says what kept them."""
-    found = []
-    for obj in gc.get_objects():
+def _holders(limit: int = 4, depth: int = 5) -> list[str]:
+    """For a failed memory check: each live CUDA tensor over 1 MiB (but the other tensor)
+    and the chain of what keeps it alive, ``depth`` levels up (a frame by its function and
+    line, a dict by its keys, a list by its length), so the log says what held it."""
+    objects = gc.get_objects()
+    tensors = []
+    for obj in objects:
         try:
-            if not (isinstance(obj, torch.Tensor) and obj.is_cuda):
-                continue
-            size = obj.untyped_storage().nbytes()
+            if isinstance(obj, torch.Tensor) and obj.is_cuda and \
+                    (1 << 20) < obj.untyped_storage().nbytes() < (1 << 34):
+                tensors.append(obj)
         except Exception:  # noqa: BLE001 - any object may be half-built or odd
             continue
-        if (1 << 20) < size < (1 << 34):
-            refs = [type(r).__name__ for r in gc.get_referrers(obj)][:6]
-            up = [type(rr).__name__ for r in gc.get_referrers(obj) for rr in gc.get_referrers(r)][:8]
-            found.append(f"{tuple(obj.shape)} {obj.dtype} {size} B <- {refs} <- {up}")
-        if len(found) >= limit:
+    del objects
+    return [f"{tuple(t.shape)} {t.dtype}: " + " <- ".join(_chain(t, depth, {id(tensors)}))
+            for t in tensors[:limit]]
+
+
+def _chain(obj, depth: int, ignore: set[int]) -> list[str]:
+    """One referrer per level (the first that is not this function's own bookkeeping)."""
+    import types
+
+    out, ignore = [], set(ignore)
+    for _ in range(depth):
+        refs = [r for r in gc.get_referrers(obj) if id(r) not in ignore
+                and not isinstance(r, types.FrameType) or (isinstance(r, types.FrameType)
+                and r.f_code.co_name not in ("_chain", "_holders"))]
+        ignore.add(id(refs))
+        refs = [r for r in refs if id(r) not in ignore]
+        if not refs:
             break
-    return found
+        obj = refs[0]
+        ignore.add(id(obj))
+        if isinstance(obj, types.FrameType):
+            out.append(f"frame {obj.f_code.co_name}:{obj.f_lineno}")
+        elif isinstance(obj, dict):
+            out.append(f"dict{sorted(map(str, obj))[:6]}")
+        elif isinstance(obj, (list, tuple)):
+            out.append(f"{type(obj).__name__}[{len(obj)}] (+{len(refs) - 1} others)")
+        else:
+            out.append(type(obj).__qualname__)
+    return out
 
 
 class _Hogs:

@@ -575,3 +575,32 @@ def test_a_million_videos_plan_fast(sampler):
     assert np.median(times) < 0.010
     assert batch.batch_size == 128 and batch.video_indices.max() < 1_000_000
     assert (batch.frame_indices < 300).all()
+
+
+@pytest.mark.parametrize("sampler", [
+    RandomFrames(seed=3), SequentialFrames(), RandomFrames(seed=3, num_samples=5000, replacement=True),
+    Clips(seed=5, sequence_length=4, stride=2),
+], ids=["shuffle", "sequential", "replacement", "clips"])
+@pytest.mark.parametrize("rank, world, drop_last", [(0, 1, False), (1, 3, False), (2, 3, True)])
+def test_plans_computed_a_block_at_a_time_equal_plans_computed_alone(
+        monkeypatch, sampler, rank, world, drop_last):
+    """An epoch plan computes batches a block of samples at a time (one pass of numpy calls
+    over the block) and keeps the last block; in any order of access (forwards, backwards,
+    jumping across blocks, resuming mid-block) each batch is what computing it alone gives."""
+    index = ArrayIndex(np.random.default_rng(0).integers(1, 400, 60))
+    args = dict(epoch=2, batch_size=7, rank=rank, world_size=world, drop_last=drop_last)
+    monkeypatch.setattr(sampling._epoch, "BLOCK_SAMPLES", 50)  # 7 batches a block
+    plan = sampler.plan_epoch(index, **args)
+    n = len(plan)
+    assert n > 20
+    order = list(range(n)) + list(range(n))[::-1] + [17, 3, n - 1, 9, 9, 0]
+    blocked = {b: plan.batch(b) for b in order}
+    monkeypatch.setattr(sampling._epoch, "BLOCK_SAMPLES", 1)  # every batch on its own
+    alone = sampler.plan_epoch(index, **args)
+    for b in order:
+        want, got = alone.batch(b), blocked[b]
+        assert got.batch_index == b == want.batch_index
+        for field in ("video_indices", "frame_indices", "sample_seeds"):
+            assert np.array_equal(getattr(got, field), getattr(want, field)), (b, field)
+    with pytest.raises(IndexError):
+        plan.batch(n)

@@ -95,7 +95,9 @@ def main() -> None:
     decoder = NvImageCodecDecoder(torch.device("cuda", 0))
     decoder.decode([read_file(paths[0])])  # initialise the backends
 
-    for threads in (8, 16):
+    _timed("read (1 thread)", results, n, lambda: [read_file(p) for p in paths],
+           warm=lambda: [read_file(p) for p in paths[:512]])
+    for threads in (2, 4, 8):
         with ThreadPoolExecutor(threads) as pool:
             blobs = _timed(f"read ({threads} threads)", results, n,
                            lambda pool=pool: list(pool.map(read_file, paths)),
@@ -117,6 +119,8 @@ def main() -> None:
                      warm=lambda: decode_all(streams[:3]))
     tensors = _timed("tensor (as_tensor)", results, n, lambda: [
         [torch.as_tensor(x, device=decoder.device) for x in batch] for batch in decoded])
+    _timed("tensor (from_dlpack)", results, n, lambda: [
+        [torch.from_dlpack(x) for x in batch] for batch in decoded])
     _timed("decode whole (parse+decode+tensor)", results, n,
            lambda: [decoder.decode(cut) for cut in cuts])
     two = [streams[i] + streams[i + 1] for i in range(0, len(streams) - 1, 2)]
@@ -140,7 +144,7 @@ def main() -> None:
     print(f"gil: {results['gil']}", flush=True)
 
     _instrument(results)
-    for threads in (8, 16):
+    for threads in (1, 2, 4, 8):
         loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
                              decoder="nvimgcodec", reader_threads=threads, drop_last=True,
                              persistent_workers=True)

@@ -31,6 +31,7 @@ multiply-adds of the banded filter; see ``benchmarks/results/cpu/images/``), so
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -85,15 +86,22 @@ def crop_flip_gather(pixels: torch.Tensor, indices: np.ndarray, windows: Windows
 
 
 def resize_weights(out_size: int, in_sizes: np.ndarray, width: int, flip: np.ndarray,
-                   device: torch.device) -> torch.Tensor:
+                   device: torch.device, shift: np.ndarray | None = None,
+                   stored: np.ndarray | None = None) -> torch.Tensor:
     """float32 ``[B, out_size, width]``: row ``i`` of sample ``b`` holds the antialiased
     bilinear weights of output pixel ``i`` over input pixels ``0 .. in_sizes[b] - 1``
-    (zero beyond); rows reversed where ``flip``."""
+    (zero beyond); rows reversed where ``flip``.
+
+    ``shift`` and ``stored`` (int ``[B]``): only pixels ``shift .. shift + stored - 1`` of
+    each window are stored (the rest lie outside the image: zeros), from column 0 of the
+    batch; the weights are moved onto them and zero elsewhere."""
     sizes = np.asarray(in_sizes, dtype=np.int64)
     # Enough taps for the widest tent (2·support + the two partial pixels at its ends).
     taps = int(math.ceil(2 * max(1.0, sizes.max() / out_size))) + 2
     flip = np.asarray(flip, bool)
-    packed = to_device(np.stack([sizes, flip.astype(np.int64)]), device)
+    shift = np.zeros_like(sizes) if shift is None else np.asarray(shift, np.int64)
+    stored = sizes if stored is None else np.asarray(stored, np.int64)
+    packed = to_device(np.stack([sizes, flip.astype(np.int64), shift, stored]), device)
     n, flips = packed[0].double()[:, None, None], packed[1].bool()
     scale = n / out_size
     support = torch.clamp(scale, min=1.0)  # interp_size/2 = 1, widened when shrinking
@@ -105,7 +113,9 @@ def resize_weights(out_size: int, in_sizes: np.ndarray, width: int, flip: np.nda
     x = xmin + torch.arange(taps, device=device, dtype=torch.float64)  # [B, out, taps]
     w = torch.clamp(1.0 - ((x - center + 0.5) * invscale).abs(), min=0.0) * (x < xmax)
     w = w / w.sum(-1, keepdim=True)
-    index = x.clamp(max=width - 1).long()
+    index = x.long() - packed[2][:, None, None]  # window pixel -> stored column
+    w = w * ((index >= 0) & (index < packed[3][:, None, None]))  # outside the image: zeros
+    index = index.clamp(min=0, max=width - 1)
     if flip.any():  # tested on the host: a device tensor's truth value would sync
         w = torch.where(flips[:, None, None], w.flip(1), w)
         index = torch.where(flips[:, None, None], index.flip(1), index)
@@ -155,21 +165,32 @@ def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tup
 
 
 def _resize_group(images, top, left, ch, cw, flip, out_hw) -> torch.Tensor:
-    """float ``[G, oh, 3, ow]``: the windows copied into a zero-padded ``[G, Hm, 3, Wm]``
-    batch (one launch per image), then rows and columns as two ``bmm``."""
+    """float ``[G, oh, 3, ow]``: each window's part inside its image, packed from the top-left
+    corner into a zero-padded uint8 batch ``[G, Hm, Wm, 3]`` by a nested tensor (a few
+    launches for the whole group, no Python per image beyond a slice), then rows and columns
+    as two ``bmm`` whose weights skip what each window has outside its image."""
     oh, ow = out_hw
     dev, b = images[0].device, len(images)
-    hm, wm = int(ch.max()), int(cw.max())
-    batch = torch.zeros((b, hm, 3, wm), dtype=torch.float32, device=dev)
-    for i, image in enumerate(images):
-        h, w = image.shape[:2]
-        t, l_ = int(top[i]), int(left[i])
-        y0, y1 = max(t, 0), min(t + int(ch[i]), h)
-        x0, x1 = max(l_, 0), min(l_ + int(cw[i]), w)
-        if y1 > y0 and x1 > x0:
-            batch[i, y0 - t:y1 - t, :, x0 - l_:x1 - l_].copy_(image[y0:y1, x0:x1].permute(0, 2, 1))
-    rows = resize_weights(oh, ch, hm, np.zeros(b, bool), dev)
-    cols = resize_weights(ow, cw, wm, flip, dev)
+    heights = np.array([x.shape[0] for x in images], np.int64)
+    widths = np.array([x.shape[1] for x in images], np.int64)
+    y0, y1 = np.clip(top, 0, heights), np.clip(top + ch, 0, heights)
+    x0, x1 = np.clip(left, 0, widths), np.clip(left + cw, 0, widths)
+    # A window wholly outside its image (padding only) keeps one pixel, weighted zero.
+    empty = (y1 <= y0) | (x1 <= x0)
+    y0, x0 = np.where(empty, 0, y0), np.where(empty, 0, x0)
+    y1, x1 = np.where(empty, 1, y1), np.where(empty, 1, x1)
+    parts = [image[a:z, c:e] for image, a, z, c, e in
+             zip(images, y0.tolist(), y1.tolist(), x0.tolist(), x1.tolist())]
+    with warnings.catch_warnings():  # strided nested tensors are "prototype": used to pad only
+        warnings.simplefilter("ignore", UserWarning)
+        packed = torch.nested.as_nested_tensor(parts).to_padded_tensor(0)
+    hm, wm = packed.shape[1:3]
+    batch = torch.empty((b, hm, 3, wm), dtype=torch.float32, device=dev)
+    batch.copy_(packed.permute(0, 1, 3, 2))
+    rows = resize_weights(oh, ch, hm, np.zeros(b, bool), dev, shift=y0 - top,
+                          stored=np.where(empty, 0, y1 - y0))
+    cols = resize_weights(ow, cw, wm, flip, dev, shift=x0 - left,
+                          stored=np.where(empty, 0, x1 - x0))
     mid = torch.bmm(rows, batch.view(b, hm, 3 * wm)).view(b, oh * 3, wm)
     return torch.bmm(mid, cols.transpose(1, 2)).view(b, oh, 3, ow)
 
