@@ -77,8 +77,34 @@ def _holders(limit: int = 4, depth: int = 5) -> list[str]:
         except Exception:  # noqa: BLE001 - any object may be half-built or odd
             continue
     del objects
-    return [f"{tuple(t.shape)} {t.dtype}: " + " <- ".join(_chain(t, depth, {id(tensors)}))
-            for t in tensors[:limit]]
+    found = []
+    for k in range(min(limit, len(tensors))):
+        t = tensors[k]
+        found.append(f"{tuple(t.shape)} {t.dtype}: " + " <- ".join(_chain(t, depth, {id(tensors)})))
+    return found + _in_running_frames(tensors)
+
+
+def _in_running_frames(tensors: list) -> list[str]:
+    """Locals of the frames running now, in every thread, that are (views of) ``tensors``:
+    what the collector cannot see (a running frame is not a referrer)."""
+    import sys
+
+    storages = {t.untyped_storage().data_ptr() for t in tensors}
+    held = []
+    for thread_id, frame in sys._current_frames().items():
+        while frame is not None:
+            if frame.f_code.co_name in ("_holders", "_in_running_frames", "_chain"):
+                frame = frame.f_back
+                continue
+            for name, value in list(frame.f_locals.items()):
+                values = value if isinstance(value, (list, tuple)) else [value]
+                for v in values:
+                    if isinstance(v, torch.Tensor) and v.is_cuda and \
+                            v.untyped_storage().data_ptr() in storages:
+                        held.append(f"thread {thread_id}: {frame.f_code.co_name}:"
+                                    f"{frame.f_lineno} {name}")
+            frame = frame.f_back
+    return held
 
 
 def _chain(obj, depth: int, ignore: set[int]) -> list[str]:
