@@ -7,6 +7,7 @@ import dataclasses
 import io
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -227,6 +228,26 @@ def test_stand_in_batch_decoder_matches_pillow_workers(folder):
     assert batched.stats["rows_by_executor"] == {"stand-in": 7}  # rows filled, one invalid
     assert batched.stats["skipped_samples"] == 1
 
+    class OpensFiles(PillowBatch):
+        """Like nvImageCodec: reads the files itself (no reader threads, no bytes in Python)."""
+
+        def __init__(self):
+            self.paths = 0
+
+        def decode(self, blobs):
+            raise AssertionError("a decoder that opens files is given paths, not bytes")
+
+        def decode_files(self, paths):
+            self.paths += len(paths)
+            return PillowBatch.decode(self, [Path(p).read_bytes() for p in paths])
+
+    opens = OpensFiles()
+    by_path = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=opens)
+    for x, y in zip(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
+                                on_error="skip"), by_path, strict=True):
+        assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])
+    assert opens.paths == len(ds) and by_path.stats["skipped_samples"] == 1
+
 
 # -- augmentation ----------------------------------------------------------------------------
 
@@ -446,6 +467,18 @@ def test_nvimgcodec_decoder_falls_back_to_pillow_for_what_it_cannot_decode(folde
     dec._decoder = SimpleNamespace(decode=lambda streams, **kw: [None] * len(streams))
     names = ["banana/5_plain.png", "apple/0_baseline.jpg", "banana/7_not_an_image.jpg"]
     out = dec.decode([(folder / n).read_bytes() for n in names] + [None])
+    for name, image in zip(names[:2], out):
+        assert torch.equal(image, torch.from_numpy(_reference(folder / name)))
+    assert out[2] is None and out[3] is None and dec.cpu_fallbacks == 2
+    # From paths (nvImageCodec opens the files): the same, and a missing file gives None.
+    dec.cpu_fallbacks = 0
+
+    def open_path(path):
+        if not os.path.exists(path):
+            raise RuntimeError(f"cannot open {path}")
+        return path
+    dec._code_stream = open_path
+    out = dec.decode_files([str(folder / n) for n in names] + [str(folder / "missing.jpg")])
     for name, image in zip(names[:2], out):
         assert torch.equal(image, torch.from_numpy(_reference(folder / name)))
     assert out[2] is None and out[3] is None and dec.cpu_fallbacks == 2

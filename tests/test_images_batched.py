@@ -93,6 +93,21 @@ def test_gather_from_the_whole_dataset_equals_gather_then_crop(crop, padding):
     assert torch.equal(got, augment_batch(pixels[torch.from_numpy(indices)], proc, seeds))
 
 
+@pytest.mark.parametrize("packing", ["copies", "nested"])
+def test_both_ways_of_packing_windows_give_the_same_batch(monkeypatch, packing):
+    """Windows are packed into the padded batch by a copy per window or through a nested
+    tensor (whichever costs the device's host less): the same output either way."""
+    import vidloader.images._batched as batched
+
+    images = _images(SIZES)
+    proc = ImageProcess(size=(64, 48), crop="random_resized", random_flip=True)
+    windows = _windows(proc, images)
+    monkeypatch.setattr(batched, "PACKING", "copies")
+    ref = crop_resize_matmul(images, windows, (64, 48), proc=proc)
+    monkeypatch.setattr(batched, "PACKING", packing)
+    assert torch.equal(crop_resize_matmul(images, windows, (64, 48), proc=proc), ref)
+
+
 def test_matmul_on_reduced_decodes_scales_the_windows():
     full = _images(SIZES)
     proc = ImageProcess(size=64, crop="random_resized", random_flip=True)

@@ -97,7 +97,7 @@ def main() -> None:
 
     _timed("read (1 thread)", results, n, lambda: [read_file(p) for p in paths],
            warm=lambda: [read_file(p) for p in paths[:512]])
-    for threads in (2, 4, 8):
+    for threads in (2,):
         with ThreadPoolExecutor(threads) as pool:
             blobs = _timed(f"read ({threads} threads)", results, n,
                            lambda pool=pool: list(pool.map(read_file, paths)),
@@ -123,6 +123,10 @@ def main() -> None:
         [torch.from_dlpack(x) for x in batch] for batch in decoded])
     _timed("decode whole (parse+decode+tensor)", results, n,
            lambda: [decoder.decode(cut) for cut in cuts])
+    def by_path():
+        return [len(decoder.decode_files(paths[i:i + BATCH])) for i in range(0, n, BATCH)]
+    _timed("decode_files (open+decode+tensor, dropped)", results, n, by_path,
+           warm=lambda: decoder.decode_files(paths[:BATCH]))
     two = [streams[i] + streams[i + 1] for i in range(0, len(streams) - 1, 2)]
     _timed("decode, 512 per call", results, 2 * BATCH * len(two), lambda: decode_all(two))
 
@@ -138,27 +142,35 @@ def main() -> None:
         for plan, images in list(zip(plans, rgb))[:count]:
             if plan.batch_size == len(images):
                 fill_from_images(config, "nvimgcodec", images, plan, slot[:plan.batch_size])
-    _timed("augment (fill_from_images)", results, n, augment, warm=lambda: augment(3))
-    _timed("augment, host only (no sync)", results, n, augment)  # sync only at the end
+    from vidloader.images import _batched
+    for packing in ("copies", "nested"):
+        _batched.PACKING = packing
+        _timed(f"augment (fill_from_images, {packing})", results, n, augment,
+               warm=lambda: augment(3))
     results["gil"] = _gil_share(decoder, streams[:6])
     print(f"gil: {results['gil']}", flush=True)
 
     _instrument(results)
-    for threads in (1, 2, 4, 8):
+    from vidloader.pipeline import _image_decode
+    variants = [("files opened by nvImageCodec, copies", "copies", True),
+                ("files opened by nvImageCodec, nested", "nested", True),
+                ("Python reads (2 threads), copies", "copies", False)]
+    for label, packing, opens in variants:
+        _batched.PACKING = packing
+        _image_decode.BatchDecodePool._opens_files = property(lambda self, o=opens: o)
         loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
-                             decoder="nvimgcodec", reader_threads=threads, drop_last=True,
-                             persistent_workers=True)
+                             decoder="nvimgcodec", drop_last=True, persistent_workers=True)
         it = _epochs(loader)
         for _ in range(3):
             next(it)
-        _timed(f"loader (reader_threads={threads})", results, n,
+        SPENT.clear()
+        COUNTS.clear()
+        _timed(f"loader ({label})", results, n,
                lambda it=it: [next(it) for _ in range(batches)])
         loader.shutdown()
         spent = {k: round(1e3 * v / max(1, COUNTS[k]), 2) for k, v in SPENT.items()}
-        results[f"loader (reader_threads={threads}) ms per call"] = spent
+        results[f"loader ({label}) ms per call"] = spent
         print(f"  ms per call: {spent}", flush=True)
-        SPENT.clear()
-        COUNTS.clear()
     (out / "jpeg_stages.json").write_text(json.dumps(results, indent=1))
 
 
@@ -195,6 +207,7 @@ def _instrument(results: dict) -> None:
         COUNTS["decode thread: wait for reads"] = COUNTS.get("decode thread: wait for reads", 0) + 1
         return _clocked("decode thread: decode", original_decode)(self, reads)
     pool_cls._decode = _decode
+    pool_cls._decode_files = _clocked("decode thread: open and decode", pool_cls._decode_files)
     _image_decode.fill_from_images = _clocked("main: augment", _image_decode.fill_from_images)
     original_result = Future.result
 

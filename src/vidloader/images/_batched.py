@@ -181,18 +181,40 @@ def _resize_group(images, top, left, ch, cw, flip, out_hw) -> torch.Tensor:
     y1, x1 = np.where(empty, 1, y1), np.where(empty, 1, x1)
     parts = [image[a:z, c:e] for image, a, z, c, e in
              zip(images, y0.tolist(), y1.tolist(), x0.tolist(), x1.tolist())]
-    with warnings.catch_warnings():  # strided nested tensors are "prototype": used to pad only
-        warnings.simplefilter("ignore", UserWarning)
-        packed = torch.nested.as_nested_tensor(parts).to_padded_tensor(0)
-    hm, wm = packed.shape[1:3]
-    batch = torch.empty((b, hm, 3, wm), dtype=torch.float32, device=dev)
-    batch.copy_(packed.permute(0, 1, 3, 2))
+    batch = _PACKERS[PACKING](parts)
+    hm, wm = batch.shape[1], batch.shape[3]
     rows = resize_weights(oh, ch, hm, np.zeros(b, bool), dev, shift=y0 - top,
                           stored=np.where(empty, 0, y1 - y0))
     cols = resize_weights(ow, cw, wm, flip, dev, shift=x0 - left,
                           stored=np.where(empty, 0, x1 - x0))
     mid = torch.bmm(rows, batch.view(b, hm, 3 * wm)).view(b, oh * 3, wm)
     return torch.bmm(mid, cols.transpose(1, 2)).view(b, oh, 3, ow)
+
+
+def _pack_by_copies(parts: list[torch.Tensor]) -> torch.Tensor:
+    """float ``[B, Hm, 3, Wm]``, zero-padded: one copy launch per part."""
+    hm, wm = max(p.shape[0] for p in parts), max(p.shape[1] for p in parts)
+    batch = torch.zeros((len(parts), hm, 3, wm), dtype=torch.float32, device=parts[0].device)
+    for i, part in enumerate(parts):
+        batch[i, :part.shape[0], :, :part.shape[1]].copy_(part.permute(0, 2, 1))
+    return batch
+
+
+def _pack_nested(parts: list[torch.Tensor]) -> torch.Tensor:
+    """float ``[B, Hm, 3, Wm]``, zero-padded: through a nested tensor (a C++ loop, no Python
+    per part)."""
+    with warnings.catch_warnings():  # strided nested tensors are "prototype": used to pad only
+        warnings.simplefilter("ignore", UserWarning)
+        packed = torch.nested.as_nested_tensor(parts).to_padded_tensor(0)
+    batch = torch.empty((len(parts), packed.shape[1], 3, packed.shape[2]), dtype=torch.float32,
+                        device=packed.device)
+    return batch.copy_(packed.permute(0, 1, 3, 2))
+
+
+_PACKERS = {"copies": _pack_by_copies, "nested": _pack_nested}
+#: How windows are packed into the padded batch (the device's host cost decides; see
+#: ``benchmarks/diag/jpeg_stages.py``).
+PACKING = "copies"
 
 
 def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | None = None

@@ -51,17 +51,43 @@ class NvImageCodecDecoder:
         out: list[torch.Tensor | None] = [None] * len(blobs)
         if not todo:
             return out
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        images = self._decoder.decode([streams[i] for i in todo], params=self._params,
-                                      cuda_stream=stream)
-        for i, image in zip(todo, images):
-            if image is not None:
-                t = torch.as_tensor(image, device=self.device)
-                out[i] = t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
+        self._decode_into(out, todo, [streams[i] for i in todo])
         for i, blob in enumerate(blobs):
             if out[i] is None and blob is not None:
                 out[i] = self._on_cpu(blob)
         return out
+
+    def decode_files(self, paths: list[str]) -> list[torch.Tensor | None]:
+        """:meth:`decode` of the files at ``paths``, opened by nvImageCodec itself: a
+        ``CodeStream`` made from a path reads the file in C++ (84k files/s on one thread on
+        the H100 machine, against 16k for Python's ``open``/``read``, whose per-file cost
+        also held the GIL the augmentation needs). A file it cannot open or decode is read
+        by Python and given to Pillow, as :meth:`decode` does; ``None`` if that fails too."""
+        streams = [self._open(p) for p in paths]
+        todo = [i for i, cs in enumerate(streams) if cs is not None]
+        out: list[torch.Tensor | None] = [None] * len(paths)
+        if todo:
+            self._decode_into(out, todo, [streams[i] for i in todo])
+        for i, path in enumerate(paths):
+            if out[i] is None:
+                blob = _read(path)
+                out[i] = self._on_cpu(blob) if blob is not None else None
+        return out
+
+    def _open(self, path: str):
+        try:
+            return self._code_stream(path)
+        except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
+            return None
+
+    def _decode_into(self, out: list, todo: list[int], streams: list) -> None:
+        """Decode ``streams`` on torch's current stream into ``out[todo[k]]``."""
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        images = self._decoder.decode(streams, params=self._params, cuda_stream=stream)
+        for i, image in zip(todo, images):
+            if image is not None:
+                t = torch.as_tensor(image, device=self.device)
+                out[i] = t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
 
     def _on_cpu(self, blob: bytes) -> torch.Tensor | None:
         """A blob nvImageCodec did not decode (a format none of its installed backends takes,
@@ -87,3 +113,11 @@ class NvImageCodecDecoder:
             return self._code_stream(blob)
         except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
             return None
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None

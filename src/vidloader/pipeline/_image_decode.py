@@ -1,15 +1,17 @@
-"""The GPU image pool: files read by threads, decoded a batch at a time by nvImageCodec on
-its own thread and CUDA stream, augmented as one batch on the consumer's stream.
+"""The GPU image pool: files decoded a batch at a time by nvImageCodec on its own thread and
+CUDA stream, augmented as one batch on the consumer's stream.
 
-Three stages overlap. ``submit`` queues the unit's file reads on the reader threads and its
-decodes on the decode thread at once; the decode thread takes units in order, waits for
-their files, and decodes each plan on the *decode stream*, recording an event. ``get`` takes
-the oldest unit's decoded images, makes the consumer's stream wait for the event (a GPU-side
-wait: the host does not block), and launches the batched crop/resize/normalize
-(:func:`~..images._batched.crop_resize_batch`) on the consumer's stream into the slot.
-So while batch k is augmented, batch k+1 is already decoding, on the host (nvImageCodec's
-parsing and Huffman work, which releases the GIL) and on the GPU (its own stream); the
-scheduler keeps ``prefetch`` units submitted, so decoding runs up to that far ahead.
+Stages overlap. ``submit`` queues the unit's decodes on the decode thread at once; the
+decode thread takes units in order, has nvImageCodec open each plan's files (a
+``CodeStream`` from a path is read in C++, without the GIL; a batch-decoder object given
+bytes gets them from reader threads instead), decodes the plan on the *decode stream* and
+records an event. ``get`` takes the oldest unit's decoded images, makes the consumer's stream
+wait for the event (a GPU-side wait: the host does not block), and launches the batched
+crop/resize/normalize (:func:`~..images._batched.crop_resize_batch`) on the consumer's stream
+into the slot. So while batch k is augmented, batch k+1 is already decoding, on the host
+(nvImageCodec's parsing and Huffman work, which releases the GIL) and on the GPU (its own
+stream); the scheduler keeps ``prefetch`` units submitted, so decoding runs up to that far
+ahead.
 
 Decoded images are kept alive until an event recorded after their augmentation has passed:
 their memory belongs to the decoder's allocator, which may reuse it as soon as the tensors
@@ -104,10 +106,24 @@ class BatchDecodePool(BatchPool):
         dataset = self.config.dataset
         decodes = []
         for plan in task.plans:
-            reads = [self.reader.submit(read_file, dataset.path(i))
-                     for i in plan.video_indices.tolist()]
+            paths = [dataset.path(i) for i in plan.video_indices.tolist()]
+            if self._opens_files:  # the decoder reads the files itself, off the GIL
+                decodes.append(self.decoding.submit(self._decode_files, paths))
+                continue
+            reads = [self.reader.submit(read_file, path) for path in paths]
             decodes.append(self.decoding.submit(self._decode, reads))
         self._pending.append((task, decodes))
+
+    @property
+    def _opens_files(self) -> bool:
+        return callable(getattr(self.decoder, "decode_files", None))
+
+    def _decode_files(self, paths: list[str]):
+        """On the decode thread: the plan's files, opened and decoded by the decoder on the
+        decode stream; the images and an event marking their completion."""
+        with self.streams.decoding():
+            images = self.decoder.decode_files(paths)
+            return images, self.streams.record(self.streams.decode)
 
     def _decode(self, reads: list):
         """On the decode thread: the plan's files, decoded on the decode stream; the images

@@ -31,8 +31,11 @@ Decoder = Literal["auto", "memory", "pillow", "nvimgcodec"]
 Output = Literal["dict", "dali"]
 DECODERS: tuple[str, ...] = ("auto", "memory", "pillow", "nvimgcodec")
 OUTPUTS: tuple[str, ...] = ("dict", "dali")
-#: Threads reading files for the GPU decoder (file reads release the GIL).
-DEFAULT_READER_THREADS = 8
+#: Threads reading files for a batch decoder given bytes (nvImageCodec opens its files
+#: itself). Few: on the H100 machine Python's reads of 70 KB JPEGs went 15.8k files/s on one
+#: thread and 9-13k on 2-8 (the GIL), and the loader was fastest with 1-2
+#: (``benchmarks/results/gpu/session9-3/jpeg_stages.log``).
+DEFAULT_READER_THREADS = 2
 #: Samples an in-memory dataset on a GPU augments in one pass (a unit of ``4096 //
 #: batch_size`` batches): a pass costs a few dozen launches and a few hundred µs of host
 #: work whatever its size, which per batch of 256 capped a CIFAR epoch at ~140k images/s.
@@ -185,7 +188,8 @@ class ImageLoader(VideoLoader):
             counted in ``stats``.
         prefetch, pin_memory, drop_last, rank, world_size, persistent_workers: as
             :class:`~vidloader.VideoLoader`.
-        reader_threads (int): threads reading files for ``"nvimgcodec"``; default 8.
+        reader_threads (int): threads reading files for a batch-decoder object given bytes;
+            default 2. (``"nvimgcodec"`` opens its files itself.)
     """
 
     def __init__(
