@@ -24,7 +24,7 @@ BATCH, BATCHES = 256, 6
 
 
 def main() -> None:
-    folder = ImageFolder(write_image_folder(Path("/tmp/jpeg-stages"), num_classes=10, per_class=600))
+    folder = ImageFolder(write_image_folder(Path("/tmp/jpeg-stages"), num_classes=10, per_class=200))
     decoder = NvImageCodecDecoder(torch.device("cuda", 0))
     loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
                          decoder="nvimgcodec", sampler=SequentialFrames())
