@@ -77,11 +77,12 @@ def _holders(limit: int = 4, depth: int = 5) -> list[str]:
         except Exception:  # noqa: BLE001 - any object may be half-built or odd
             continue
     del objects
-    found = []
+    found, chained = [], []
     for k in range(min(limit, len(tensors))):
         t = tensors[k]
-        found.append(f"{tuple(t.shape)} {t.dtype}: " + " <- ".join(_chain(t, depth, {id(tensors)})))
-    return found + _in_running_frames(tensors)
+        links = _chain(t, depth, {id(tensors), id(chained)}, chained)
+        found.append(f"{tuple(t.shape)} {t.dtype}: " + " <- ".join(links))
+    return found + _in_running_frames(tensors) + _in_running_frames(chained)
 
 
 def _in_running_frames(tensors: list) -> list[str]:
@@ -89,7 +90,9 @@ def _in_running_frames(tensors: list) -> list[str]:
     what the collector cannot see (a running frame is not a referrer)."""
     import sys
 
-    storages = {t.untyped_storage().data_ptr() for t in tensors}
+    storages = {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor)}
+    wanted = {id(t) for t in tensors}
+    names = {t.ident: t.name for t in threading.enumerate()}
     held = []
     for thread_id, frame in sys._current_frames().items():
         while frame is not None:
@@ -97,18 +100,28 @@ def _in_running_frames(tensors: list) -> list[str]:
                 frame = frame.f_back
                 continue
             for name, value in list(frame.f_locals.items()):
-                values = value if isinstance(value, (list, tuple)) else [value]
-                for v in values:
-                    if isinstance(v, torch.Tensor) and v.is_cuda and \
-                            v.untyped_storage().data_ptr() in storages:
-                        held.append(f"thread {thread_id}: {frame.f_code.co_name}:"
-                                    f"{frame.f_lineno} {name}")
+                if any(_holds(value, storages, wanted, 3)):
+                    held.append(f"thread {names.get(thread_id, thread_id)}: "
+                                f"{frame.f_code.co_name}:{frame.f_lineno} {name}")
             frame = frame.f_back
     return held
 
 
-def _chain(obj, depth: int, ignore: set[int]) -> list[str]:
-    """One referrer per level (the first that is not this function's own bookkeeping)."""
+def _holds(value, storages: set, wanted: set, depth: int):
+    """Whether ``value`` is, or holds within ``depth`` levels of lists, tuples and dicts, one
+    of the ``wanted`` objects or a tensor on one of ``storages``."""
+    if id(value) in wanted:
+        yield True
+    elif isinstance(value, torch.Tensor):
+        yield value.is_cuda and value.untyped_storage().data_ptr() in storages
+    elif depth > 0 and isinstance(value, (list, tuple, dict)):
+        for item in (value.values() if isinstance(value, dict) else value):
+            yield from _holds(item, storages, wanted, depth - 1)
+
+
+def _chain(obj, depth: int, ignore: set[int], chained: list | None = None) -> list[str]:
+    """One referrer per level (the first that is not this function's own bookkeeping); the
+    objects passed are appended to ``chained``."""
     import types
 
     out, ignore = [], set(ignore)
@@ -122,6 +135,8 @@ def _chain(obj, depth: int, ignore: set[int]) -> list[str]:
             break
         obj = refs[0]
         ignore.add(id(obj))
+        if chained is not None:
+            chained.append(obj)
         if isinstance(obj, types.FrameType):
             out.append(f"frame {obj.f_code.co_name}:{obj.f_lineno}")
         elif isinstance(obj, dict):
@@ -224,7 +239,9 @@ def test_gpu_memory_taken_by_another_tensor_mid_epoch(index, hogs, num_workers):
     assert 1 <= len(seen) // BIG["batch_size"] < len(loader)
     assert loader.stats["skipped_files"] == []
     _settle()
-    assert torch.cuda.memory_allocated() - hog_bytes == baseline, (caught.value.what, _holders())
+    if torch.cuda.memory_allocated() - hog_bytes != baseline:
+        print("\n".join(["left alive:", *_holders()]))
+    assert torch.cuda.memory_allocated() - hog_bytes == baseline, caught.value.what
     hogs.free()
     assert sorted(seen + _frames(loader)) == _every_frame(index)
     loader.shutdown()
