@@ -98,6 +98,12 @@ class _Job:
         return f"{self.record.path}@{self.gop.keyframe}"
 
 
+#: The batch path copies each wanted frame once, into its row of the GOP's stacked tensor
+#: (False: a private copy per frame, then a stacked copy, as before session 9; kept for
+#: ``benchmarks/diag/seq_ab.py``).
+STACK_IN_ROWS = True
+
+
 @dataclasses.dataclass(eq=False)
 class _Result:
     frames: list[tuple[int, torch.Tensor]]
@@ -471,13 +477,14 @@ class NvdecExecutor(Executor):
                     record_stream(t, slot.stream)  # cached on another stream
                 res, wanted = _Result([], 0, 0, None), cached
             else:
-                res = self._decode_pooled(slot, containers, job, keep_all=False, stack=True)
-                wanted = res.frames  # rows 0.. of res.stacked, each wanted frame once
+                res = self._decode_pooled(slot, containers, job, keep_all=False,
+                                          stack=STACK_IN_ROWS)
+                wanted = [(i, t) for i, t in res.frames if i in want]
             missing = want - {i for i, _ in wanted}
             if missing:
                 raise _missing_frames(job, missing)
             if wanted:
-                stacked = (res.stacked[: len(wanted)] if cached is None
+                stacked = (res.stacked[: len(wanted)] if res.stacked is not None
                            else stack_surfaces([t for _, t in wanted]))
                 indices = [i for i, _ in wanted]
                 if cached is None:
