@@ -143,7 +143,7 @@ def main() -> None:
             if plan.batch_size == len(images):
                 fill_from_images(config, "nvimgcodec", images, plan, slot[:plan.batch_size])
     from vidloader.images import _batched
-    for packing in ("copies", "nested"):
+    for packing in ("gather", "copies", "nested"):
         _batched.PACKING = packing
         _timed(f"augment (fill_from_images, {packing})", results, n, augment,
                warm=lambda: augment(3))
@@ -152,9 +152,10 @@ def main() -> None:
 
     _instrument(results)
     from vidloader.pipeline import _image_decode
-    variants = [("files opened by nvImageCodec, copies", "copies", True),
+    variants = [("files opened by nvImageCodec, gather", "gather", True),
+                ("files opened by nvImageCodec, copies", "copies", True),
                 ("files opened by nvImageCodec, nested", "nested", True),
-                ("Python reads (2 threads), copies", "copies", False)]
+                ("files opened by nvImageCodec, gather, again", "gather", True)]
     for label, packing, opens in variants:
         _batched.PACKING = packing
         _image_decode.BatchDecodePool._opens_files = property(lambda self, o=opens: o)

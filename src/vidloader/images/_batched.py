@@ -179,9 +179,7 @@ def _resize_group(images, top, left, ch, cw, flip, out_hw) -> torch.Tensor:
     empty = (y1 <= y0) | (x1 <= x0)
     y0, x0 = np.where(empty, 0, y0), np.where(empty, 0, x0)
     y1, x1 = np.where(empty, 1, y1), np.where(empty, 1, x1)
-    parts = [image[a:z, c:e] for image, a, z, c, e in
-             zip(images, y0.tolist(), y1.tolist(), x0.tolist(), x1.tolist())]
-    batch = _PACKERS[PACKING](parts)
+    batch = _PACKERS[PACKING](images, y0, y1, x0, x1)
     hm, wm = batch.shape[1], batch.shape[3]
     rows = resize_weights(oh, ch, hm, np.zeros(b, bool), dev, shift=y0 - top,
                           stored=np.where(empty, 0, y1 - y0))
@@ -191,8 +189,40 @@ def _resize_group(images, top, left, ch, cw, flip, out_hw) -> torch.Tensor:
     return torch.bmm(mid, cols.transpose(1, 2)).view(b, oh, 3, ow)
 
 
-def _pack_by_copies(parts: list[torch.Tensor]) -> torch.Tensor:
-    """float ``[B, Hm, 3, Wm]``, zero-padded: one copy launch per part."""
+def _parts(images, y0, y1, x0, x1) -> list[torch.Tensor]:
+    return [image[a:z, c:e] for image, a, z, c, e in
+            zip(images, y0.tolist(), y1.tolist(), x0.tolist(), x1.tolist())]
+
+
+def _pack_by_gather(images, y0, y1, x0, x1) -> torch.Tensor:
+    """float ``[B, Hm, 3, Wm]``, zero-padded: the images concatenated into one flat buffer
+    (a zero pixel at its end), then every stored pixel of every window read by one
+    ``index_select`` (int32 pixel numbers, built by broadcasting a row part and a column
+    part): about ten launches for the whole group, however many images."""
+    dev, b = images[0].device, len(images)
+    widths = np.array([x.shape[1] for x in images], np.int64)
+    sizes = np.array([x.shape[0] for x in images], np.int64) * widths
+    zero = int(sizes.sum())  # the pixel number of the appended zero pixel
+    flat = torch.cat([x.reshape(-1, 3) for x in images] + [images[0].new_zeros((1, 3))])
+    hm, wm = int((y1 - y0).max()), int((x1 - x0).max())
+    index_type = torch.int32 if zero < (1 << 31) - 1 else torch.int64
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]]) + y0 * widths + x0  # window's pixel 0
+    packed = to_device(np.stack([first, widths, y1 - y0, x1 - x0]), dev)
+    first, width, rows, cols = packed.unbind(0)
+    ys, xs = torch.arange(hm, device=dev), torch.arange(wm, device=dev)
+    row_start = torch.where(ys[None, :] < rows[:, None], first[:, None] + ys[None, :] * width[:, None],
+                            -1)  # [B, Hm]; -1: a row past the window
+    col = torch.where(xs[None, :] < cols[:, None], xs[None, :], -1)  # [B, Wm]
+    index = (row_start[:, :, None] + col[:, None, :]).to(index_type)
+    index.masked_fill_((row_start[:, :, None] < 0) | (col[:, None, :] < 0), zero)
+    pixels = flat.index_select(0, index.view(-1)).view(b, hm, wm, 3)
+    batch = torch.empty((b, hm, 3, wm), dtype=torch.float32, device=dev)
+    return batch.copy_(pixels.permute(0, 1, 3, 2))
+
+
+def _pack_by_copies(images, y0, y1, x0, x1) -> torch.Tensor:
+    """float ``[B, Hm, 3, Wm]``, zero-padded: one copy launch per window."""
+    parts = _parts(images, y0, y1, x0, x1)
     hm, wm = max(p.shape[0] for p in parts), max(p.shape[1] for p in parts)
     batch = torch.zeros((len(parts), hm, 3, wm), dtype=torch.float32, device=parts[0].device)
     for i, part in enumerate(parts):
@@ -200,9 +230,10 @@ def _pack_by_copies(parts: list[torch.Tensor]) -> torch.Tensor:
     return batch
 
 
-def _pack_nested(parts: list[torch.Tensor]) -> torch.Tensor:
-    """float ``[B, Hm, 3, Wm]``, zero-padded: through a nested tensor (a C++ loop, no Python
-    per part)."""
+def _pack_nested(images, y0, y1, x0, x1) -> torch.Tensor:
+    """float ``[B, Hm, 3, Wm]``, zero-padded: through a nested tensor (no Python per window,
+    but torch pads and clones each component: two launches per window)."""
+    parts = _parts(images, y0, y1, x0, x1)
     with warnings.catch_warnings():  # strided nested tensors are "prototype": used to pad only
         warnings.simplefilter("ignore", UserWarning)
         packed = torch.nested.as_nested_tensor(parts).to_padded_tensor(0)
@@ -211,12 +242,13 @@ def _pack_nested(parts: list[torch.Tensor]) -> torch.Tensor:
     return batch.copy_(packed.permute(0, 1, 3, 2))
 
 
-_PACKERS = {"copies": _pack_by_copies, "nested": _pack_nested}
-#: How windows are packed into the padded batch. Through a nested tensor the GPU JPEG loader
-#: ran 6,468 images/s against 5,629 with a copy per window, in one call on the H100
-#: (``benchmarks/results/gpu/session9-4/jpeg_stages.log``), though alone, without the decode
-#: thread beside it, the augmentation took 26 ms a batch against 21.
-PACKING = "nested"
+_PACKERS = {"gather": _pack_by_gather, "copies": _pack_by_copies, "nested": _pack_nested}
+#: How windows are packed into the padded batch: ``"gather"`` (one ``index_select`` from the
+#: concatenated images), ``"copies"`` (a copy per window) or ``"nested"`` (a nested tensor,
+#: which torch pads and clones per window). On the H100 the host op profile of a batch of 256
+#: gave 593 kernel launches and 1,012 slices with copies, 1,100 launches nested
+#: (``benchmarks/results/gpu/session9-7/augment_profile.log``).
+PACKING = "gather"
 
 
 def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | None = None
