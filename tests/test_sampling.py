@@ -3,6 +3,8 @@ ranks partition the epoch, clips follow NVVL/DALI semantics, and it all scales."
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import pickle
 import time
@@ -13,6 +15,7 @@ import pytest
 from scipy import stats
 
 import vidloader.sampling as sampling
+import vidloader.sampling._epoch as _epoch
 from vidloader.errors import ConfigError
 from vidloader.index import VideoIndex, VideoRecord
 from vidloader.sampling import (
@@ -23,12 +26,15 @@ from vidloader.sampling import (
     resolve_labels,
 )
 from vidloader.sampling._permutation import (
+    GOLDEN,
     KeyedPermutation,
     counter_stream,
     derive_seed,
+    feistel_rounds,
     mix64,
     uniform_below,
 )
+from vidloader.sampling._space import ClipShape, SampleSpace
 
 FRAME_COUNTS = [1, 7, 30, 100, 250, 3]
 TOTAL = sum(FRAME_COUNTS)  # 391 = 17 * 23: not divisible by 2, 3 or 4
@@ -577,30 +583,181 @@ def test_a_million_videos_plan_fast(sampler):
     assert (batch.frame_indices < 300).all()
 
 
-@pytest.mark.parametrize("sampler", [
-    RandomFrames(seed=3), SequentialFrames(), RandomFrames(seed=3, num_samples=5000, replacement=True),
-    Clips(seed=5, sequence_length=4, stride=2),
-], ids=["shuffle", "sequential", "replacement", "clips"])
-@pytest.mark.parametrize("rank, world, drop_last", [(0, 1, False), (1, 3, False), (2, 3, True)])
-def test_plans_computed_a_block_at_a_time_equal_plans_computed_alone(
-        monkeypatch, sampler, rank, world, drop_last):
-    """An epoch plan computes batches a block of samples at a time (one pass of numpy calls
-    over the block) and keeps the last block; in any order of access (forwards, backwards,
-    jumping across blocks, resuming mid-block) each batch is what computing it alone gives."""
-    index = ArrayIndex(np.random.default_rng(0).integers(1, 400, 60))
+# --- block computation: plans computed a block of batches at a time --------------------------
+# The reference below recomputes every sample from its definition, one Python integer at a
+# time: no numpy, no block, no table, so nothing it shares with the plan can hide a mismatch.
+
+def reference_image(n: int, key: int, x: int) -> int:
+    """KeyedPermutation(n, key) at ``x``: its Feistel network and cycle-walk, scalar."""
+    bits = max(2, (n - 1).bit_length())
+    lo_bits = bits // 2
+    lo_mask, hi_mask = (1 << lo_bits) - 1, (1 << (bits - lo_bits)) - 1
+    keys = [derive_seed(key, r) for r in range(feistel_rounds(bits))]
+    while True:
+        lo, hi = x & lo_mask, x >> lo_bits
+        for r, round_key in enumerate(keys):
+            if r % 2 == 0:
+                hi ^= mix64(lo + round_key) & hi_mask
+            else:
+                lo ^= mix64(hi + round_key) & lo_mask
+        x = (hi << lo_bits) | lo
+        if x < n:
+            return x
+
+
+def reference_stream(key: int, c: int) -> int:
+    """counter_stream(key, [c]), scalar."""
+    return mix64(key + (c + 1) * GOLDEN)
+
+
+def reference_draw(key: int, c: int, n: int) -> int:
+    """uniform_below(key, [c], n), scalar: redrawn from derived streams above the limit."""
+    limit, value, attempt = ((1 << 64) // n) * n, reference_stream(key, c), 0
+    while value >= limit:
+        attempt += 1
+        value = reference_stream(derive_seed(key, attempt), c)
+    return value % n
+
+
+def reference_plan(sampler, index, b, *, epoch, batch_size, rank, world_size, drop_last):
+    """(videos, frames, seeds) of batch ``b`` from the sampling laws alone."""
+    shape = sampler._clip_shape()
+    counts = [max(0, (int(f) - shape.span) // shape.step + 1) for f in index.num_frames]
+    offsets = [0, *itertools.accumulate(counts)]
+    total = sampler.num_samples(index)
+    share = total // world_size if drop_last else -(-total // world_size)
+    mode = sampler.epoch_order
+    seed = sampler.seed
+    rows = []
+    for local in range(b * batch_size, min((b + 1) * batch_size, share)):
+        p = (rank * share + local) % total if mode == "sequential" else (rank + local * world_size) % total
+        if mode == "sequential":
+            sample = p
+        elif mode == "shuffle":
+            sample = reference_image(offsets[-1], derive_seed(seed, epoch, _epoch._SHUFFLE_TAG), p)
+        else:
+            sample = reference_draw(derive_seed(seed, epoch, _epoch._DRAW_TAG), p, offsets[-1])
+        video = bisect.bisect_right(offsets, sample) - 1
+        start = (sample - offsets[video]) * shape.step
+        rows.append((video, [start + shape.stride * t for t in range(shape.length)],
+                     reference_stream(derive_seed(seed, epoch, _epoch._SAMPLE_SEED_TAG), p)))
+    videos, frames, seeds = zip(*rows)
+    return (np.array(videos, np.int64), np.array(frames, np.int64),
+            np.array(seeds, np.uint64))
+
+
+def assert_plan_is_reference(got, want, b):
+    assert got.batch_index == b
+    for field, expected in zip(("video_indices", "frame_indices", "sample_seeds"), want):
+        value = getattr(got, field)
+        assert value.dtype == expected.dtype and np.array_equal(value, expected), (b, field)
+
+
+BLOCK_SAMPLERS = {
+    "shuffle": RandomFrames(seed=3),
+    "sequential": SequentialFrames(seed=4),
+    "replacement": RandomFrames(seed=3, num_samples=701, replacement=True),
+    "truncated": RandomFrames(seed=6, num_samples=701),
+    "clips": Clips(seed=5, sequence_length=4, stride=2, step=3),
+    "sequential-clips": Clips(seed=5, sequence_length=3, stride=2, shuffle=False),
+    "equal-videos": RandomFrames(seed=7),  # run on videos of one length: located by division
+}
+
+
+@pytest.mark.parametrize("name", list(BLOCK_SAMPLERS))
+@pytest.mark.parametrize("rank, world, drop_last",
+                         [(0, 1, False), (0, 1, True), (1, 3, False), (2, 3, True)])
+def test_plans_computed_a_block_at_a_time_equal_the_sampling_laws(
+        monkeypatch, name, rank, world, drop_last):
+    """An epoch plan computes its batches a block at a time and keeps the last block; in any
+    order of access (forwards, backwards, across block boundaries, jumping, resuming in the
+    middle of a block, the same batch twice) every batch is the one the laws define."""
+    sampler = BLOCK_SAMPLERS[name]
     args = dict(epoch=2, batch_size=7, rank=rank, world_size=world, drop_last=drop_last)
-    monkeypatch.setattr(sampling._epoch, "BLOCK_SAMPLES", 50)  # 7 batches a block
-    plan = sampler.plan_epoch(index, **args)
-    n = len(plan)
-    assert n > 20
-    order = list(range(n)) + list(range(n))[::-1] + [17, 3, n - 1, 9, 9, 0]
-    blocked = {b: plan.batch(b) for b in order}
-    monkeypatch.setattr(sampling._epoch, "BLOCK_SAMPLES", 1)  # every batch on its own
-    alone = sampler.plan_epoch(index, **args)
+    monkeypatch.setattr(_epoch, "BLOCK_SAMPLES", 50)  # blocks of 7 batches
+    per_block = 7
+    for videos in range(40, 100):  # the first index whose epoch has both short ends
+        frames = np.random.default_rng(videos).integers(0, 60, videos)
+        index = ArrayIndex(np.full(videos, 40) if name == "equal-videos" else frames)
+        plan = sampler.plan_epoch(index, **args)
+        n = len(plan)
+        # A short last block, and a short last batch unless drop_last drops it.
+        if n > 4 * per_block and n % per_block and (drop_last or plan.num_samples % 7):
+            break
+    else:
+        pytest.fail("no index of 40 to 99 videos gives an epoch with a short last block")
+    boundaries = [k for b in range(per_block, n, per_block) for k in (b - 1, b, b - 1)]
+    order = [17, 16, 3, n - 1, 0, n - 2, *boundaries, 9, 9, *range(n), *reversed(range(n))]
+    want = {b: reference_plan(sampler, index, b, **args) for b in range(n)}
     for b in order:
-        want, got = alone.batch(b), blocked[b]
-        assert got.batch_index == b == want.batch_index
-        for field in ("video_indices", "frame_indices", "sample_seeds"):
-            assert np.array_equal(getattr(got, field), getattr(want, field)), (b, field)
+        assert_plan_is_reference(plan.batch(b), want[b], b)
+        first, kept = plan._block
+        assert first % per_block == 0 and first <= b < first + len(kept) <= first + per_block
+    assert plan.batch(n - 1).batch_size == (7 if drop_last else plan.num_samples - 7 * (n - 1))
     with pytest.raises(IndexError):
         plan.batch(n)
+    with pytest.raises(IndexError):
+        plan.batch(-1)
+
+
+@pytest.mark.parametrize("block_samples", [1, 6, 7, 8192])
+def test_block_size_in_batches_is_at_least_one_and_at_most_the_epoch(monkeypatch, block_samples):
+    """Blocks hold ``BLOCK_SAMPLES // batch_size`` batches, at least one (batches larger than
+    a block) and never past the end of the epoch; plans are the same whatever the size."""
+    index = ArrayIndex(np.random.default_rng(1).integers(1, 60, 30))
+    sampler = RandomFrames(seed=11)
+    args = dict(epoch=0, batch_size=7, rank=1, world_size=2, drop_last=False)
+    monkeypatch.setattr(_epoch, "BLOCK_SAMPLES", block_samples)
+    plan = sampler.plan_epoch(index, **args)
+    n = len(plan)
+    for b in [n - 1, *range(n)]:
+        assert_plan_is_reference(plan.batch(b), reference_plan(sampler, index, b, **args), b)
+        assert len(plan._block[1]) == min(max(1, block_samples // 7), n - plan._block[0])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 255, 256, 257, 1000, 2**12 + 1,
+                               2**16 - 1, 2**16 + 1, 2**20 + 3])
+def test_permutation_tables_give_the_network_s_bits(n):
+    """A permutation evaluates directly until it has evaluated a row of its round tables'
+    worth of points, then through the tables: both give each position the scalar network's image,
+    however the positions are split into calls (the cycle-walk is per position)."""
+    key = derive_seed(n, 5)
+    perm = KeyedPermutation(n, key)
+    x = np.random.default_rng(n).integers(0, n, 2 * perm._tabulate_after + 64)
+    first, rest = x[:64], x[64:]
+    direct = perm(first)  # below the threshold: no tables yet, unless they are that small
+    assert (perm._tables is None) == (perm._tabulate_after > 64)
+    tabulated = perm(rest)  # crosses the threshold: built on entry
+    assert perm._tables is not None
+    assert np.array_equal(perm(first), direct)
+    for points, images in ((first, direct), (rest[-256:], tabulated[-256:]), ([0, n - 1], None)):
+        want = [reference_image(n, key, int(p)) for p in points]
+        assert np.array_equal(perm(np.asarray(points)) if images is None else images, want)
+
+
+def test_permutations_of_huge_domains_are_never_tabulated():
+    n = 2**31 + 11  # halves of 16 bits: tables of 2**16 entries a round, over the cap
+    perm = KeyedPermutation(n, 3)
+    x = np.random.default_rng(0).integers(0, n, 4096)
+    for _ in range(4):
+        images = perm(x)
+    assert perm._tables is None and perm._tabulate_after is None
+    assert images.dtype == np.int64
+    assert np.array_equal(images[:50], [reference_image(n, 3, int(p)) for p in x[:50]])
+
+
+@pytest.mark.parametrize("frames, shape", [
+    (np.ones(1000, np.int64), ClipShape()),  # an image dataset: one sample per video
+    (np.full(40, 30), ClipShape()),
+    (np.full(40, 30), ClipShape(length=4, stride=3, step=2)),
+    (np.array([30, 31, 29, 30]), ClipShape(length=4, stride=3, step=2)),  # equal counts too
+    (np.array([30, 0, 30]), ClipShape()),  # an empty video: not uniform
+])
+def test_locating_by_division_equals_the_binary_search(frames, shape):
+    space = SampleSpace(frames, shape)
+    ids = np.random.default_rng(0).permutation(space.size)
+    videos, starts = space.locate(ids)
+    want_videos = np.searchsorted(space.offsets, ids, side="right") - 1
+    want_starts = (ids - space.offsets[want_videos]) * shape.step
+    assert videos.dtype == np.int64 and np.array_equal(videos, want_videos)
+    assert np.array_equal(starts, want_starts[:, None] + shape.stride * np.arange(shape.length))

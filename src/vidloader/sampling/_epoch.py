@@ -103,6 +103,10 @@ class SampledEpoch(EpochPlan):
         local = local_batch_positions(
             batch_index, self._num_batches, self.batch_size, self.num_samples
         )
+        return self._shard(local)
+
+    def _shard(self, local: np.ndarray) -> np.ndarray:
+        """Global epoch positions of this rank's local positions ``local``."""
         return shard_positions(
             local, total=self.epoch_samples, rank=self.rank, world_size=self.world_size,
             contiguous=self._order.mode == "sequential", length=self.num_samples,
@@ -112,30 +116,34 @@ class SampledEpoch(EpochPlan):
         """The plan of batch ``batch_index`` (``0 <= batch_index < len(self)``).
 
         Batches are computed a block at a time (:data:`BLOCK_SAMPLES` samples, aligned) and
-        the last block is kept: every step is a numpy call whose fixed cost dwarfs its
+        only the last block is kept: every step is a numpy call whose fixed cost dwarfs its
         per-sample cost at a batch's size (~0.5 ms a batch of 256 on a slow core, most of an
         in-memory GPU epoch), and every step is element-wise, so a block gives each batch
-        exactly what computing it alone gives.
+        exactly what computing it alone gives. Aligned blocks serve any access order (a
+        resume, a backwards walk) with at most one block computed per block entered.
         """
         if not 0 <= batch_index < self._num_batches:
             self.positions(batch_index)  # raises the IndexError naming the range
         per_block = max(1, BLOCK_SAMPLES // self.batch_size)
         first = batch_index - batch_index % per_block
-        if self._block is None or self._block[0] != first:
-            self._block = (first, self._compute(range(first, min(first + per_block, self._num_batches))))
-        return self._block[1][batch_index - first]
+        block = self._block  # one read: another thread may replace it meanwhile
+        if block is None or block[0] != first:
+            block = (first, self._compute(range(first, min(first + per_block, self._num_batches))))
+            self._block = block
+        return block[1][batch_index - first]
 
     def _compute(self, batches: range) -> list[BatchPlan]:
         """The plans of consecutive ``batches``, in one pass over their samples."""
-        each = [self.positions(b) for b in batches]
-        positions = np.concatenate(each)
+        # The batches' local positions are one run: batch b holds b·B .. min((b+1)·B, n) - 1.
+        stop = min(batches.stop * self.batch_size, self.num_samples)
+        positions = self._shard(np.arange(batches.start * self.batch_size, stop, dtype=np.int64))
         videos, frames = self._space.locate(self._order(positions))
         # Keyed on the global position: the same on resume, whatever the rank or batching.
         seeds = counter_stream(self._seed_key, positions)
-        plans, start = [], 0
-        for b, part in zip(batches, each):
-            rows = slice(start, start + len(part))
-            start = rows.stop
+        plans = []
+        for b in batches:
+            start = (b - batches.start) * self.batch_size
+            rows = slice(start, start + self.batch_size)  # the last batch's may be short
             plans.append(BatchPlan(epoch=self.epoch, batch_index=b, video_indices=videos[rows],
                                    frame_indices=frames[rows], sample_seeds=seeds[rows],
                                    is_clip=self._is_clip))

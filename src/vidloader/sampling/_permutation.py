@@ -28,6 +28,9 @@ _COMBINE = 0xD6E8FEB86659FD93  # odd: multiplying by it is a bijection mod 2**64
 #: Fewest Feistel rounds (each round rewrites one half). Luby-Rackoff needs 4 for a
 #: pseudo-random permutation; 8 buys margin.
 MIN_FEISTEL_ROUNDS = 8
+#: Largest half-domain (values one Feistel half can take) for which a permutation tabulates its
+#: round functions: at most 2**15 entries a round, 2 MiB for 8 rounds, for ``n <= 2**30``.
+MAX_TABLE_HALF = 1 << 15
 
 
 def mix64(x: int | np.ndarray) -> int | np.ndarray:
@@ -168,29 +171,92 @@ class KeyedPermutation:
         self._lo_mask = np.uint64((1 << (bits // 2)) - 1)
         self._hi_mask = np.uint64((1 << (bits - bits // 2)) - 1)
         self._round_keys = [np.uint64(derive_seed(key, r)) for r in range(rounds)]
+        # The high half is the larger one: a table row indexed by it also covers the low half.
+        half = 1 << (bits - bits // 2)
+        # Points to evaluate directly before tabulating (see _tabulate); None: never.
+        self._tabulate_after = half if half <= MAX_TABLE_HALF else None
+        self._evaluated = 0
+        self._tables: np.ndarray | None = None
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         """The images of ``positions`` (integers in ``[0, n)``, any shape) as int64."""
         x = np.asarray(positions)
         if x.size and (x.min() < 0 or x.max() >= self.n):
             raise ValueError(f"positions must lie in [0, {self.n}), got {x.min()}..{x.max()}")
-        y = self._feistel(x.reshape(-1).astype(np.uint64))
-        n = np.uint64(self.n)
-        walking = np.flatnonzero(y >= n)
+        flat = x.reshape(-1)
+        if self._tabulate(flat.size):
+            y = self._walk(flat.astype(np.int64, copy=False), self._feistel_tabulated)
+        else:
+            y = self._walk(flat.astype(np.uint64), self._feistel).astype(np.int64)
+        return y.reshape(x.shape)
+
+    def _walk(self, x: np.ndarray, feistel) -> np.ndarray:
+        """Cycle-walking: ``feistel`` of ``x``, applied again where the result is ``>= n``.
+
+        Each point's walk depends on that point alone, so the images do not depend on which
+        other points share the call (a block of batches gives each batch its own images).
+        """
+        y = feistel(x)
+        walking = np.flatnonzero(y >= self.n)
         while walking.size:
-            y[walking] = self._feistel(y[walking])
-            walking = walking[y[walking] >= n]
-        return y.astype(np.int64).reshape(x.shape)
+            step = feistel(y[walking])
+            y[walking] = step
+            walking = walking[step >= self.n]
+        return y
+
+    def _tabulate(self, points: int) -> bool:
+        """Whether to evaluate a call on ``points`` positions through the round tables,
+        building them once the permutation has evaluated a table row's worth of points.
+
+        A round's function reads one half only, so on small domains all of its values fit
+        in a table, and a round becomes one gather and one XOR instead of the ~10 numpy
+        calls of :func:`mix64` (3x faster on 8192 points of a 50,000-point domain). A table
+        entry costs one mix64 and a point evaluated directly costs one a round, so building
+        the tables costs about what evaluating a row's worth of points does: waiting until
+        then bounds the waste at 2x on permutations used for a few points only (a short
+        epoch of a huge space). Both evaluators give the same bits.
+        """
+        if self._tables is None and self._tabulate_after is not None:
+            self._evaluated += points
+            if self._evaluated >= self._tabulate_after:
+                self._tables = self._round_tables()
+        return self._tables is not None
+
+    def _round_tables(self) -> np.ndarray:
+        """int64 ``[rounds, 2**hi_bits]``: row ``r`` holds round ``r``'s masked mix of every
+        value of the half it reads (rows of low-half rounds are longer than needed)."""
+        values = np.arange(int(self._hi_mask) + 1, dtype=np.uint64)
+        keys = np.array(self._round_keys, dtype=np.uint64)[:, None]
+        masks = np.array([self._hi_mask if r % 2 == 0 else self._lo_mask
+                          for r in range(len(self._round_keys))], dtype=np.uint64)[:, None]
+        return (_mix64_array(values + keys) & masks).astype(np.int64)
 
     def _feistel(self, x: np.ndarray) -> np.ndarray:
         lo = x & self._lo_mask
         hi = x >> self._lo_bits
         for r, round_key in enumerate(self._round_keys):
             if r % 2 == 0:
-                hi = hi ^ (_mix64_array(lo + round_key) & self._hi_mask)
+                hi ^= _mix64_array(lo + round_key) & self._hi_mask
             else:
-                lo = lo ^ (_mix64_array(hi + round_key) & self._lo_mask)
-        return (hi << self._lo_bits) | lo
+                lo ^= _mix64_array(hi + round_key) & self._lo_mask
+        hi <<= self._lo_bits
+        hi |= lo
+        return hi
+
+    def _feistel_tabulated(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`_feistel` of int64 ``x`` through the round tables, as int64 (the halves
+        index the tables, and a tabulated domain has at most 30 bits)."""
+        lo_bits = int(self._lo_bits)
+        lo = x & int(self._lo_mask)
+        hi = x >> lo_bits
+        for r, table in enumerate(self._tables):
+            if r % 2 == 0:
+                hi ^= table.take(lo)
+            else:
+                lo ^= table.take(hi)
+        hi <<= lo_bits
+        hi |= lo
+        return hi
 
     def __repr__(self) -> str:
         return f"KeyedPermutation(n={self.n}, rounds={len(self._round_keys)})"

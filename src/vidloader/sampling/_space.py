@@ -60,8 +60,13 @@ class SampleSpace:
         self.shape = shape
         self.num_videos = len(num_frames)
         self.offsets = np.zeros(self.num_videos + 1, dtype=np.int64)
-        np.cumsum(shape.counts(num_frames), out=self.offsets[1:])
+        counts = shape.counts(num_frames)
+        np.cumsum(counts, out=self.offsets[1:])
         self._longest = int(num_frames.max()) if self.num_videos else 0
+        # Samples per video when every video holds the same number (an image dataset: one
+        # each), else 0: then a division finds a sample's video, not a binary search.
+        uniform = self.num_videos > 0 and counts[0] > 0 and bool((counts == counts[0]).all())
+        self._uniform_count = int(counts[0]) if uniform else 0
 
     @property
     def size(self) -> int:
@@ -84,9 +89,15 @@ class SampleSpace:
             ``[B, length]`` frame numbers.
         """
         ids = np.asarray(sample_ids, dtype=np.int64)
-        # side="right" skips videos with no samples: they share their offset with the next one.
-        videos = np.searchsorted(self.offsets, ids, side="right").astype(np.int64) - 1
-        starts = (ids - self.offsets[videos]) * self.shape.step
+        if self._uniform_count:
+            # offsets[v] == v * count: the same answer as the search below. Worth it: numpy's
+            # branchy search costs ~110 ns a random id over 50,000 videos, the division ~1.
+            videos, within = np.divmod(ids, self._uniform_count)
+            starts = within * self.shape.step
+        else:
+            # side="right" skips videos with no samples: they share their offset with the next.
+            videos = np.searchsorted(self.offsets, ids, side="right").astype(np.int64) - 1
+            starts = (ids - self.offsets[videos]) * self.shape.step
         frames = starts[:, None] + self.shape.stride * np.arange(self.shape.length, dtype=np.int64)
         return videos, frames
 
