@@ -7,6 +7,7 @@ import dataclasses
 import io
 import os
 import pickle
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -247,6 +248,49 @@ def test_stand_in_batch_decoder_matches_pillow_workers(folder):
                                 on_error="skip"), by_path, strict=True):
         assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])
     assert opens.paths == len(ds) and by_path.stats["skipped_samples"] == 1
+
+
+def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
+    """nvImageCodec's pool deals plans to two decode threads, each with its own decoder and
+    stream (one's Python holds the GIL while the other decodes); batches still come in order
+    and equal the Pillow path's."""
+    from vidloader.images import _nvimgcodec
+    from vidloader.pipeline import _image_decode
+
+    made = []
+
+    class StandIn:
+        name = "nvimgcodec"
+
+        def __init__(self, device):
+            self.threads, self.plans = set(), 0
+            made.append(self)
+
+        def decode_files(self, paths):
+            self.threads.add(threading.get_ident())
+            self.plans += 1
+            out = []
+            for path in paths:
+                try:
+                    image = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
+                    out.append(torch.from_numpy(np.array(image)))
+                except OSError:
+                    out.append(None)
+            return out
+
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", StandIn)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    lanes = ImageLoader(ds, batch_size=2, processing=proc, on_error="skip", decoder=StandIn("cpu"))
+    lanes._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+    made.clear()
+    got = list(lanes)
+    assert len(made) == _image_decode.NVIMGCODEC_LANES == 2
+    assert all(d.plans > 0 and len(d.threads) == 1 for d in made)
+    assert made[0].threads != made[1].threads
+    pillow = ImageLoader(ds, batch_size=2, processing=proc, num_workers=0, on_error="skip")
+    for x, y in zip(pillow, got, strict=True):
+        assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])
 
 
 # -- augmentation ----------------------------------------------------------------------------

@@ -152,12 +152,11 @@ def main() -> None:
 
     _instrument(results)
     from vidloader.pipeline import _image_decode
-    variants = [("files opened by nvImageCodec, gather", "gather", True),
-                ("files opened by nvImageCodec, copies", "copies", True),
-                ("files opened by nvImageCodec, nested", "nested", True),
-                ("files opened by nvImageCodec, gather, again", "gather", True)]
-    for label, packing, opens in variants:
+    variants = [("2 decode lanes", "gather", True, 2), ("1 decode lane", "gather", True, 1),
+                ("3 decode lanes", "gather", True, 3), ("2 decode lanes, again", "gather", True, 2)]
+    for label, packing, opens, lanes in variants:
         _batched.PACKING = packing
+        _image_decode.NVIMGCODEC_LANES = lanes
         _image_decode.BatchDecodePool._opens_files = property(lambda self, o=opens: o)
         loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
                              decoder="nvimgcodec", drop_last=True, persistent_workers=True)
@@ -200,15 +199,16 @@ def _instrument(results: dict) -> None:
     pool_cls = _image_decode.BatchDecodePool
     original_decode = pool_cls._decode
 
-    def _decode(self, reads):
+    def _decode(lane, reads):
         start = time.perf_counter()
         for f in reads:
             f.result()
         SPENT["decode thread: wait for reads"] = SPENT.get("decode thread: wait for reads", 0.0) + time.perf_counter() - start
         COUNTS["decode thread: wait for reads"] = COUNTS.get("decode thread: wait for reads", 0) + 1
-        return _clocked("decode thread: decode", original_decode)(self, reads)
-    pool_cls._decode = _decode
-    pool_cls._decode_files = _clocked("decode thread: open and decode", pool_cls._decode_files)
+        return _clocked("decode thread: decode", original_decode)(lane, reads)
+    pool_cls._decode = staticmethod(_decode)
+    pool_cls._decode_files = staticmethod(_clocked("decode thread: open and decode",
+                                                   pool_cls._decode_files))
     _image_decode.fill_from_images = _clocked("main: augment", _image_decode.fill_from_images)
     original_result = Future.result
 

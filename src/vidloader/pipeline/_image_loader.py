@@ -181,7 +181,8 @@ class ImageLoader(VideoLoader):
             GPU (``pip install 'vidloader[images-gpu]'``). An object with ``name`` and
             ``decode(list[bytes | None]) -> list[Tensor | None]`` (uint8 ``[H, W, 3]``
             upright RGB, ``None`` for a failure) decodes whole batches in its place, on its
-            own device (e.g. torchvision's ``decode_jpeg(device="cuda")`` wrapped).
+            own device (e.g. torchvision's ``decode_jpeg(device="cuda")`` wrapped); one with
+            ``decode_files(list[str])`` instead is given the paths and reads the files itself.
         output ("dict" | "dali"): the batch's shape (see above).
         on_error ("raise" | "skip"): a file that fails to decode raises
             :class:`~vidloader.WorkerError` naming it, or is dropped from its batch and
@@ -260,9 +261,11 @@ class ImageLoader(VideoLoader):
         return None
 
     def _units_in_flight(self) -> int:
-        """One batch per worker plus the prefetch (in this process: the prefetch)."""
+        """One batch per worker (Pillow) or decode lane (nvImageCodec) plus the prefetch."""
+        from ._image_decode import NVIMGCODEC_LANES
+
         config = self.config
-        ways = config.num_workers if config.backend == "pillow" else 1
+        ways = {"pillow": config.num_workers, "nvimgcodec": NVIMGCODEC_LANES}.get(config.backend, 1)
         return max(1, ways) + config.prefetch - 1
 
     def _start(self) -> None:
@@ -331,9 +334,11 @@ def _lookahead(backend: str, device, batch_size: int) -> int:
 
 
 def _batch(decoder) -> str:
-    if not (hasattr(decoder, "name") and callable(getattr(decoder, "decode", None))):
+    decodes = any(callable(getattr(decoder, m, None)) for m in ("decode", "decode_files"))
+    if not (hasattr(decoder, "name") and decodes):
         raise ConfigError(f"decoder must be one of {DECODERS} or an object with `name` and "
-                          f"`decode(list of bytes) -> list of tensors`, got {decoder!r}")
+                          "`decode(list of bytes) -> list of tensors` (or `decode_files(list of "
+                          f"paths)`), got {decoder!r}")
     return "batch"
 
 
