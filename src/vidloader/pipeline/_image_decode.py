@@ -71,10 +71,11 @@ class _Streams:
 
 
 #: Decode threads for nvImageCodec, each with its own decoder and CUDA stream, plans dealt to
-#: them in turn: one thread's per-image Python (opening files, wrapping images) holds the GIL
-#: that the other's decode, which releases it, does not need. With one, the decode thread
-#: took ~42 ms a batch in the loader against ~20 alone (H100, ``session9-8``).
-NVIMGCODEC_LANES = 2
+#: them in turn. One: in one call on the H100 the JPEG loader ran 6,319 images/s on one lane,
+#: 6,109 and 5,469 on two, 5,962 on three, each lane's decode slowing to ~60 ms a batch
+#: against ~40 (``benchmarks/results/gpu/session9-10/jpeg_stages.log``): the decoders share
+#: the hardware and nvImageCodec's own threads, so more lanes only contend.
+NVIMGCODEC_LANES = 1
 
 
 class _Lane:
