@@ -1,6 +1,7 @@
-"""Pools that fill image slots (:class:`~._contract.BatchPool`): in memory on the batch's
-device, Pillow in spawned workers or in this process, and nvImageCodec on the GPU
-(:class:`~._image_decode.BatchDecodePool`, in its own module)."""
+"""Pools that fill image slots (:class:`~._contract.BatchPool`): Pillow in spawned workers or
+in this process, and nvImageCodec on the GPU (:class:`~._image_decode.BatchDecodePool`, in
+its own module); and :class:`MemoryImages`, an in-memory dataset on the batch's device, which
+needs no slots."""
 
 from __future__ import annotations
 
