@@ -120,32 +120,43 @@ def _holds(value, storages: set, wanted: set, depth: int):
 
 
 def _chain(obj, depth: int, ignore: set[int], chained: list | None = None) -> list[str]:
-    """One referrer per level (the first that is not this function's own bookkeeping); the
-    objects passed are appended to ``chained``."""
+    """What refers to ``obj``, ``depth`` levels up: at each level every referrer described
+    (a frame by its function and line, a dict by its keys, a list by its length), and the
+    first followed. This function's own lists are skipped (one list per level, its id
+    ignored: a second, filtered copy once passed itself off as a referrer). The objects
+    followed are appended to ``chained``."""
     import types
 
     out, ignore = [], set(ignore)
     for _ in range(depth):
-        refs = [r for r in gc.get_referrers(obj) if id(r) not in ignore
-                and not isinstance(r, types.FrameType) or (isinstance(r, types.FrameType)
-                and r.f_code.co_name not in ("_chain", "_holders"))]
+        refs = [r for r in gc.get_referrers(obj) if id(r) not in ignore and not (
+            isinstance(r, types.FrameType) and r.f_code.co_name in ("_chain", "_holders"))]
         ignore.add(id(refs))
-        refs = [r for r in refs if id(r) not in ignore]
         if not refs:
+            out.append("(nothing the collector sees)")
             break
+        out.append(" | ".join(_describe(r) for r in refs[:4]))
         obj = refs[0]
         ignore.add(id(obj))
         if chained is not None:
             chained.append(obj)
-        if isinstance(obj, types.FrameType):
-            out.append(f"frame {obj.f_code.co_name}:{obj.f_lineno}")
-        elif isinstance(obj, dict):
-            out.append(f"dict{sorted(map(str, obj))[:6]}")
-        elif isinstance(obj, (list, tuple)):
-            out.append(f"{type(obj).__name__}[{len(obj)}] (+{len(refs) - 1} others)")
-        else:
-            out.append(type(obj).__qualname__)
     return out
+
+
+def _describe(obj) -> str:
+    import types
+
+    if isinstance(obj, types.FrameType):
+        return f"frame {obj.f_code.co_name}:{obj.f_lineno}"
+    if isinstance(obj, dict):
+        return f"dict{sorted(map(str, obj))[:6]}"
+    if isinstance(obj, (list, tuple)):
+        return f"{type(obj).__name__}[{len(obj)}]"
+    if isinstance(obj, types.CellType):
+        return "cell"
+    if isinstance(obj, types.FunctionType):
+        return f"function {obj.__qualname__}"
+    return type(obj).__qualname__
 
 
 class _Hogs:
