@@ -63,7 +63,7 @@ def _hog(leave: int) -> torch.Tensor:
     pytest.fail(f"could not allocate all but {leave >> 20} MiB of the GPU")
 
 
-def _holders(limit: int = 4, depth: int = 5) -> list[str]:
+def _holders(limit: int = 4, depth: int = 10) -> list[str]:
     """For a failed memory check: each live CUDA tensor over 1 MiB (but the other tensor)
     and the chain of what keeps it alive, ``depth`` levels up (a frame by its function and
     line, a dict by its keys, a list by its length), so the log says what held it."""
