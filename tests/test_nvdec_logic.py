@@ -351,6 +351,36 @@ def test_submit_batch_error_surfaces_at_wait_and_cancels(media, fake):
     ex.close()
 
 
+def test_a_failed_batch_keeps_no_frame_of_any_failed_gop(media, fake):
+    """Several GOPs fail at once (out of GPU memory on two decoder threads): besides the error
+    raised, whose frames the loader clears, the batch must not keep the others' tracebacks,
+    whose frames hold the sink and its staging views (on the H100 a 19 MiB slot outlived the
+    error that way, session9-11)."""
+    import gc
+    import weakref
+
+    from vidloader import GpuMemoryError
+
+    ex = NvdecExecutor(num_decoders=2, frame_cache_bytes=0, packet_cache_bytes=0)
+    tasks = [plan_tasks_for_frames(k, record_of(media["h264"]), [k, 40 + k]) for k in range(4)]
+    held = []
+
+    def sink(pos, indices, frames):
+        staging = torch.zeros(16)  # stands in for the staging views a sink's frame holds
+        held.append(weakref.ref(staging))
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
+
+    pending = ex.submit_batch(tasks, sink)
+    with pytest.raises(GpuMemoryError) as caught:
+        pending.wait()
+    assert len(held) >= 2  # more than one GOP failed
+    from vidloader.decoding._memory import release_frames
+    release_frames(caught.value)  # what the loader does with the error it raises
+    gc.collect()
+    assert [ref() for ref in held if ref() is not None] == []  # `pending` still alive
+    ex.close()
+
+
 def _assembler_outputs(media, executor, *, batched: bool, units: int = 2):
     """Fill `units` units of RandomFrames batches from the fake NVDEC into CPU staging."""
 

@@ -39,7 +39,7 @@ from ..._utils._nvtx import Ranges
 from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
-from .._memory import gpu_memory_guard
+from .._memory import gpu_memory_guard, release_frames
 from ._annexb import ContainerCache, demux_gops, full_gop_requests
 from ._bundle import PacketBundle
 from ._caps import NvdecCaps, needed_queries, nvdec_decodability, query_nvdec_caps
@@ -544,10 +544,24 @@ class PendingBatch:
                 stats.packets += res.packets
                 stats.delivered += res.delivered
                 stats.seeks += res.packets > 0
-        except BaseException:
+        except BaseException as exc:
             self.cancel()
+            self._release_failures(exc)
             raise
         stats.tasks += len({job.pos for job in self._jobs})
+
+    def _release_failures(self, raised: BaseException) -> None:
+        """Let go of the other GOPs' failures. Each failed future keeps its exception, whose
+        traceback keeps the frames it passed through: the sink's, holding the unit's staging
+        views. The caller clears the frames of the one raised; after an out-of-memory error
+        on two decoder threads at once, the other's kept a 19 MiB staging slot alive on the
+        H100 (``benchmarks/results/gpu/session9-11``)."""
+        for fut in self._results:
+            if isinstance(fut, Future) and fut.done() and not fut.cancelled():
+                other = fut.exception()
+                if other is not None and other is not raised:
+                    release_frames(other)
+        self._results = []
 
     def cancel(self) -> None:
         """Cancel GOPs not started and wait for the running ones (no sink runs afterwards)."""
