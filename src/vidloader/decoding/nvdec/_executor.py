@@ -545,12 +545,11 @@ class PendingBatch:
                 stats.delivered += res.delivered
                 stats.seeks += res.packets > 0
         except BaseException as exc:
-            self.cancel()
-            self._release_failures(exc)
+            self.cancel(keep=exc)
             raise
         stats.tasks += len({job.pos for job in self._jobs})
 
-    def _release_failures(self, raised: BaseException) -> None:
+    def _release_failures(self, raised: BaseException | None) -> None:
         """Let go of the other GOPs' failures. Each failed future keeps its exception, whose
         traceback keeps the frames it passed through: the sink's, holding the unit's staging
         views. The caller clears the frames of the one raised; after an out-of-memory error
@@ -563,13 +562,15 @@ class PendingBatch:
                     release_frames(other)
         self._results = []
 
-    def cancel(self) -> None:
-        """Cancel GOPs not started and wait for the running ones (no sink runs afterwards)."""
+    def cancel(self, *, keep: BaseException | None = None) -> None:
+        """Cancel GOPs not started and wait for the running ones (no sink runs afterwards);
+        let go of the failed GOPs' frames, but those of ``keep`` (the error being raised)."""
         self._done = True
         futures = [r for r in self._results if isinstance(r, Future)]
         for fut in futures:
             fut.cancel()
         wait(futures)
+        self._release_failures(keep)
 
 
 def _missing_frames(job: _Job, missing) -> CorruptVideoError:
