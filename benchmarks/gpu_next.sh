@@ -1,10 +1,8 @@
 #!/bin/bash
 # The first device call of the next session (about 9 minutes on one H100 or H200), from what
 # session 9 left open:
-#   1. every cuda test (test_gpu_memory_taken_by_another_tensor_mid_epoch[2] failed in every
-#      session-9 call: one 19 MiB staging slot outlives a mid-epoch OOM with 2 demux workers,
-#      held through a list of 2 holding a list of 1 slot dict that nothing the collector sees
-#      refers to; the test now prints that chain);
+#   1. every cuda test (the GPU-fault tests passed 7/7 on the H100 after session 9's fix,
+#      session9-13; the whole cuda suite last ran before it, session9-9: 53 passed, 1 failed);
 #   2. the combo on W4 clips with its parts in one call (issue 13: 0.35-0.60 of the sum);
 #   3. where the NVDEC loader's GPU memory goes (issue 16: 8.25 GiB on nvidia-smi at W1,
 #      68 staging slots 1.22 GiB, decoded-frame copies made twice ~1.5 GiB at peak);
