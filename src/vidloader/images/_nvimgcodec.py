@@ -61,8 +61,8 @@ class NvImageCodecDecoder:
         """:meth:`decode` of the files at ``paths``, opened by nvImageCodec itself: a
         ``CodeStream`` made from a path reads the file in C++ (84k files/s on one thread on
         the H100 machine, against 16k for Python's ``open``/``read``, whose per-file cost
-        also held the GIL the augmentation needs). A file it cannot open or decode is read
-        by Python and given to Pillow, as :meth:`decode` does; ``None`` if that fails too."""
+        also held the GIL the augmentation needs). A file it cannot open or decode goes to
+        Pillow, as in :meth:`decode`; ``None`` if that fails too."""
         streams = [self._open(p) for p in paths]
         todo = [i for i, cs in enumerate(streams) if cs is not None]
         out: list[torch.Tensor | None] = [None] * len(paths)
@@ -70,8 +70,7 @@ class NvImageCodecDecoder:
             self._decode_into(out, todo, [streams[i] for i in todo])
         for i, path in enumerate(paths):
             if out[i] is None:
-                blob = _read(path)
-                out[i] = self._on_cpu(blob) if blob is not None else None
+                out[i] = self._on_cpu(path)
         return out
 
     def _open(self, path: str):
@@ -89,9 +88,10 @@ class NvImageCodecDecoder:
                 t = torch.as_tensor(image, device=self.device)
                 out[i] = t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
 
-    def _on_cpu(self, blob: bytes) -> torch.Tensor | None:
-        """A blob nvImageCodec did not decode (a format none of its installed backends takes,
-        e.g. PNG without its OpenCV extension), decoded by Pillow and copied to the GPU;
+    def _on_cpu(self, blob: bytes | str) -> torch.Tensor | None:
+        """A blob (or file) nvImageCodec did not decode (a format none of its installed
+        backends takes, e.g. PNG without its OpenCV extension), decoded by Pillow and copied
+        to the GPU;
         ``None`` if Pillow cannot decode it either (the file is then skipped or raises per
         ``on_error``). Counted in :attr:`cpu_fallbacks`."""
         from ..errors import CorruptImageError
@@ -114,10 +114,3 @@ class NvImageCodecDecoder:
         except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
             return None
 
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
