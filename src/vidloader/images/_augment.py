@@ -179,12 +179,21 @@ def crop_flip_batch(images: torch.Tensor, windows: Windows, out_hw: tuple[int, i
     return padded.reshape(-1, c).index_select(0, pixel.view(-1)).view(b, oh, ow, c)
 
 
-def augment_batch(images: torch.Tensor, proc: ImageProcess, seeds: np.ndarray) -> torch.Tensor:
+def cuts_without_resize(proc: ImageProcess, windows: Windows, out_hw: tuple[int, int]) -> bool:
+    """Whether ``windows`` (of equal-size images) are all of the output's size: a crop and a
+    flip, no resize."""
+    return proc.crop in ("random", "none") and out_hw == (int(windows.height[0]),
+                                                          int(windows.width[0]))
+
+
+def augment_batch(images: torch.Tensor, proc: ImageProcess, seeds: np.ndarray, *,
+                  windows: Windows | None = None) -> torch.Tensor:
     """Equal-size images uint8 ``[B, H, W, 3]`` (an in-memory dataset's batch, CPU or GPU) →
-    uint8 ``[B, oh, ow, 3]``: the windows of :func:`sample_windows`, resized, flipped."""
+    uint8 ``[B, oh, ow, 3]``: the windows of :func:`sample_windows` (``windows``, if the
+    caller drew them already), resized, flipped."""
     h, w = images.shape[1:3]
-    windows = sample_windows(proc, h, w, seeds)
+    windows = sample_windows(proc, h, w, seeds) if windows is None else windows
     out_hw = proc.out_hw(h, w)
-    if proc.crop in ("random", "none") and out_hw == (int(windows.height[0]), int(windows.width[0])):
+    if cuts_without_resize(proc, windows, out_hw):
         return crop_flip_batch(images, windows, out_hw, proc.padding)
     return torch.stack([crop_resize(images[i], windows[i], out_hw) for i in range(len(seeds))])

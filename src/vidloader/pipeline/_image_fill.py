@@ -16,7 +16,13 @@ import numpy as np
 import torch
 
 from ..errors import MediaError
-from ..images._augment import Windows, augment_batch, crop_resize, sample_windows
+from ..images._augment import (
+    Windows,
+    augment_batch,
+    crop_resize,
+    cuts_without_resize,
+    sample_windows,
+)
 from ..images._batched import crop_flip_gather, crop_resize_batch, to_device
 from ..images._pillow import decode_image, needed_size
 from ..processing import finalize
@@ -47,11 +53,11 @@ def augment_from_memory(pixels: torch.Tensor, config, plans: list) -> torch.Tens
     h, w = pixels.shape[1:3]
     windows = sample_windows(proc, h, w, seeds)
     out_hw = proc.out_hw(h, w)
-    fixed = out_hw == (int(windows.height[0]), int(windows.width[0]))
-    if proc.crop in ("random", "none") and fixed and pixels.device.type == "cuda":
+    if pixels.device.type == "cuda" and cuts_without_resize(proc, windows, out_hw):
         staged = crop_flip_gather(pixels, indices, windows, out_hw)
     else:  # on the CPU, gathering the images first and padding them is faster (caches)
-        staged = augment_batch(pixels[to_device(indices, pixels.device)], proc, seeds)
+        staged = augment_batch(pixels[to_device(indices, pixels.device)], proc, seeds,
+                               windows=windows)
     return finalize(staged[:, None], proc, is_clip=False)
 
 

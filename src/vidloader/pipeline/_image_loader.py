@@ -109,11 +109,11 @@ class ImageCollector:
         samples in order (owned, on the batch's device); each batch is a view of it, so a
         batch costs a few slices (no copy, no launch)."""
         indices = np.concatenate([plan.video_indices for plan in plans])
-        label = torch.from_numpy(labels[indices])
         sample_index = torch.from_numpy(indices)
         dali = self.config.output == "dali"
-        if dali:  # one copy to the images' device per unit, not one per batch
-            label = to_device(labels[indices].reshape(-1, 1), images.device)
+        # DALI's labels: one copy to the images' device per unit, not one per batch.
+        label = (to_device(labels[indices].reshape(-1, 1), images.device) if dali
+                 else torch.from_numpy(labels[indices]))
         stats, rows_by = self.stats, self.stats["rows_by_executor"]
         offset = 0
         for plan in plans:
