@@ -31,7 +31,7 @@ def main() -> None:
     plans = [loader._epoch_plan(0).batch(b) for b in range(BATCHES)]
     decoded = [decoder.decode_files([folder.path(i) for i in p.video_indices.tolist()]) for p in plans]
     slot = torch.empty((BATCH, 3, 224, 224), device="cuda")
-    for packing in ("gather", "copies", "nested"):
+    for packing in ("gather", "copies"):
         _batched.PACKING = packing
         for plan, images in zip(plans[:2], decoded[:2]):  # warm-up
             fill_from_images(loader.config, "nvimgcodec", images, plan, slot)

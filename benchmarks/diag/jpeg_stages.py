@@ -143,7 +143,7 @@ def main() -> None:
             if plan.batch_size == len(images):
                 fill_from_images(config, "nvimgcodec", images, plan, slot[:plan.batch_size])
     from vidloader.images import _batched
-    for packing in ("gather", "copies", "nested"):
+    for packing in ("gather", "copies"):
         _batched.PACKING = packing
         _timed(f"augment (fill_from_images, {packing})", results, n, augment,
                warm=lambda: augment(3))

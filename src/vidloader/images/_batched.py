@@ -31,7 +31,6 @@ multiply-adds of the banded filter; see ``benchmarks/results/cpu/images/``), so
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import torch
@@ -166,9 +165,8 @@ def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tup
 
 def _resize_group(images, top, left, ch, cw, flip, out_hw) -> torch.Tensor:
     """float ``[G, oh, 3, ow]``: each window's part inside its image, packed from the top-left
-    corner into a zero-padded uint8 batch ``[G, Hm, Wm, 3]`` by a nested tensor (a few
-    launches for the whole group, no Python per image beyond a slice), then rows and columns
-    as two ``bmm`` whose weights skip what each window has outside its image."""
+    corner into a zero-padded batch ``[G, Hm, 3, Wm]`` (:data:`PACKING`), then rows and
+    columns as two ``bmm`` whose weights skip what each window has outside its image."""
     oh, ow = out_hw
     dev, b = images[0].device, len(images)
     heights = np.array([x.shape[0] for x in images], np.int64)
@@ -230,24 +228,12 @@ def _pack_by_copies(images, y0, y1, x0, x1) -> torch.Tensor:
     return batch
 
 
-def _pack_nested(images, y0, y1, x0, x1) -> torch.Tensor:
-    """float ``[B, Hm, 3, Wm]``, zero-padded: through a nested tensor (no Python per window,
-    but torch pads and clones each component: two launches per window)."""
-    parts = _parts(images, y0, y1, x0, x1)
-    with warnings.catch_warnings():  # strided nested tensors are "prototype": used to pad only
-        warnings.simplefilter("ignore", UserWarning)
-        packed = torch.nested.as_nested_tensor(parts).to_padded_tensor(0)
-    batch = torch.empty((len(parts), packed.shape[1], 3, packed.shape[2]), dtype=torch.float32,
-                        device=packed.device)
-    return batch.copy_(packed.permute(0, 1, 3, 2))
-
-
-_PACKERS = {"gather": _pack_by_gather, "copies": _pack_by_copies, "nested": _pack_nested}
+_PACKERS = {"gather": _pack_by_gather, "copies": _pack_by_copies}
 #: How windows are packed into the padded batch: ``"gather"`` (one ``index_select`` from the
-#: concatenated images), ``"copies"`` (a copy per window) or ``"nested"`` (a nested tensor,
-#: which torch pads and clones per window). On the H100 the host op profile of a batch of 256
-#: gave 593 kernel launches and 1,012 slices with copies, 1,100 launches nested
-#: (``benchmarks/results/gpu/session9-7/augment_profile.log``).
+#: concatenated images) or ``"copies"`` (a copy per window). On the H100 a batch of 256 cost
+#: 413 kernel launches with the gather and 593 with copies; a nested tensor's
+#: ``to_padded_tensor``, also tried, padded and cloned each window: 1,109, the slowest
+#: (``benchmarks/results/gpu/session9-8/augment_profile.log``).
 PACKING = "gather"
 
 
