@@ -194,10 +194,16 @@ def nv12_to_rgb_batch(
     return out
 
 
+def nv12_rows(height: int) -> int:
+    """Rows of an NV12 (or P016) picture of ``height`` lines: the luma plane, then the chroma
+    plane of ``⌈height / 2⌉`` interleaved UV lines."""
+    return height + (height + 1) // 2
+
+
 def _check(nv12: torch.Tensor, height: int, width: int, crop) -> tuple[int, int, int, int]:
     if nv12.dtype not in (torch.uint8, torch.uint16) or nv12.dim() != 3:
         raise ConfigError(f"NV12/P016 input must be uint8/uint16 of shape (N, rows, pitch), got {nv12.dtype} {tuple(nv12.shape)}")
-    rows = height + (height + 1) // 2
+    rows = nv12_rows(height)
     if nv12.shape[1] < rows or nv12.shape[2] < width:
         raise ConfigError(f"NV12 tensor {tuple(nv12.shape[1:])} is too small for a {height}x{width} picture (needs {rows} rows)")
     top, left, ch, cw = crop if crop is not None else (0, 0, height, width)

@@ -43,6 +43,7 @@ import torch
 
 from ...errors import CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
+from ...processing._nv12 import nv12_rows
 from .._memory import gpu_memory_error, is_gpu_out_of_memory
 from ._bundle import PacketBundle
 from ._caps import NVDEC_CODECS, describe_stream
@@ -89,7 +90,7 @@ def nv12_view(frame: Any, height: int, width: int, device: torch.device, *,
         CorruptVideoError: the surface is smaller than ``height`` × ``width`` (the video
             ``path`` is not the one indexed, or changes size mid-stream).
     """
-    rows = height + (height + 1) // 2
+    rows = nv12_rows(height)
     try:
         t = _as_surface(torch.from_dlpack(frame), deep)
         if t is not None and t.dim() == 2 and t.shape[0] >= rows and t.shape[1] >= width:

@@ -38,6 +38,7 @@ from ..._utils._imports import require
 from ..._utils._nvtx import Ranges
 from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
+from ...processing._nv12 import nv12_rows
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
 from .._memory import gpu_memory_guard, release_frames
 from ._annexb import ContainerCache, demux_gops, full_gop_requests
@@ -409,7 +410,7 @@ class NvdecExecutor(Executor):
         rec, wanted = job.record, set(job.gop.frames.tolist())
         keep = keep_all and self.frame_cache.max_bytes > 0
         frames: list[tuple[int, torch.Tensor]] = []
-        rows = rec.height + (rec.height + 1) // 2
+        rows = nv12_rows(rec.height)
         stacked: list[torch.Tensor] = []  # the one buffer, made at the first frame (its dtype)
         seen: set[int] = set()
 
@@ -582,7 +583,7 @@ def _missing_frames(job: _Job, missing) -> CorruptVideoError:
 
 def _compact(nv12: torch.Tensor, rec: VideoRecord) -> torch.Tensor:
     """A private, unpadded copy of a decoder surface view (NV12 or P016)."""
-    rows = rec.height + (rec.height + 1) // 2
+    rows = nv12_rows(rec.height)
     return nv12[:rows, : rec.width].clone()
 
 

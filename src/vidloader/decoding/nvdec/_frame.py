@@ -8,7 +8,13 @@ from collections.abc import Sequence
 import torch
 
 from ...index import VideoRecord
-from ...processing._nv12 import chroma_siting, color_params, nv12_to_rgb, nv12_to_rgb_batch
+from ...processing._nv12 import (
+    chroma_siting,
+    color_params,
+    nv12_rows,
+    nv12_to_rgb,
+    nv12_to_rgb_batch,
+)
 
 
 def stack_surfaces(surfaces: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -70,7 +76,7 @@ class NvdecFrame:
         """The picture, a compact ``(H + ⌈H/2⌉) × W`` CUDA tensor (a private copy): uint8 NV12,
         or uint16 P016 for 10/12-bit video (samples in the high bits)."""
         rec = self._record
-        rows = rec.height + (rec.height + 1) // 2
+        rows = nv12_rows(rec.height)
         copy = self._nv12[:rows, : rec.width].clone()
         record_stream(copy, self._consumer)
         return copy
