@@ -63,7 +63,7 @@ def _hog(leave: int) -> torch.Tensor:
     pytest.fail(f"could not allocate all but {leave >> 20} MiB of the GPU")
 
 
-def _holders(limit: int = 4, depth: int = 10) -> list[str]:
+def _holders(limit: int = 6, depth: int = 18) -> list[str]:
     """For a failed memory check: each live CUDA tensor over 1 MiB (but the other tensor)
     and the chain of what keeps it alive, ``depth`` levels up (a frame by its function and
     line, a dict by its keys, a list by its length), so the log says what held it."""
@@ -156,6 +156,10 @@ def _describe(obj) -> str:
         return "cell"
     if isinstance(obj, types.FunctionType):
         return f"function {obj.__qualname__}"
+    if isinstance(obj, BaseException):  # which error, and which of its links holds it
+        return f"{type(obj).__qualname__}({str(obj)[:60]!r})"
+    if isinstance(obj, types.TracebackType):
+        return f"traceback@{obj.tb_frame.f_code.co_name}:{obj.tb_lineno}"
     return type(obj).__qualname__
 
 

@@ -392,6 +392,42 @@ def test_a_failed_batch_keeps_no_frame_of_any_failed_gop(media, fake):
     ex.close()
 
 
+def test_a_unit_failed_in_its_conversion_keeps_no_staging_buffer(media, fake, monkeypatch):
+    """Out of GPU memory in a GOP sink's conversion: the error raised (kept by the caller,
+    as ``pytest.raises`` and logs do) must not keep the unit's staging buffers. Its traceback
+    keeps the sink's frame; clearing the frame drops its locals but not its function, whose
+    closure held the unit's staging list (the H100's fault test, session 10 call 1: two
+    32-row 448² slots left after the loader closed)."""
+    import gc
+    import weakref
+
+    from vidloader import GpuMemoryError, Process, RandomFrames
+    from vidloader.decoding._memory import release_frames
+    from vidloader.decoding.nvdec._frame import NvdecFrames
+    from vidloader.index import VideoIndex
+    from vidloader.pipeline._assemble import BatchAssembler
+
+    def out_of_memory(self, *args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
+
+    monkeypatch.setattr(NvdecFrames, "to_rgb", out_of_memory)
+    ex = NvdecExecutor(num_decoders=2, frame_cache_bytes=0, packet_cache_bytes=0)
+    index = VideoIndex([record_of(media["h264"])])
+    asm = BatchAssembler(index, {"a": Process(size=(48, 64))}, ex)
+    plan = RandomFrames(seed=5).plan_epoch(index, epoch=0, batch_size=6)
+    staging = {"a": torch.zeros(6, 1, 48, 64, 3, dtype=torch.uint8)}
+    alive = weakref.ref(staging["a"])
+    unit = asm.start_unit([plan.batch(0)], [staging])
+    del staging
+    with pytest.raises(GpuMemoryError) as caught:
+        unit.finish()
+    release_frames(caught.value)  # what the loader does with the error it raises
+    del unit
+    gc.collect()
+    assert caught.value is not None and alive() is None
+    ex.close()
+
+
 def _assembler_outputs(media, executor, *, batched: bool, units: int = 2):
     """Fill `units` units of RandomFrames batches from the fake NVDEC into CPU staging."""
 

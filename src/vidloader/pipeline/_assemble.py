@@ -113,14 +113,31 @@ def _write(dst, row: int, col: int, frame) -> None:
 class UnitFill:
     """A unit of batches being filled (:meth:`BatchAssembler.start_unit`)."""
 
-    def __init__(self, assembler: BatchAssembler, plans, results, tasks, sinks, bundles) -> None:
+    def __init__(self, assembler: BatchAssembler, plans, results, tasks, sinks, bundles,
+                 stagings: list | None = None) -> None:
         self.assembler, self.plans, self.results = assembler, plans, results
         self.tasks, self.sinks, self.bundles = tasks, sinks, bundles
         self.pending = None  # an executor's PendingBatch
         self.redo = False  # decode task by task (no batch API, or the batch hit a bad file)
+        # The list the unit's sinks write through (their closures hold it). Emptied when the
+        # unit fails or is cancelled: a failed GOP's traceback keeps the sink's frame, and a
+        # cleared frame still holds its function, so the closure would keep the staging slots
+        # (pool memory, 19 MiB each at 224²) alive for as long as anyone holds the error.
+        self.stagings = stagings if stagings is not None else []
 
     def finish(self) -> list[FillResult]:
         """Wait for the unit's decoding; return each batch's :class:`FillResult`."""
+        try:
+            self._wait()
+            if self.redo:
+                self.redo = False
+                self.assembler.redo_task_by_task(self)
+        except BaseException:
+            self.release()
+            raise
+        return self.results
+
+    def _wait(self) -> None:
         if self.pending is not None:
             pending, self.pending = self.pending, None
             try:
@@ -130,10 +147,10 @@ class UnitFill:
                 if not self.assembler.redoes_failures:
                     raise
                 self.redo = True  # one bad file: redo task by task, to tell good from bad
-        if self.redo:
-            self.redo = False
-            self.assembler.redo_task_by_task(self)
-        return self.results
+
+    def release(self) -> None:
+        """Let the sinks' closures go of the unit's staging buffers (no sink runs after)."""
+        self.stagings.clear()
 
     @property
     def ready(self) -> bool:
@@ -147,6 +164,7 @@ class UnitFill:
         if self.pending is not None:
             self.pending.cancel()
             self.pending = None
+        self.release()
 
 
 class BatchAssembler:
@@ -244,6 +262,7 @@ class BatchAssembler:
         unit's ``plan_tasks(plans, index)`` when the caller has them already."""
         for plan, staging in zip(plans, stagings):
             self._clear_unmapped_slots(plan, staging)
+        stagings = list(stagings)  # the unit's own list (see UnitFill.release)
         slots = slots_by_frame(plans)
         transforms = [self._sample_transforms(plan) for plan in plans]
         results = [FillResult(np.ones(p.batch_size, bool), []) for p in plans]
@@ -255,7 +274,7 @@ class BatchAssembler:
             kept = [i for i, b in enumerate(bundles) if b is not None]
             tasks, bundles = [tasks[i] for i in kept], [bundles[i] for i in kept]
         sinks = [self._sink(t.video_index, slots, transforms, stagings) for t in tasks]
-        unit = UnitFill(self, plans, results, tasks, sinks, bundles)
+        unit = UnitFill(self, plans, results, tasks, sinks, bundles, stagings)
         if not tasks:
             return unit
         try:
@@ -269,8 +288,12 @@ class BatchAssembler:
                 unit.redo = True
         except MediaError:
             if not self.redoes_failures:
+                unit.release()
                 raise
             unit.redo = True  # one bad file: redo task by task, to tell the good from the bad
+        except BaseException:
+            unit.release()
+            raise
         return unit
 
     @property
