@@ -8,8 +8,10 @@ builds loaders per epoch, or a notebook, does. Issue 14, item 2.
         --workers 16 --scale gpu-quick --out $OUT/startup.json                    # GPU
 
 Workload ``random`` of ``vidloader bench`` (RandomFrames, batch 128, 224x224) on dataset W1.
-The JSON holds every loader's ``workers_ready_s`` and ``first_batch_s``, the machine and its
-load average before and after.
+The JSON holds every loader's ``constructed_s``, ``workers_ready_s`` and ``first_batch_s``,
+the machine and its load average before and after. ``--profile`` samples every thread's stack
+(``vidloader.bench._stacks``) in each phase (construct, start, first batch) and adds where
+each thread group spent that phase to the JSON: what to cut to reach the issue's targets.
 """
 
 from __future__ import annotations
@@ -25,21 +27,38 @@ def _one_loader(index, args) -> dict:
     import torch
 
     import vidloader
+    from vidloader.bench._stacks import StackSampler
 
+    sampler = StackSampler(interval=0.002).start() if args.profile else None
     created = time.monotonic()
+    if sampler:
+        sampler.phase = "construct"
     loader = vidloader.VideoLoader(index, sampler=vidloader.RandomFrames(seed=0),
                                    batch_size=args.batch_size, size=(args.size, args.size),
                                    backend=args.backend, num_workers=args.workers)
+    constructed = time.monotonic() - created
     try:
+        if sampler:
+            sampler.phase = "start"
         loader._start()  # the pool: workers started and Ready (iteration would do it)
         ready = time.monotonic() - created
+        if sampler:
+            sampler.phase = "first batch"
         batch = next(iter(loader))
         if batch["frames"].is_cuda:
             torch.cuda.synchronize()
         first = time.monotonic() - created
     finally:
+        if sampler:
+            sampler.phase = "shutdown"
         loader.shutdown()
-    return {"workers_ready_s": round(ready, 3), "first_batch_s": round(first, 3)}
+        if sampler:
+            sampler.stop()
+    out = {"constructed_s": round(constructed, 3), "workers_ready_s": round(ready, 3),
+           "first_batch_s": round(first, 3)}
+    if sampler:
+        out["profile"] = sampler.summary(top=8)
+    return out
 
 
 def main(argv=None) -> int:
@@ -51,6 +70,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--out", default=None, help="JSON file")
+    p.add_argument("--profile", action="store_true", help="sample stacks in each phase")
     args = p.parse_args(argv)
 
     from vidloader._utils._sysinfo import describe_machine, load_average
@@ -62,7 +82,8 @@ def main(argv=None) -> int:
               "workers": args.workers, "load_avg_before": load_average(), "loaders": []}
     for k in range(args.loaders):
         result["loaders"].append(_one_loader(index, args))
-        print(f"loader {k}: {result['loaders'][-1]}", flush=True)
+        print(f"loader {k}: " + json.dumps({key: v for key, v in result["loaders"][-1].items()
+                                            if key != "profile"}), flush=True)
     result["load_avg_after"] = load_average()
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
