@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--loaders", type=int, default=3, help="loaders created one after the other")
     p.add_argument("--scale", default="small", help="dataset W1's scale (small, gpu-quick, ...)")
+    p.add_argument("--data-dir", default=None, help="where the datasets are cached (bench's default)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--out", default=None, help="JSON file")
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     from vidloader._utils._sysinfo import describe_machine, load_average
     from vidloader.bench._datasets import load_index, prepare_dataset
 
-    index = load_index(prepare_dataset("W1", args.scale, progress=True))
+    index = load_index(prepare_dataset("W1", args.scale, data_dir=args.data_dir, progress=True))
     result = {"command": " ".join(sys.argv), "machine": describe_machine(),
               "dataset": f"W1-{args.scale} ({len(index)} videos)", "backend": args.backend,
               "workers": args.workers, "load_avg_before": load_average(), "loaders": []}

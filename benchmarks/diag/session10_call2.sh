@@ -24,7 +24,7 @@ seq_run ceiling $PWD pynvc-threads
 VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda \
   tests/test_nvdec_gpu_faults.py 2>&1 | grep -v "^Svt" > $OUT/fault_tests.log
 grep -E "^FAILED|passed|failed" $OUT/fault_tests.log | head
-timeout 100 python3 benchmarks/startup.py --backend nvdec --workers 16 --scale gpu-quick --loaders 3 \
+timeout 100 python3 benchmarks/startup.py --backend nvdec --workers 16 --scale gpu-quick --loaders 3 --data-dir /tmp/bench-data \
   --profile --out $OUT/startup_nvdec.json 2>&1 | grep -E "^loader"
 timeout 150 python3 benchmarks/soak.py --backend nvdec --batches 4000 --every 250 --size 640x360 \
   --batch-size 32 --workers 4 --data-dir /tmp/soak --out $OUT/soak_nvdec.json 2>&1 | grep -v "^Svt" | tail -3
