@@ -29,7 +29,7 @@ def _one_loader(index, args) -> dict:
     import vidloader
     from vidloader.bench._stacks import StackSampler
 
-    sampler = StackSampler(interval=0.002).start() if args.profile else None
+    sampler = StackSampler(interval=args.profile_interval).start() if args.profile else None
     created = time.monotonic()
     if sampler:
         sampler.phase = "construct"
@@ -72,7 +72,14 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--out", default=None, help="JSON file")
     p.add_argument("--profile", action="store_true", help="sample stacks in each phase")
+    p.add_argument("--profile-interval", type=float, default=0.01, help="seconds between samples")
+    p.add_argument("--hang-dump", type=float, default=0.0,
+                   help="after this many seconds, print every thread's stack and exit (0: off)")
     args = p.parse_args(argv)
+    if args.hang_dump > 0:  # a run that hangs says where (faulthandler's own thread)
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.hang_dump, exit=True)
 
     from vidloader._utils._sysinfo import describe_machine, load_average
     from vidloader.bench._datasets import load_index, prepare_dataset

@@ -101,3 +101,51 @@ def test_a_demux_worker_runs_without_torch_or_cuda(tmp_path):
         pool.shutdown()
     assert torch_modules == [] and not libtorch and not libcuda
     assert {e for e in os.listdir("/dev/shm") if not e.startswith("sem.")} <= shm_before
+
+
+_DIES_SCRIPT = """
+import json, os, sys
+import vidloader
+
+index = vidloader.build_index({paths!r}, num_workers=1, progress=False)
+loader = vidloader.VideoLoader(index, batch_size=8, size=(32, 48), num_workers=2,
+                               persistent_workers=True)
+next(iter(loader))
+print(json.dumps([p.pid for p in loader._pool.procs]), flush=True)
+os._exit(0)  # dies as SIGKILL or the OOM killer would leave it: no shutdown, no atexit
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, waiting to be reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_exit_when_the_loaders_process_dies(tmp_path):
+    """A loader's process that dies without shutting down (SIGKILL, the OOM killer) must not
+    leave its workers behind: each holds both ends of its task queue, so it never saw the
+    queue close and sat in a pipe read for good. They watch the loader's process instead."""
+    import time
+
+    paths = [str(p) for p in make_small_dataset(tmp_path / "videos", n=2)]
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent(_DIES_SCRIPT.format(paths=paths)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # Files, not pipes: orphaned workers would hold a pipe open and the run would not return.
+    with open(tmp_path / "out.txt", "w") as stdout, open(tmp_path / "err.txt", "w") as stderr:
+        code = subprocess.run([sys.executable, str(script)], stdout=stdout, stderr=stderr,
+                              env=env, timeout=180, cwd=tmp_path).returncode
+    assert code == 0, (tmp_path / "err.txt").read_text()[-3000:]
+    workers = json.loads((tmp_path / "out.txt").read_text().strip().splitlines()[-1])
+    assert len(workers) == 2
+    deadline = time.monotonic() + 30
+    while any(map(_running, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in workers if _running(pid)]
+    for pid in left:  # do not leave them to later tests
+        os.kill(pid, 9)
+    assert left == [], f"workers {left} outlived the loader's process"
