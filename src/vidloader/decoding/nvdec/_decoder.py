@@ -47,6 +47,7 @@ from ...processing._nv12 import nv12_rows
 from .._memory import gpu_memory_error, is_gpu_out_of_memory
 from ._bundle import PacketBundle
 from ._caps import NVDEC_CODECS, describe_stream
+from ._status_tap import StatusTap
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +202,14 @@ class DecoderSlot:
             (``PacketBundle.is_nonref``), as FFmpeg's ``skip_frame=NONREF`` does on the CPU.
         feed_packets: access units per ``Decode`` call for H.264 and HEVC (1: one by one).
         stream: the CUDA stream its decoders and conversions run on (default a new one).
+        status: the NVDEC status tap (:mod:`._status_tap`) that vouches for each GOP, or
+            ``None`` (no check: NVDEC's concealed damage goes through).
     """
 
     def __init__(self, nvc, device: int, *, max_width: int = 0, max_height: int = 0,
                  packet_flags: int = DEFAULT_PACKET_FLAGS, skip_nonref: bool = True,
-                 feed_packets: int | None = None, stream=None) -> None:
+                 feed_packets: int | None = None, stream=None,
+                 status: StatusTap | None = None) -> None:
         self.nvc, self.gpu = nvc, int(device)
         self.device = torch.device("cuda", self.gpu)
         self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
@@ -218,6 +222,7 @@ class DecoderSlot:
         self.reuse_after_flush: bool | None = None  # learnt on the first reuse
         self.recreated = 0
         self._frames_out = False  # the last Decode returned frames that may still be read
+        self.status = status
 
     def _decoder(self, record: VideoRecord) -> _Decoder:
         if record.codec not in NVDEC_CODECS:
@@ -265,8 +270,14 @@ class DecoderSlot:
 
         Runs on :attr:`stream` (the caller makes it current).
 
+        With a status tap (:attr:`status`), the GOP is checked after its flush: if NVDEC
+        reported a decode error meanwhile, it raises instead of returning, so ``on_frame``
+        must keep the frames it is given until this returns (the caller delivers nothing of
+        a GOP that raises).
+
         Raises:
-            CorruptVideoError: NVDEC rejected the packets (after one retry on a fresh decoder).
+            CorruptVideoError: NVDEC rejected the packets (after one retry on a fresh decoder),
+                or reported a (concealed) decode error while the GOP was decoded.
             GpuMemoryError: the GPU had no memory for the decoder or its surfaces (no retry:
                 a fresh decoder needs the same memory).
         """
@@ -275,6 +286,7 @@ class DecoderSlot:
         reused = dec.flushed  # this decoder already went through an end of stream
         chunk = self.feed_packets if record.codec in CHUNKED_CODECS else 1
         counter = _FrameCounter(self, record, feed, bundle, wants=wants, by_count=chunk > 1)
+        mark = self.status.mark() if self.status is not None else None  # before the first Decode
         try:
             self._run(dec, bundle, feed, counter, on_frame, chunk)
         except BaseException as exc:
@@ -295,7 +307,28 @@ class DecoderSlot:
             return self.decode_gop(record, bundle, g, wanted, on_frame, wants=wants)
         if out and reused and self.reuse_after_flush is None:
             self.reuse_after_flush = True
+        self._vouch(record, bundle, g, mark)
         return len(feed), out
+
+    def _vouch(self, record: VideoRecord, bundle: PacketBundle, g: int, mark) -> None:
+        """Raise :class:`CorruptVideoError` if the status tap saw a decode error between
+        ``mark`` and now (the GOP's flush has returned): NVDEC concealed damage, and the GOP's
+        frames, from the damaged picture on, are wrong. The whole GOP is distrusted (errors
+        propagate to the pictures that reference the damaged one). The decoder was flushed,
+        so it stays in use."""
+        if self.status is None:
+            return
+        why = self.status.verify(mark)
+        if why is None:
+            return
+        key = int(bundle.gop_keyframes[g])
+        raise CorruptVideoError(
+            record.path, f"the NVDEC decode of the GOP of frames {key}..{_gop_end(record, key)} "
+            f"is not trusted: {why}. None of its frames is delivered. With fallback='cpu' (the "
+            "default) the loader decodes it again on the CPU, whose error detection decides; "
+            "with on_error='skip' its samples are skipped. A damaged file: re-encode it or "
+            "drop it from the index",
+        )
 
     def _run(self, dec: _Decoder, bundle: PacketBundle, feed: np.ndarray, counter: _FrameCounter,
              on_frame: OnFrame, chunk: int = 1) -> None:
@@ -437,6 +470,12 @@ def _packets_to_feed(record: VideoRecord, bundle: PacketBundle, g: int, wanted: 
         return np.arange(r.start, r.start + stop)
     drop = (bundle.is_nonref[r.start : r.start + stop] != 0) & ~np.isin(pts[:stop], record.pts[wanted])
     return r.start + np.flatnonzero(~drop)
+
+
+def _gop_end(record: VideoRecord, key: int) -> int:
+    """The last display index of the GOP whose keyframe is ``key``."""
+    k = int(np.searchsorted(record.keyframes, key, side="right"))
+    return int(record.keyframes[k]) - 1 if k < len(record.keyframes) else record.num_frames - 1
 
 
 def _display_indices(record: VideoRecord, sorted_pts: np.ndarray) -> np.ndarray:

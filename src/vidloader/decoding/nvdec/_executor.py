@@ -48,6 +48,7 @@ from ._decoder import DecoderSlot
 from ._frame import NvdecFrame, NvdecFrames, record_stream, stack_surfaces
 from ._gop_cache import FrameCache, GopPacketCache
 from ._pool import DecoderPool, shared_stream
+from ._status_tap import Lease
 
 #: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
 DEFAULT_FRAME_CACHE_BYTES = 256 << 20
@@ -141,6 +142,12 @@ class NvdecExecutor(Executor):
         nvtx: emit NVTX ranges ``vidloader.demux`` and ``vidloader.decode`` (each naming the
             file and keyframe) on the thread that does the work (default False: no cost).
 
+    Concealed damage: from its first decode to :meth:`close`, the executor holds the
+    process's NVDEC status tap (:mod:`._status_tap`; fd 1 goes through a pipe), and a GOP
+    during whose decode NVDEC reported a decode error raises :class:`CorruptVideoError`
+    without delivering any of its frames, like a GOP NVDEC fails to decode.
+    ``VIDLOADER_NVDEC_STATUS_TAP=0`` turns this off.
+
     Raises:
         BackendUnavailableError: no CUDA GPU is visible, or PyNvVideoCodec is missing.
     """
@@ -172,6 +179,7 @@ class NvdecExecutor(Executor):
         self.frame_cache = FrameCache(frame_cache_bytes)
         self.packet_cache = GopPacketCache(packet_cache_bytes)
         self._slot: DecoderSlot | None = None
+        self._lease: Lease | None = None  # the status tap, held from the first decode to close
         self._containers = ContainerCache()
         self._pool = (DecoderPool(self._make_slot, num_decoders, device=self.device.index)
                       if num_decoders > 1 else None)
@@ -181,7 +189,8 @@ class NvdecExecutor(Executor):
         the caller's thread; see :mod:`._pool` on why streams are kept)."""
         return DecoderSlot(self._nvc, self.device.index, max_width=self.max_width,
                            max_height=self.max_height, skip_nonref=self.skip_nonref,
-                           stream=stream if stream is not None else shared_stream(self.device.index))
+                           stream=stream if stream is not None else shared_stream(self.device.index),
+                           status=self._lease.tap if self._lease is not None else None)
 
     @property
     def caps(self) -> NvdecCaps | None:
@@ -287,6 +296,9 @@ class NvdecExecutor(Executor):
         if self._slot is not None:
             self._slot.close()
             self._slot = None
+        if self._lease is not None:  # after the decoders: none of them decodes any more
+            self._lease.release()
+            self._lease = None
         self._containers.close()
         self.frame_cache.clear()
         self.packet_cache.clear()
@@ -294,6 +306,8 @@ class NvdecExecutor(Executor):
     # -- planning -------------------------------------------------------------------------
 
     def _jobs(self, tasks: Sequence[DecodeTask], bundles, *, count: bool = True) -> list[_Job]:
+        if self._lease is None:  # every way in passes here, before any slot is made
+            self._lease = Lease()
         jobs: list[_Job] = []
         for pos, task in enumerate(tasks):
             self.check(task.record)
@@ -348,13 +362,18 @@ class NvdecExecutor(Executor):
             consumer.wait_stream(slot.stream)
 
     def _decode_inline(self, slot: DecoderSlot, job: _Job, sink: BatchSink, consumer) -> None:
+        """Decode ``job``'s GOP on this thread. Without a status tap each wanted frame goes to
+        ``sink`` straight from the decoder's surface; with one, frames are copied and held
+        until the GOP is vouched for (a GOP NVDEC reported an error in is not delivered, and
+        its surfaces are recycled by the next ``Decode``)."""
         rec, wanted = job.record, set(job.gop.frames.tolist())
         keep = self.frame_cache.max_bytes > 0
         delivered: list[int] = []
+        held: list[tuple[int, torch.Tensor]] | None = [] if slot.status is not None else None
 
-        def on_frame(i: int, nv12: torch.Tensor) -> None:
+        def deliver(i: int, nv12: torch.Tensor, *, copied: bool = False) -> None:
             if keep and i >= 0:
-                nv12 = _compact(nv12, rec)
+                nv12 = nv12 if copied else _compact(nv12, rec)
                 self.frame_cache.put(rec.path, i, nv12)
             if i in wanted:
                 wanted.discard(i)
@@ -362,10 +381,18 @@ class NvdecExecutor(Executor):
                 with gpu_memory_guard(CONVERSION, self.device):
                     sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
 
+        def on_frame(i: int, nv12: torch.Tensor) -> None:
+            if held is None:
+                deliver(i, nv12)
+            elif (keep and i >= 0) or i in wanted:
+                held.append((i, _compact(nv12, rec)))
+
         bundle, g = self._packets(job, self._containers)
         with self.ranges("vidloader.decode", job):
             packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
                                                wants=None if keep else wanted.__contains__)
+        for i, nv12 in held or ():  # the GOP is vouched for: decode_gop did not raise
+            deliver(i, nv12, copied=True)
         self.stats.decoded += decoded
         self._count(job, packets, len(delivered), wanted)
 
