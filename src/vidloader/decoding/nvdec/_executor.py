@@ -27,6 +27,7 @@ With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
@@ -44,11 +45,13 @@ from .._memory import gpu_memory_guard, release_frames
 from ._annexb import ContainerCache, demux_gops, full_gop_requests
 from ._bundle import PacketBundle
 from ._caps import NvdecCaps, needed_queries, nvdec_decodability, query_nvdec_caps
-from ._decoder import DecoderSlot
+from ._decoder import DecoderSlot, SuspectGopError
 from ._frame import NvdecFrame, NvdecFrames, record_stream, stack_surfaces
 from ._gop_cache import FrameCache, GopPacketCache
 from ._pool import DecoderPool, shared_stream
 from ._status_tap import Lease
+
+log = logging.getLogger(__name__)
 
 #: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
 DEFAULT_FRAME_CACHE_BYTES = 256 << 20
@@ -369,7 +372,6 @@ class NvdecExecutor(Executor):
         rec, wanted = job.record, set(job.gop.frames.tolist())
         keep = self.frame_cache.max_bytes > 0
         delivered: list[int] = []
-        held: list[tuple[int, torch.Tensor]] | None = [] if slot.status is not None else None
 
         def deliver(i: int, nv12: torch.Tensor, *, copied: bool = False) -> None:
             if keep and i >= 0:
@@ -381,17 +383,23 @@ class NvdecExecutor(Executor):
                 with gpu_memory_guard(CONVERSION, self.device):
                     sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
 
-        def on_frame(i: int, nv12: torch.Tensor) -> None:
-            if held is None:
-                deliver(i, nv12)
-            elif (keep and i >= 0) or i in wanted:
-                held.append((i, _compact(nv12, rec)))
+        def attempt(alone: bool) -> tuple[int, int, list]:
+            held: list[tuple[int, torch.Tensor]] = []  # this attempt's frames, copied
+
+            def on_frame(i: int, nv12: torch.Tensor) -> None:
+                if slot.status is None:
+                    deliver(i, nv12)
+                elif (keep and i >= 0) or i in wanted:
+                    held.append((i, _compact(nv12, rec)))
+
+            with self.ranges("vidloader.decode", job):
+                packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame, alone=alone,
+                                                   wants=None if keep else wanted.__contains__)
+            return packets, decoded, held
 
         bundle, g = self._packets(job, self._containers)
-        with self.ranges("vidloader.decode", job):
-            packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
-                                               wants=None if keep else wanted.__contains__)
-        for i, nv12 in held or ():  # the GOP is vouched for: decode_gop did not raise
+        packets, decoded, held = _vouched(attempt, job)
+        for i, nv12 in held:  # the GOP is vouched for
             deliver(i, nv12, copied=True)
         self.stats.decoded += decoded
         self._count(job, packets, len(delivered), wanted)
@@ -429,6 +437,14 @@ class NvdecExecutor(Executor):
 
     def _decode_pooled(self, slot: DecoderSlot, containers: ContainerCache, job: _Job, *,
                        keep_all: bool = True, stack: bool = False) -> _Result:
+        """:meth:`_decode_once`, again alone if the status tap found the GOP suspect."""
+        with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
+            bundle, g = self._packets(job, containers)
+            return _vouched(lambda alone: self._decode_once(slot, job, bundle, g, keep_all=keep_all,
+                                                            stack=stack, alone=alone), job)
+
+    def _decode_once(self, slot: DecoderSlot, job: _Job, bundle: PacketBundle, g: int, *,
+                     keep_all: bool, stack: bool, alone: bool) -> _Result:
         """Decode ``job``'s GOP on ``slot``; keep a private copy of each wanted frame (and,
         with ``keep_all`` and a frame cache, of every frame). With ``stack`` (wanted frames
         only), each is copied once, straight into its row of one ``[n, rows, width]`` tensor
@@ -457,13 +473,11 @@ class NvdecExecutor(Executor):
             elif i in wanted or (keep and i >= 0):
                 frames.append((i, _compact(nv12, rec)))  # the surface is recycled next call
 
-        with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
-            bundle, g = self._packets(job, containers)
-            with self.ranges("vidloader.decode", job):
-                packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
-                                                   wants=None if keep else wanted.__contains__)
-            event = torch.cuda.Event()
-            event.record(slot.stream)
+        with self.ranges("vidloader.decode", job):
+            packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame, alone=alone,
+                                               wants=None if keep else wanted.__contains__)
+        event = torch.cuda.Event()
+        event.record(slot.stream)
         return _Result(frames, packets, decoded, event, stacked=stacked[0] if stacked else None)
 
     def _deliver_pooled(self, job: _Job, fut, sink: BatchSink, consumer) -> None:
@@ -599,6 +613,21 @@ class PendingBatch:
             fut.cancel()
         wait(futures)
         self._release_failures(keep)
+
+
+def _vouched(attempt, job: _Job):
+    """``attempt(alone=False)``; if the status tap found that GOP suspect while other GOPs
+    were decoded too (the line names no decoder), ``attempt(alone=True)``: decoded while no
+    other GOP is, its verdict is its own (raised if suspect again). ``attempt`` keeps its
+    frames to itself until it returns, so a suspect attempt's frames are simply dropped."""
+    try:
+        return attempt(False)
+    except SuspectGopError as exc:
+        if exc.alone:
+            raise
+        log.info("%s: GOP at keyframe %d suspect while decoded beside others; decoding it again "
+                 "alone", job.record.path, job.gop.keyframe)
+    return attempt(True)
 
 
 def _missing_frames(job: _Job, missing) -> CorruptVideoError:

@@ -63,6 +63,7 @@ import select
 import sys
 import threading
 import weakref
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,51 @@ _SENTINEL_REST = re.compile(rb"\d{0,%d}" % _DIGITS)
 def enabled() -> bool:
     """Whether the tap may be installed (``VIDLOADER_NVDEC_STATUS_TAP`` is not set off)."""
     return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class Mark(NamedTuple):
+    """What :meth:`StatusTap.mark` noted before a GOP's first ``Decode``."""
+
+    errors: int  # the count then (-1: not known, the GOP is suspect)
+    layer: _Layer | None  # the layer on fd 1 then
+    alone: bool  # decoded while no other GOP was
+
+
+class _Gate:
+    """Where GOPs are decoded: many at once (shared), or one alone, once the others are out.
+
+    A GOP that one of many threads found suspect may owe it to another thread's line (the
+    line names no decoder); decoded again alone, its verdict is its own. Whoever waits to be
+    alone goes before GOPs that arrive after it (no starvation by a busy pool)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._shared = 0  # GOPs being decoded together
+        self._alone = False  # one GOP being decoded alone
+        self._waiting = 0  # GOPs waiting to be decoded alone
+
+    def enter(self, alone: bool) -> None:
+        with self._cond:
+            if alone:
+                self._waiting += 1
+                while self._alone or self._shared:
+                    self._cond.wait()
+                self._waiting -= 1
+                self._alone = True
+            else:
+                while self._alone or self._waiting:
+                    self._cond.wait()
+                self._shared += 1
+
+    def leave(self, alone: bool) -> None:
+        with self._cond:
+            if alone:
+                self._alone = False
+                self._cond.notify_all()
+            else:
+                self._shared -= 1
+                if self._shared == 0 and self._waiting:
+                    self._cond.notify_all()
 
 
 class _Waiter:
@@ -259,6 +305,7 @@ class StatusTap:
         self._layer: _Layer | None = None
         self._layer_lock = threading.Lock()
         self._layers: list[_Layer] = []  # every layer made (a forked child closes them all)
+        self._gate = _Gate()
 
     # -- install / uninstall ------------------------------------------------------------------
 
@@ -321,18 +368,32 @@ class StatusTap:
 
     # -- attribution --------------------------------------------------------------------------
 
-    def mark(self) -> tuple[int, _Layer | None]:
-        """Before a GOP's first ``Decode``: what :meth:`verify` compares with (the count, and
-        the layer on fd 1)."""
-        return self.errors, self._current()
+    def mark(self, *, alone: bool = False) -> Mark:
+        """Before a GOP's first ``Decode``: enter the gate (shared, or ``alone``: once every
+        GOP being decoded has left, and keeping the others out) and note what :meth:`verify`
+        compares with. Always pair it with :meth:`leave`."""
+        self._gate.enter(alone)
+        try:
+            layer = self._current()
+            # Alone, the count is taken through the pipe: lines the GOPs just ended printed
+            # are counted before, not during, this one.
+            before = self._round_trip(VERIFY_TIMEOUT_S) if alone and layer is not None else self.errors
+        except BaseException:
+            self._gate.leave(alone)
+            raise
+        return Mark(before, layer, alone)
 
-    def verify(self, mark: tuple[int, _Layer | None]) -> str | None:
+    def leave(self, mark: Mark) -> None:
+        """After :meth:`verify`: let the next GOPs in."""
+        self._gate.leave(mark.alone)
+
+    def verify(self, mark: Mark) -> str | None:
         """After a GOP's last ``Decode`` (the flush), on the thread that decoded it: ``None``
         if no decode-error line was printed between :meth:`mark` and now, else why the GOP
         is suspect (decode errors, fd 1 replaced meanwhile, or no answer within
         :data:`VERIFY_TIMEOUT_S`)."""
-        before, layer = mark
-        if layer is None or layer is not self._layer or not layer.on_fd1():
+        before, layer, alone = mark
+        if layer is None or layer is not self._layer or not layer.on_fd1() or before < 0:
             return self._warn_once(REDIRECTED)
         errors = self._round_trip(VERIFY_TIMEOUT_S)
         if errors < 0:
@@ -340,12 +401,13 @@ class StatusTap:
         if layer.forward_error is not None:
             self._warn_once(f"the NVDEC status tap could not forward standard output any more "
                             f"({layer.forward_error}); output is dropped")
-        if errors > before:
-            return (f"NVDEC reported {errors - before} concealed decode error(s) while it was "
-                    "decoded (PyNvVideoCodec printed 'Decode Error occurred for picture N'; the "
-                    "line names no decoder, so with several decoder threads it may come from "
-                    "another GOP decoded at the same time)")
-        return None
+        if errors <= before:
+            return None
+        whose = ("no other GOP was being decoded, so the error is this GOP's" if alone else
+                 "the line names no decoder, so with several decoder threads it may come from "
+                 "another GOP decoded at the same time")
+        return (f"NVDEC reported {errors - before} concealed decode error(s) while it was decoded "
+                f"(PyNvVideoCodec printed 'Decode Error occurred for picture N'; {whose})")
 
     def sync(self, timeout: float = VERIFY_TIMEOUT_S) -> bool:
         """Wait until everything written to fd 1 before this call has been forwarded to the
