@@ -117,6 +117,43 @@ def test_a_clean_gop_is_not_suspect_when_no_one_prints(tap):
     assert tap.errors == 0
 
 
+def test_a_gop_decoded_alone_gets_a_verdict_of_its_own(tap):
+    """The line names no decoder: B's clean GOP is suspect because A printed during it. B's
+    second decode, alone, waits until A's GOP is out, keeps a later GOP (C) out while it runs,
+    and is found clean, while A's error stays A's."""
+    tap = tap()
+    a = tap.mark()  # A's GOP, being decoded
+    b = tap.mark()
+    _printf(ERROR, 1)  # A's damage, printed while B decodes too
+    assert "may come from another GOP" in tap.verify(b)  # B: a false positive
+    order = []
+
+    def b_alone() -> None:
+        mark = tap.mark(alone=True)
+        order.append("B alone in")
+        time.sleep(0.2)
+        order.append("B alone out")
+        order.append(tap.verify(mark))
+
+    def c_shared() -> None:
+        mark = tap.mark()
+        order.append("C in")
+        order.append(tap.verify(mark))
+
+    tb = threading.Thread(target=b_alone)
+    tb.start()
+    time.sleep(0.2)
+    assert order == []  # B waits for A's GOP
+    tc = threading.Thread(target=c_shared)
+    tc.start()  # arrives after B: waits behind it
+    time.sleep(0.1)
+    assert order == []
+    assert "concealed decode error" in tap.verify(a)  # A leaves
+    tb.join(5)
+    tc.join(5)
+    assert order == ["B alone in", "B alone out", None, "C in", None]
+
+
 def test_everything_else_comes_out_byte_for_byte(tap, capfdbinary):
     """Bytes that look like the error line but are not (no number, words after it), NULs,
     binary, partial prefixes at the end of a write, a write larger than a pipe read, C and
@@ -213,7 +250,7 @@ def test_fd1_replaced_under_the_tap(tap, tmp_path, capfdbinary):
     with open(capture, "wb") as f:
         os.dup2(f.fileno(), 1)
         try:
-            assert "redirected" in tap.verify(before)  # its messages may have gone to the file
+            assert "was replaced" in tap.verify(before)  # its messages may have gone to the file
             mark = tap.mark()  # tapping the file now
             _printf(b"captured %d\n", 1)
             _printf(ERROR, 9)
@@ -258,17 +295,31 @@ def test_a_tap_outliving_pytest_phases_follows_fd1(tap_from_setup, capfdbinary):
 
 
 _CHILD = r"""
-import ctypes, os, sys
+import ctypes, os, sys, threading
 from vidloader.decoding.nvdec import _status_tap as st
 libc = ctypes.CDLL(None)
 print("python before")
 tap = st.acquire()
 assert tap is not None
-print("python under the tap")
+print("python under the tap", flush=True)  # its buffer and C's are two: order them
 libc.printf(b"c under the tap %d\n", 1)
-m = tap.mark()
-libc.printf(b"Decode Error occurred for picture %d\n", 5)
-assert tap.verify(m) is not None
+verdicts = []
+
+def gops(k):  # a decoder thread: its GOP 3 prints the binding's line (in C stdio's buffer)
+    for g in range(8):
+        mark = tap.mark()
+        libc.printf(b"thread %d gop %d\n", k, g)
+        if g == 3:
+            libc.printf(b"Decode Error occurred for picture %d\n", 10 * k + g)
+        verdicts.append((g == 3, tap.verify(mark)))
+
+threads = [threading.Thread(target=gops, args=(k,)) for k in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert all(why is not None for printed, why in verdicts if printed), verdicts  # none missed
+assert tap.errors == 4, tap.errors
 print(end="", flush=True)  # sys.stdout is None when fd 1 is closed
 tap.sync()  # so the fork's own line comes after these
 if os.fork() == 0:
@@ -281,13 +332,15 @@ print("last line, never released: atexit forwards it", end="")
 
 @pytest.mark.parametrize("fd1", ["pipe", "file", "tty", "closed"])
 def test_any_fd1_in_a_fresh_process(fd1, tmp_path):
-    """In a child whose fd 1 is a pipe, a file, a terminal or closed: the output comes out
-    complete and in order (a forked child writes straight to the saved fd), the error line is
-    taken out, and a tap never released is undone at exit."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    """In a child whose fd 1 is a pipe, a file, a terminal or closed, with C stdio buffering
+    as a program gets it (full for a pipe or file: no ``PYTHONUNBUFFERED``, which makes CPython
+    turn C's buffering off): four decoder threads' error lines are all caught (the tap flushes
+    C's ``stdout`` before its sentinel); the output comes out complete and in order (each
+    thread's lines in its order; a forked child writes straight to the saved fd); the error
+    lines are taken out; a tap never released is undone at exit."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
     cmd = [sys.executable, "-c", _CHILD]
-    expected = (b"python before\npython under the tap\nc under the tap 1\nforked child\n"
-                b"last line, never released: atexit forwards it")
     if fd1 == "pipe":
         out = subprocess.run(cmd, stdout=subprocess.PIPE, env=env, check=True, timeout=60).stdout
     elif fd1 == "file":
@@ -316,7 +369,17 @@ def test_any_fd1_in_a_fresh_process(fd1, tmp_path):
         subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env, check=True, timeout=60,
                        preexec_fn=lambda: os.close(1))  # counted and vouched for all the same
         return
-    assert out == expected
+    lines = out.split(b"\n")
+    threaded = [ln for ln in lines if ln.startswith(b"thread ")]
+    for k in range(4):
+        assert [ln for ln in threaded if ln.startswith(b"thread %d " % k)] == [
+            b"thread %d gop %d" % (k, g) for g in range(8)]
+    rest = [ln for ln in lines if not ln.startswith(b"thread ")]
+    assert rest == [b"python before", b"python under the tap", b"c under the tap 1", b"forked child",
+                    b"last line, never released: atexit forwards it"]
+    # the threads' lines sit between "c under the tap 1" and the fork's
+    assert lines.index(threaded[0]) > lines.index(b"c under the tap 1")
+    assert lines.index(threaded[-1]) < lines.index(b"forked child")
 
 
 def test_verify_costs_microseconds(tap, capfdbinary):

@@ -294,10 +294,10 @@ class DecoderSlot:
             mark = status.mark(alone=alone) if status is not None else None  # before the first Decode
             try:
                 self._run(dec, bundle, feed, counter, on_frame, chunk)
-                why = status.verify(mark) if status is not None else None
+                why = status.verify(mark) if status is not None else None  # leaves the gate
             finally:
                 if status is not None:
-                    status.leave(mark)
+                    status.leave(mark)  # a failed GOP (once verified: nothing)
         except BaseException as exc:
             # Fed but not flushed (a sink or decode error): its leftovers would come out with
             # the next GOP, so it is dropped and re-created on next use.

@@ -18,31 +18,39 @@ it to the saved fd. Two threads so that a slow or stopped consumer of the progra
 (a paused pager) never holds up the counting. The last :func:`release` restores fd 1
 (``dup2(saved, 1)``) after everything written so far has been forwarded.
 
-Attribution: a decoder thread reads the count (:meth:`StatusTap.mark`) before its GOP's first
-``Decode`` and calls :meth:`StatusTap.verify` after the GOP's flush: ``fflush(stdout)``
-through ctypes (C stdio keeps a pipe's output in its buffer), then a unique sentinel line
-written to fd 1, then a wait until the reader has reached it. The pipe is first in, first
-out, so every line that GOP's decode printed has been counted by then: a GOP whose decode
-printed the message is always suspect (no false negatives). The message names no decoder, so
-a line printed by another thread's GOP at the same time makes this GOP suspect too: a false
-positive costs a CPU re-decode (the CPU either decodes the GOP exactly or detects the damage
-itself), never a wrong pixel.
+Attribution: a decoder thread enters a gate and reads the count (:meth:`StatusTap.mark`)
+before its GOP's first ``Decode``, and calls :meth:`StatusTap.verify` after the GOP's flush:
+``fflush(stdout)`` through ctypes (C stdio keeps a pipe's output in its buffer), then a
+unique sentinel line written to fd 1, then a wait until the reader has reached it. The pipe
+is first in, first out, so every line that GOP's decode printed has been counted by then: a
+GOP whose decode printed the message is always suspect (no false negatives). The message
+names no decoder, so a line printed by another thread's GOP at the same time makes this GOP
+suspect too. The executor therefore decodes a suspect GOP once more *alone* (the gate lets it
+in once no GOP is being decoded and keeps the others out meanwhile); that verdict is its own:
+suspect again, the GOP goes where a GOP that NVDEC fails to decode goes (the CPU, an error or
+a skip), else its second decode is delivered. A damaged GOP costs one more NVDEC decode while
+the other threads wait; an intact one never reaches the CPU because of another's damage.
 
-Cost: ``fstat`` of fd 1 twice, one ``fflush``, one 40-byte write, one hand-over to the reader
-thread and back: 26 µs per GOP measured on the CPU machine with a stand-in decoder
-(``tests/test_status_tap.py::test_verify_costs_microseconds`` prints it), against
-milliseconds for the GOP's decode.
+Cost: entering and leaving the gate, ``fstat`` of fd 1 twice, one ``fflush``, one 40-byte
+write and one hand-over to the reader thread and back: 20-25 µs per GOP from one thread on
+the 2-core CPU machine, 90-240 µs each with four threads at once on those two cores (they
+queue for the reader and the GIL) (``tests/test_status_tap.py::
+test_verify_costs_microseconds`` prints the first; ``benchmarks/diag/status_tap_cost.py``,
+``benchmarks/results/reliability/status_tap_cost.json``), against milliseconds for a GOP's
+decode. The waiter is a plain lock the reader releases (an ``Event`` took 43 µs).
 
 Limits:
 
-* Something that replaces fd 1 while the tap is installed (a capture context started later)
-  also takes NVDEC's messages away from it; a GOP decoded while fd 1 is not the tap's pipe is
-  therefore suspect (a warning says so once). A replacement made and undone entirely within
-  one GOP's decode is not seen.
+* Something that replaces fd 1 while the tap is installed (pytest's capture between a test's
+  phases, a capture context) is seen at the next GOP, which taps the new fd 1 through a new
+  pipe (and the old pipe again once it is put back); a GOP decoded across such a change is
+  suspect (decoded again). A replacement made and undone entirely within one GOP's decode is
+  not seen.
 * Child processes started while the tap is installed inherit the pipe as their fd 1 (a
   Python ``os.fork`` child puts the saved fd back); their output is forwarded for as long as
   they hold it, after the release too.
-* A user's own line ``Decode Error occurred for picture N`` is taken for NVDEC's.
+* A user's own line ``Decode Error occurred for picture N`` is taken for NVDEC's, and so are
+  lines printed by another NVDEC user in the process that does not pass the gate.
 
 Opt-out: ``VIDLOADER_NVDEC_STATUS_TAP=0`` leaves fd 1 alone, and concealed damage on NVDEC
 goes undetected again.
@@ -63,7 +71,6 @@ import select
 import sys
 import threading
 import weakref
-from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +85,8 @@ VERIFY_TIMEOUT_S = 2.0
 #: before they are forwarded anyway; a message completed later is still counted.
 HOLD_S = 0.05
 #: Verdicts of :meth:`StatusTap.verify` that are not decode errors.
-REDIRECTED = ("file descriptor 1 was redirected away from the NVDEC status tap while the GOP "
-              "was decoded, so NVDEC's decode-error messages could not be seen (do not "
-              "redirect fd 1 while decoding on NVDEC, or set VIDLOADER_NVDEC_STATUS_TAP=0)")
+REDIRECTED = ("file descriptor 1 was replaced while the GOP was decoded, so NVDEC's "
+              "decode-error messages may have gone elsewhere")
 TIMED_OUT = (f"the NVDEC status tap's reader did not confirm the GOP within {VERIFY_TIMEOUT_S:g} s "
              "(standard output blocked?)")
 
@@ -97,12 +103,17 @@ def enabled() -> bool:
     return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-class Mark(NamedTuple):
-    """What :meth:`StatusTap.mark` noted before a GOP's first ``Decode``."""
+class Mark:
+    """What :meth:`StatusTap.mark` noted before a GOP's first ``Decode``; ``inside`` while
+    the GOP holds its place in the gate."""
 
-    errors: int  # the count then (-1: not known, the GOP is suspect)
-    layer: _Layer | None  # the layer on fd 1 then
-    alone: bool  # decoded while no other GOP was
+    __slots__ = ("errors", "layer", "alone", "inside")
+
+    def __init__(self, errors: int, layer: _Layer | None, alone: bool) -> None:
+        self.errors = errors  # the count then (-1: not known: the GOP is suspect)
+        self.layer = layer  # the layer on fd 1 then
+        self.alone = alone  # decoded while no other GOP was
+        self.inside = True
 
 
 class _Gate:
@@ -143,12 +154,14 @@ class _Gate:
 
 
 class _Waiter:
-    """One :meth:`StatusTap.verify` call waiting for its sentinel."""
+    """One :meth:`StatusTap.verify` call waiting for its sentinel: a lock taken by the waiter
+    and released by the reader (cheaper than an ``Event``, which is a condition per wait)."""
 
-    __slots__ = ("event", "errors")
+    __slots__ = ("lock", "errors")
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.lock = threading.Lock()
+        self.lock.acquire()
         self.errors = -1  # the count when the reader reached the sentinel
 
 
@@ -370,8 +383,9 @@ class StatusTap:
 
     def mark(self, *, alone: bool = False) -> Mark:
         """Before a GOP's first ``Decode``: enter the gate (shared, or ``alone``: once every
-        GOP being decoded has left, and keeping the others out) and note what :meth:`verify`
-        compares with. Always pair it with :meth:`leave`."""
+        GOP being decoded has left, keeping the others out) and note what :meth:`verify`
+        compares with. :meth:`verify` leaves the gate; a GOP that fails before it must call
+        :meth:`leave`."""
         self._gate.enter(alone)
         try:
             layer = self._current()
@@ -384,30 +398,38 @@ class StatusTap:
         return Mark(before, layer, alone)
 
     def leave(self, mark: Mark) -> None:
-        """After :meth:`verify`: let the next GOPs in."""
-        self._gate.leave(mark.alone)
+        """Leave the gate (once: after :meth:`verify` it does nothing)."""
+        if mark.inside:
+            mark.inside = False
+            self._gate.leave(mark.alone)
 
     def verify(self, mark: Mark) -> str | None:
         """After a GOP's last ``Decode`` (the flush), on the thread that decoded it: ``None``
         if no decode-error line was printed between :meth:`mark` and now, else why the GOP
         is suspect (decode errors, fd 1 replaced meanwhile, or no answer within
-        :data:`VERIFY_TIMEOUT_S`)."""
-        before, layer, alone = mark
-        if layer is None or layer is not self._layer or not layer.on_fd1() or before < 0:
-            return self._warn_once(REDIRECTED)
-        errors = self._round_trip(VERIFY_TIMEOUT_S)
+        :data:`VERIFY_TIMEOUT_S`). Leaves the gate."""
+        try:
+            return self._verdict(mark)
+        finally:
+            self.leave(mark)
+
+    def _verdict(self, mark: Mark) -> str | None:
+        layer = mark.layer
+        if layer is None or layer is not self._layer or not layer.on_fd1():
+            return self._warn_once(REDIRECTED, logging.INFO)  # decoded again, re-tapped
+        errors = self._round_trip(VERIFY_TIMEOUT_S) if mark.errors >= 0 else -1
         if errors < 0:
             return self._warn_once(TIMED_OUT)
         if layer.forward_error is not None:
             self._warn_once(f"the NVDEC status tap could not forward standard output any more "
                             f"({layer.forward_error}); output is dropped")
-        if errors <= before:
+        if errors <= mark.errors:
             return None
-        whose = ("no other GOP was being decoded, so the error is this GOP's" if alone else
+        whose = ("no other GOP was being decoded, so the error is this GOP's" if mark.alone else
                  "the line names no decoder, so with several decoder threads it may come from "
                  "another GOP decoded at the same time")
-        return (f"NVDEC reported {errors - before} concealed decode error(s) while it was decoded "
-                f"(PyNvVideoCodec printed 'Decode Error occurred for picture N'; {whose})")
+        return (f"NVDEC reported {errors - mark.errors} concealed decode error(s) while it was "
+                f"decoded (PyNvVideoCodec printed 'Decode Error occurred for picture N'; {whose})")
 
     def sync(self, timeout: float = VERIFY_TIMEOUT_S) -> bool:
         """Wait until everything written to fd 1 before this call has been forwarded to the
@@ -433,7 +455,7 @@ class StatusTap:
         waiter = self._waiters[seq] = _Waiter()
         try:
             os.write(1, self._sentinel + b"%d\n" % seq)  # < PIPE_BUF: one piece in the pipe
-            if not waiter.event.wait(timeout):
+            if not waiter.lock.acquire(timeout=timeout):
                 return -1
         except OSError:  # fd 1 closed or replaced since the check: cannot vouch
             return -1
@@ -441,10 +463,10 @@ class StatusTap:
             self._waiters.pop(seq, None)
         return waiter.errors
 
-    def _warn_once(self, why: str) -> str:
+    def _warn_once(self, why: str, level: int = logging.WARNING) -> str:
         if why not in self._warned:
             self._warned.add(why)
-            log.warning("NVDEC status tap: %s", why)
+            log.log(level, "NVDEC status tap: %s", why)
         return why
 
     # -- called by the layers' readers ----------------------------------------------------------
@@ -455,10 +477,10 @@ class StatusTap:
 
     def _arrived(self, seq: int) -> None:
         """A reader reached sentinel ``seq``: wake its waiter with the count so far."""
-        waiter = self._waiters.get(seq)
+        waiter = self._waiters.pop(seq, None)  # once: a lock is released once
         if waiter is not None:
             waiter.errors = self.errors
-            waiter.event.set()
+            waiter.lock.release()
 
     def _tail_start(self, text: bytes, start: int) -> int:
         """Where the longest suffix of ``text[start:]`` that could begin a message starts
