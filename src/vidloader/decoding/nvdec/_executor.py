@@ -146,10 +146,11 @@ class NvdecExecutor(Executor):
             file and keyframe) on the thread that does the work (default False: no cost).
 
     Concealed damage: from its first decode to :meth:`close`, the executor holds the
-    process's NVDEC status tap (:mod:`._status_tap`; fd 1 goes through a pipe), and a GOP
-    during whose decode NVDEC reported a decode error raises :class:`CorruptVideoError`
-    without delivering any of its frames, like a GOP NVDEC fails to decode.
-    ``VIDLOADER_NVDEC_STATUS_TAP=0`` turns this off.
+    process's NVDEC status tap (:mod:`._status_tap`; fd 1 goes through a pipe). A GOP during
+    whose decode NVDEC reported a decode error is decoded once more alone (the report names
+    no decoder); still suspect, it raises :class:`~._decoder.SuspectGopError` (a
+    :class:`CorruptVideoError`) without delivering any of its frames, like a GOP NVDEC fails
+    to decode. ``VIDLOADER_NVDEC_STATUS_TAP=0`` turns this off.
 
     Raises:
         BackendUnavailableError: no CUDA GPU is visible, or PyNvVideoCodec is missing.
