@@ -8,7 +8,11 @@ format and bit depth like an H200 (AV1 included). It is deliberately
 hostile where the real one may be: every ``Decode`` call scribbles over the surfaces it
 returned before (surface recycling), surfaces are pitched (rows wider than the picture), and
 ``getPTS`` can be made to return 0 (no timestamp pass-through) or a flushed decoder made to
-ignore new packets. What it cannot check (CUDA streams, real NVDEC output) the ``cuda`` tests do.
+ignore new packets. It conceals damage as NVDEC does (:attr:`FakeNvc.conceal`): a GOP fed a
+packet named there comes out wrong from that packet on, with no exception, and the line
+PyNvVideoCodec prints (``Decode Error occurred for picture N``) goes to C's ``stdout`` through
+``printf``, when the GOP is flushed. What it cannot check (CUDA streams, real NVDEC output)
+the ``cuda`` tests do.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ from vidloader.processing._nv12 import i420_to_nv12, to_p016
 #: the ``Decode`` whose sequence header makes it create the decoder's surfaces.
 OOM_TEXT = ("HandleVideoSequence : cuvidCreateDecoder(&m_hDecoder, &videoDecodeCreateInfo) "
             "returned error 2 at /src/NvDecoder.cpp:318")
+
+#: What PyNvVideoCodec 2.2.4 prints (C ``printf``) for a picture whose decode status is an
+#: error or a concealed error.
+DECODE_ERROR_FORMAT = b"Decode Error occurred for picture %d\n"
+_LIBC = ctypes.CDLL(None)
 
 #: cudaVideoCodec id -> FFmpeg decoder (FFmpeg's native AV1 decoder needs a hardware device).
 _CODECS = {4: "h264", 8: "hevc", 10: "vp9", 11: "libdav1d"}
@@ -91,6 +100,8 @@ class FakeDecoder:
         self.flushed = False
         self.chunked = False  # a chunk went through the parser since the last flush
         self.reconfigs: list[tuple[int, int]] = []
+        self.damaged_at = -1  # the picture number of the damaged packet fed since the flush
+        self.pictures = 0  # packets fed, in decode order (what the real binding numbers)
 
     def setReconfigParams(self, width: int, height: int) -> int:  # noqa: N802
         assert width <= self.max_w and height <= self.max_h, "reconfigured beyond the maximum"
@@ -117,15 +128,30 @@ class FakeDecoder:
             self.cc = av.CodecContext.create(self.codec, "r")
             self.flushed, self.chunked = True, False
         elif pkt.decode_flag & 8:  # ENDOFPICTURE: the packet is one access unit
-            packet = av.Packet(ctypes.string_at(pkt.bsl_data, pkt.bsl))
+            packet = av.Packet(self._fed(ctypes.string_at(pkt.bsl_data, pkt.bsl)))
             packet.pts = pkt.pts
             frames = self.cc.decode(packet)
         else:  # a chunk of access units: split by a parser, as NVDEC's own parser does
             self.owner.chunks += 1
             self.chunked = True
-            data = ctypes.string_at(pkt.bsl_data, pkt.bsl)
+            data = self._fed(ctypes.string_at(pkt.bsl_data, pkt.bsl))
             frames = [f for p in self._parse(data) for f in self.cc.decode(p)]
-        return [self._surface(i, f) for i, f in enumerate(frames)]
+        out = [self._surface(i, f) for i, f in enumerate(frames)]
+        if self.damaged_at >= 0:
+            for frame in out:  # concealed: wrong pixels, no exception
+                frame._surface.fill_(0x10)
+            if pkt.bsl == 0:  # as late as the real one could print it: inside the flush
+                _LIBC.printf(DECODE_ERROR_FORMAT, ctypes.c_int(self.damaged_at))
+                self.owner.errors_printed += 1
+                self.damaged_at = -1
+        return out
+
+    def _fed(self, data: bytes) -> bytes:
+        """Note ``data`` going in; a packet listed in ``owner.conceal`` damages the GOP."""
+        self.pictures += 1
+        if self.damaged_at < 0 and any(sig in data for sig in self.owner.conceal):
+            self.damaged_at = self.pictures
+        return data
 
     def _parse(self, data: bytes | None) -> list:
         return self.cc.parse(data) if data is not None or self.chunked else []
@@ -171,6 +197,10 @@ class FakeNvc(types.ModuleType):
         self.decoders: list[FakeDecoder] = []
         self.packets: list[tuple[int, int]] = []
         self.chunks = 0  # Decode calls that carried several access units
+        #: Annex B packets (:func:`packet_of`) whose GOP is concealed, as NVDEC conceals a
+        #: damaged slice: wrong frames from that packet on, and the decode-error line printed.
+        self.conceal: list[bytes] = []
+        self.errors_printed = 0
         self.PacketData = PacketData
         self.cudaVideoCodec = types.SimpleNamespace(H264=4, HEVC=8, VP9=10, AV1=11)
         self.cudaVideoChromaFormat = types.SimpleNamespace(**{"Monochrome": 0, "420": 1, "422": 2, "444": 3})
@@ -230,6 +260,17 @@ def install(monkeypatch, nvc: FakeNvc) -> None:
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Fake H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+
+
+def packet_of(record, frame: int) -> bytes:
+    """The Annex B packet (what NVDEC is fed) of display frame ``frame`` of ``record``: put it
+    in :attr:`FakeNvc.conceal` to have its GOP concealed."""
+    from vidloader.decoding.nvdec._annexb import demux_gops
+    from vidloader.planning import plan_tasks_for_frames
+
+    bundle = demux_gops(record, plan_tasks_for_frames(0, record, [frame]).gops)
+    (i,) = np.flatnonzero(bundle.pts == record.pts[frame])
+    return bundle.packet(int(i)).tobytes()
 
 
 def as_numpy(t: torch.Tensor) -> np.ndarray:

@@ -65,6 +65,31 @@ def write_corrupt(path: Path, good: Path) -> Path:
     return path
 
 
+def damage_slice_data(src: Path, dst: Path, which: int) -> int:
+    """Copy ``src`` to ``dst`` with the interior of the largest NAL unit (the slice) of its
+    ``which``-th non-key picture overwritten with random bytes, every length prefix kept (the
+    test suite's helper overwrites from byte 8 of the packet on, which can break a later NAL's
+    length prefix: then the Annex B filter refuses the packet, the damage is caught at demux,
+    and concealment is never reached). Returns the picture's display index."""
+    with av.open(str(src)) as c:
+        packets = [(p.pos, p.size, p.pts, bytes(p)) for p in c.demux(c.streams.video[0])
+                   if p.size and not p.is_keyframe]
+    pos, _, pts, raw = packets[which]
+    nals, off = [], 0
+    while off + 4 <= len(raw):  # 4-byte AVCC length prefixes
+        n = int.from_bytes(raw[off:off + 4], "big")
+        nals.append((off + 4, n))
+        off += 4 + n
+    start, size = max(nals, key=lambda x: x[1])
+    data = bytearray(src.read_bytes())
+    lo, hi = pos + start + 4, pos + start + size  # keep the NAL header and the first slice bytes
+    data[lo:hi] = np.random.default_rng(0).integers(0, 256, hi - lo, np.uint8).tobytes()
+    dst.write_bytes(bytes(data))
+    with av.open(str(src)) as c:
+        all_pts = sorted(p.pts for p in c.demux(c.streams.video[0]) if p.size)
+    return all_pts.index(pts)
+
+
 def collect_batches(loader, limit: int | None = None) -> list[dict]:
     """The batches of one pass over ``loader`` (the first ``limit`` when given)."""
     out = []

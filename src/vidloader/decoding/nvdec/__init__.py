@@ -3,7 +3,8 @@
 Two halves: the packet side (``_annexb``, ``_bundle``, ``_nal``, ``_gop_cache``) demuxes GOPs
 into Annex-B packet bundles and runs in CPU worker processes (separation mode), never touching
 CUDA and never importing torch; the GPU side (``_executor``, ``_decoder``, ``_pool``,
-``_frame``) decodes them in the loader's process. ``_caps`` says what the GPU's NVDEC decodes
+``_frame``, and ``_status_tap``, which turns PyNvVideoCodec's printed decode errors into a
+verdict per GOP) decodes them in the loader's process. ``_caps`` says what the GPU's NVDEC decodes
 and which indexed videos it can therefore take (:func:`nvdec_decodability`: pure, no CUDA, for
 routing the rest to the CPU). Importing this package imports nothing of either half: each
 public name is imported on first use (the packet side's modules import no torch, so a demux

@@ -47,6 +47,7 @@ from ...processing._nv12 import nv12_rows
 from .._memory import gpu_memory_error, is_gpu_out_of_memory
 from ._bundle import PacketBundle
 from ._caps import NVDEC_CODECS, describe_stream
+from ._status_tap import StatusTap
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +202,14 @@ class DecoderSlot:
             (``PacketBundle.is_nonref``), as FFmpeg's ``skip_frame=NONREF`` does on the CPU.
         feed_packets: access units per ``Decode`` call for H.264 and HEVC (1: one by one).
         stream: the CUDA stream its decoders and conversions run on (default a new one).
+        status: the NVDEC status tap (:mod:`._status_tap`) that vouches for each GOP, or
+            ``None`` (no check: NVDEC's concealed damage goes through).
     """
 
     def __init__(self, nvc, device: int, *, max_width: int = 0, max_height: int = 0,
                  packet_flags: int = DEFAULT_PACKET_FLAGS, skip_nonref: bool = True,
-                 feed_packets: int | None = None, stream=None) -> None:
+                 feed_packets: int | None = None, stream=None,
+                 status: StatusTap | None = None) -> None:
         self.nvc, self.gpu = nvc, int(device)
         self.device = torch.device("cuda", self.gpu)
         self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
@@ -218,6 +222,7 @@ class DecoderSlot:
         self.reuse_after_flush: bool | None = None  # learnt on the first reuse
         self.recreated = 0
         self._frames_out = False  # the last Decode returned frames that may still be read
+        self.status = status
 
     def _decoder(self, record: VideoRecord) -> _Decoder:
         if record.codec not in NVDEC_CODECS:
@@ -256,7 +261,7 @@ class DecoderSlot:
 
     def decode_gop(self, record: VideoRecord, bundle: PacketBundle, g: int, wanted: np.ndarray,
                    on_frame: OnFrame, *, wants: Wants | None = None,
-                   retry: bool = True) -> tuple[int, int]:
+                   retry: bool = True, alone: bool = False) -> tuple[int, int]:
         """Feed GOP ``g`` of ``bundle`` up to what the frames ``wanted`` (sorted display
         indices) need, flush, and call ``on_frame`` for every output frame (with ``wants``,
         only for the frames it accepts: the others are counted but never viewed). With
@@ -265,8 +270,16 @@ class DecoderSlot:
 
         Runs on :attr:`stream` (the caller makes it current).
 
+        With a status tap (:attr:`status`), the GOP is checked after its flush: if NVDEC
+        reported a decode error meanwhile, it raises :class:`SuspectGopError` instead of
+        returning, so ``on_frame`` must keep the frames it is given until this returns (the
+        caller delivers nothing of a GOP that raises). With ``alone``, the GOP is decoded
+        while no other GOP is (in this process), so a decode error is its own.
+
         Raises:
             CorruptVideoError: NVDEC rejected the packets (after one retry on a fresh decoder).
+            SuspectGopError: NVDEC reported a (concealed) decode error while the GOP was
+                decoded (a :class:`CorruptVideoError`).
             GpuMemoryError: the GPU had no memory for the decoder or its surfaces (no retry:
                 a fresh decoder needs the same memory).
         """
@@ -275,8 +288,16 @@ class DecoderSlot:
         reused = dec.flushed  # this decoder already went through an end of stream
         chunk = self.feed_packets if record.codec in CHUNKED_CODECS else 1
         counter = _FrameCounter(self, record, feed, bundle, wants=wants, by_count=chunk > 1)
+        why = None
         try:
-            self._run(dec, bundle, feed, counter, on_frame, chunk)
+            status = self.status
+            mark = status.mark(alone=alone) if status is not None else None  # before the first Decode
+            try:
+                self._run(dec, bundle, feed, counter, on_frame, chunk)
+                why = status.verify(mark) if status is not None else None  # leaves the gate
+            finally:
+                if status is not None:
+                    status.leave(mark)  # a failed GOP (once verified: nothing)
         except BaseException as exc:
             # Fed but not flushed (a sink or decode error): its leftovers would come out with
             # the next GOP, so it is dropped and re-created on next use.
@@ -285,16 +306,24 @@ class DecoderSlot:
                 raise
             if retry and counter.count == 0:
                 log.info("%s: NVDEC failed (%s); retrying on a fresh decoder", record.path, exc.__cause__)
-                return self.decode_gop(record, bundle, g, wanted, on_frame, wants=wants, retry=False)
+                return self.decode_gop(record, bundle, g, wanted, on_frame, wants=wants, retry=False,
+                                       alone=alone)
             raise CorruptVideoError(record.path, f"NVDEC failed in the GOP at keyframe "
                                     f"{int(bundle.gop_keyframes[g])}: {exc.__cause__}") from exc.__cause__
         out = counter.count
         if out == 0 and len(feed) and reused and self.reuse_after_flush is None:
             log.info("a flushed NVDEC decoder output nothing: re-creating decoders after each GOP")
             self.reuse_after_flush = False
-            return self.decode_gop(record, bundle, g, wanted, on_frame, wants=wants)
+            return self.decode_gop(record, bundle, g, wanted, on_frame, wants=wants, alone=alone)
         if out and reused and self.reuse_after_flush is None:
             self.reuse_after_flush = True
+        if why is not None:
+            # The decoder was flushed: it stays in use. The whole GOP is distrusted: errors
+            # propagate to the pictures that reference the damaged one.
+            key = int(bundle.gop_keyframes[g])
+            raise SuspectGopError(record.path, f"the NVDEC decode of the GOP of frames {key}.."
+                                  f"{_gop_end(record, key)} is not trusted: {why}{_FIX if alone else ''}",
+                                  alone=alone)
         return len(feed), out
 
     def _run(self, dec: _Decoder, bundle: PacketBundle, feed: np.ndarray, counter: _FrameCounter,
@@ -362,6 +391,24 @@ def gather_packets(bundle: PacketBundle, positions: np.ndarray) -> np.ndarray:
 def _key(record: VideoRecord) -> tuple[str, bool]:
     """Decoders are per codec and surface format: NV12 (8-bit) or P016 (deeper)."""
     return record.codec, record.bit_depth > 8
+
+
+#: What a suspect GOP's error says to do (once its verdict is its own).
+_FIX = (". None of its frames is delivered. With fallback='cpu' (the default) the loader "
+        "decodes it again on the CPU, whose error detection decides; with on_error='skip' its "
+        "samples are skipped. A damaged file: re-encode it or drop it from the index")
+
+
+class SuspectGopError(CorruptVideoError):
+    """NVDEC reported a (concealed) decode error while a GOP was decoded: its frames are not
+    delivered. ``alone``: it was decoded while no other GOP was, so the error is its own."""
+
+    def __init__(self, path: str, message: str, *, alone: bool = True) -> None:
+        super().__init__(path, message)
+        self.alone = alone
+
+    def __reduce__(self):
+        return (type(self), (self.path, str(self).split(": ", 1)[-1]), {"alone": self.alone})
 
 
 class _DecodeFailure(Exception):
@@ -437,6 +484,12 @@ def _packets_to_feed(record: VideoRecord, bundle: PacketBundle, g: int, wanted: 
         return np.arange(r.start, r.start + stop)
     drop = (bundle.is_nonref[r.start : r.start + stop] != 0) & ~np.isin(pts[:stop], record.pts[wanted])
     return r.start + np.flatnonzero(~drop)
+
+
+def _gop_end(record: VideoRecord, key: int) -> int:
+    """The last display index of the GOP whose keyframe is ``key``."""
+    k = int(np.searchsorted(record.keyframes, key, side="right"))
+    return int(record.keyframes[k]) - 1 if k < len(record.keyframes) else record.num_frames - 1
 
 
 def _display_indices(record: VideoRecord, sorted_pts: np.ndarray) -> np.ndarray:

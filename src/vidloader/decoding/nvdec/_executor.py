@@ -27,6 +27,7 @@ With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
@@ -44,10 +45,13 @@ from .._memory import gpu_memory_guard, release_frames
 from ._annexb import ContainerCache, demux_gops, full_gop_requests
 from ._bundle import PacketBundle
 from ._caps import NvdecCaps, needed_queries, nvdec_decodability, query_nvdec_caps
-from ._decoder import DecoderSlot
+from ._decoder import DecoderSlot, SuspectGopError
 from ._frame import NvdecFrame, NvdecFrames, record_stream, stack_surfaces
 from ._gop_cache import FrameCache, GopPacketCache
 from ._pool import DecoderPool, shared_stream
+from ._status_tap import Lease
+
+log = logging.getLogger(__name__)
 
 #: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
 DEFAULT_FRAME_CACHE_BYTES = 256 << 20
@@ -141,6 +145,13 @@ class NvdecExecutor(Executor):
         nvtx: emit NVTX ranges ``vidloader.demux`` and ``vidloader.decode`` (each naming the
             file and keyframe) on the thread that does the work (default False: no cost).
 
+    Concealed damage: from its first decode to :meth:`close`, the executor holds the
+    process's NVDEC status tap (:mod:`._status_tap`; fd 1 goes through a pipe). A GOP during
+    whose decode NVDEC reported a decode error is decoded once more alone (the report names
+    no decoder); still suspect, it raises :class:`~._decoder.SuspectGopError` (a
+    :class:`CorruptVideoError`) without delivering any of its frames, like a GOP NVDEC fails
+    to decode. ``VIDLOADER_NVDEC_STATUS_TAP=0`` turns this off.
+
     Raises:
         BackendUnavailableError: no CUDA GPU is visible, or PyNvVideoCodec is missing.
     """
@@ -172,6 +183,7 @@ class NvdecExecutor(Executor):
         self.frame_cache = FrameCache(frame_cache_bytes)
         self.packet_cache = GopPacketCache(packet_cache_bytes)
         self._slot: DecoderSlot | None = None
+        self._lease: Lease | None = None  # the status tap, held from the first decode to close
         self._containers = ContainerCache()
         self._pool = (DecoderPool(self._make_slot, num_decoders, device=self.device.index)
                       if num_decoders > 1 else None)
@@ -181,7 +193,8 @@ class NvdecExecutor(Executor):
         the caller's thread; see :mod:`._pool` on why streams are kept)."""
         return DecoderSlot(self._nvc, self.device.index, max_width=self.max_width,
                            max_height=self.max_height, skip_nonref=self.skip_nonref,
-                           stream=stream if stream is not None else shared_stream(self.device.index))
+                           stream=stream if stream is not None else shared_stream(self.device.index),
+                           status=self._lease.tap if self._lease is not None else None)
 
     @property
     def caps(self) -> NvdecCaps | None:
@@ -287,6 +300,9 @@ class NvdecExecutor(Executor):
         if self._slot is not None:
             self._slot.close()
             self._slot = None
+        if self._lease is not None:  # after the decoders: none of them decodes any more
+            self._lease.release()
+            self._lease = None
         self._containers.close()
         self.frame_cache.clear()
         self.packet_cache.clear()
@@ -294,6 +310,8 @@ class NvdecExecutor(Executor):
     # -- planning -------------------------------------------------------------------------
 
     def _jobs(self, tasks: Sequence[DecodeTask], bundles, *, count: bool = True) -> list[_Job]:
+        if self._lease is None:  # every way in passes here, before any slot is made
+            self._lease = Lease()
         jobs: list[_Job] = []
         for pos, task in enumerate(tasks):
             self.check(task.record)
@@ -348,13 +366,17 @@ class NvdecExecutor(Executor):
             consumer.wait_stream(slot.stream)
 
     def _decode_inline(self, slot: DecoderSlot, job: _Job, sink: BatchSink, consumer) -> None:
+        """Decode ``job``'s GOP on this thread. Without a status tap each wanted frame goes to
+        ``sink`` straight from the decoder's surface; with one, frames are copied and held
+        until the GOP is vouched for (a GOP NVDEC reported an error in is not delivered, and
+        its surfaces are recycled by the next ``Decode``)."""
         rec, wanted = job.record, set(job.gop.frames.tolist())
         keep = self.frame_cache.max_bytes > 0
         delivered: list[int] = []
 
-        def on_frame(i: int, nv12: torch.Tensor) -> None:
+        def deliver(i: int, nv12: torch.Tensor, *, copied: bool = False) -> None:
             if keep and i >= 0:
-                nv12 = _compact(nv12, rec)
+                nv12 = nv12 if copied else _compact(nv12, rec)
                 self.frame_cache.put(rec.path, i, nv12)
             if i in wanted:
                 wanted.discard(i)
@@ -362,10 +384,24 @@ class NvdecExecutor(Executor):
                 with gpu_memory_guard(CONVERSION, self.device):
                     sink(job.pos, i, NvdecFrame(nv12, rec, consumer))
 
+        def attempt(alone: bool) -> tuple[int, int, list]:
+            held: list[tuple[int, torch.Tensor]] = []  # this attempt's frames, copied
+
+            def on_frame(i: int, nv12: torch.Tensor) -> None:
+                if slot.status is None:
+                    deliver(i, nv12)
+                elif (keep and i >= 0) or i in wanted:
+                    held.append((i, _compact(nv12, rec)))
+
+            with self.ranges("vidloader.decode", job):
+                packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame, alone=alone,
+                                                   wants=None if keep else wanted.__contains__)
+            return packets, decoded, held
+
         bundle, g = self._packets(job, self._containers)
-        with self.ranges("vidloader.decode", job):
-            packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
-                                               wants=None if keep else wanted.__contains__)
+        packets, decoded, held = _vouched(attempt, job)
+        for i, nv12 in held:  # the GOP is vouched for
+            deliver(i, nv12, copied=True)
         self.stats.decoded += decoded
         self._count(job, packets, len(delivered), wanted)
 
@@ -402,6 +438,14 @@ class NvdecExecutor(Executor):
 
     def _decode_pooled(self, slot: DecoderSlot, containers: ContainerCache, job: _Job, *,
                        keep_all: bool = True, stack: bool = False) -> _Result:
+        """:meth:`_decode_once`, again alone if the status tap found the GOP suspect."""
+        with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
+            bundle, g = self._packets(job, containers)
+            return _vouched(lambda alone: self._decode_once(slot, job, bundle, g, keep_all=keep_all,
+                                                            stack=stack, alone=alone), job)
+
+    def _decode_once(self, slot: DecoderSlot, job: _Job, bundle: PacketBundle, g: int, *,
+                     keep_all: bool, stack: bool, alone: bool) -> _Result:
         """Decode ``job``'s GOP on ``slot``; keep a private copy of each wanted frame (and,
         with ``keep_all`` and a frame cache, of every frame). With ``stack`` (wanted frames
         only), each is copied once, straight into its row of one ``[n, rows, width]`` tensor
@@ -430,13 +474,11 @@ class NvdecExecutor(Executor):
             elif i in wanted or (keep and i >= 0):
                 frames.append((i, _compact(nv12, rec)))  # the surface is recycled next call
 
-        with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
-            bundle, g = self._packets(job, containers)
-            with self.ranges("vidloader.decode", job):
-                packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
-                                                   wants=None if keep else wanted.__contains__)
-            event = torch.cuda.Event()
-            event.record(slot.stream)
+        with self.ranges("vidloader.decode", job):
+            packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame, alone=alone,
+                                               wants=None if keep else wanted.__contains__)
+        event = torch.cuda.Event()
+        event.record(slot.stream)
         return _Result(frames, packets, decoded, event, stacked=stacked[0] if stacked else None)
 
     def _deliver_pooled(self, job: _Job, fut, sink: BatchSink, consumer) -> None:
@@ -572,6 +614,21 @@ class PendingBatch:
             fut.cancel()
         wait(futures)
         self._release_failures(keep)
+
+
+def _vouched(attempt, job: _Job):
+    """``attempt(alone=False)``; if the status tap found that GOP suspect while other GOPs
+    were decoded too (the line names no decoder), ``attempt(alone=True)``: decoded while no
+    other GOP is, its verdict is its own (raised if suspect again). ``attempt`` keeps its
+    frames to itself until it returns, so a suspect attempt's frames are simply dropped."""
+    try:
+        return attempt(False)
+    except SuspectGopError as exc:
+        if exc.alone:
+            raise
+        log.info("%s: GOP at keyframe %d suspect while decoded beside others; decoding it again "
+                 "alone", job.record.path, job.gop.keyframe)
+    return attempt(True)
 
 
 def _missing_frames(job: _Job, missing) -> CorruptVideoError:
