@@ -162,3 +162,15 @@ def isolation_report_worker(start, task_q, result_q) -> None:
     result_q.put((os.getpid(), os.getppid(), start in sys.modules, getattr(sys.modules["__main__"], "__file__", None),
                   torch.cuda.is_initialized()))
     task_q.get()
+
+
+def flooding_worker(start, task_q, result_q) -> None:
+    """A worker for pool tests that, once started, sends ``start`` messages of 1 MiB each (more
+    than a pipe holds, as a demux worker's packets can be) and then serves tasks until STOP."""
+    from vidloader.pipeline._messages import Ready
+
+    result_q.put(Ready(0))
+    for _ in range(start):
+        result_q.put(b"x" * (1 << 20))
+    while task_q.get() is not None:
+        pass

@@ -231,7 +231,10 @@ def damaged_file(tmp_path_factory):
     picture = damage_slice_data(good, bad, 12)
     assert picture == BAD_FRAME
     index = vidloader.build_index([intact, bad], num_workers=0, progress=False)
-    return index, {0: reference_frames(intact), 1: reference_frames(good)}, bad
+    # The index orders its videos by path (bad.mp4 first): references by each entry's file.
+    intact_of = {str(intact): intact, str(bad): good}
+    refs = {v: reference_frames(intact_of[str(index[v].path)]) for v in range(len(index))}
+    return index, refs, bad
 
 
 @pytest.mark.cuda
@@ -245,6 +248,8 @@ def test_real_nvdec_never_delivers_concealed_frames(damaged_file, num_workers, n
     NVDEC's word, never delivered concealed. Before the status tap, frames 14..19 came out
     wrong (mean difference 2.4-3.2) without an error."""
     index, refs, bad = damaged_file
+    bad_v = next(v for v in range(len(index)) if str(index[v].path) == str(bad))
+    intact_v = 1 - bad_v
     loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=10, backend="nvdec",
                          num_workers=num_workers, nvdec_decoders=nvdec_decoders,
                          fallback=fallback, on_error=on_error)
@@ -259,7 +264,7 @@ def test_real_nvdec_never_delivers_concealed_frames(damaged_file, num_workers, n
     except WorkerError as exc:
         raised = exc
     assert len(seen) == len(set(seen))
-    assert {(0, f) for f in range(FRAMES)} <= set(seen) or raised is not None  # the intact file
+    assert {(intact_v, f) for f in range(FRAMES)} <= set(seen) or raised is not None  # intact file
     if on_error == "raise":
         assert raised is not None and raised.path == str(bad)
         if fallback == "error":  # NVDEC's word; on the CPU, FFmpeg's ("reported damage")
@@ -270,7 +275,7 @@ def test_real_nvdec_never_delivers_concealed_frames(damaged_file, num_workers, n
         return
     assert raised is None
     assert loader.stats["skipped_files"] == [str(bad)]
-    lost = {f for v, f in {(1, f) for f in range(FRAMES)} - set(seen)}
+    lost = {f for v, f in {(bad_v, f) for f in range(FRAMES)} - set(seen)}
     assert lost and lost <= set(range(10, FRAMES)) and BAD_FRAME in lost
     assert loader.stats["skipped_samples"] == len(lost)
     if fallback == "cpu":

@@ -149,3 +149,22 @@ def test_workers_exit_when_the_loaders_process_dies(tmp_path):
     for pid in left:  # do not leave them to later tests
         os.kill(pid, 9)
     assert left == [], f"workers {left} outlived the loader's process"
+
+
+def test_shutdown_with_unread_large_results_neither_hangs_nor_kills_workers():
+    """Workers whose large results nobody read (a loader dropped after its first batch): the
+    pool reads them while the workers exit, instead of terminating workers mid-message and
+    then waiting forever for the rest of a half-written one (seen on the H100: 16 demux
+    workers, the startup benchmark hung in shutdown)."""
+    import threading
+
+    from vidloader.pipeline._pool import WorkerProcesses
+
+    from .media import flooding_worker
+
+    pool = WorkerProcesses(flooding_worker, [4, 4], 2, server="demux")
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (pool.shutdown(), done.set()), daemon=True)
+    thread.start()
+    assert done.wait(60), "shutdown hung"
+    assert [p.exitcode for p in pool.procs] == [0, 0]  # exited, not terminated

@@ -16,6 +16,7 @@ import itertools
 import math
 import queue
 import time
+from multiprocessing.connection import wait
 
 import numpy as np
 import torch
@@ -246,10 +247,13 @@ class WorkerProcesses:
                 # A closed or broken queue: terminate() below handles that worker.
                 with contextlib.suppress(Exception):
                     q.put(STOP)
-        deadline = time.monotonic() + WORKER_JOIN_SECONDS
-        for p in self.procs:
-            if p.pid is not None:
-                p.join(max(0.0, deadline - time.monotonic()))
+        # This process never writes results, yet holds the result pipe's write end: while it
+        # does, a message a killed worker left half-written is read by waiting for the rest
+        # forever (seen on the H100: a loader dropped after its first batch hung in its
+        # shutdown). Closed, such a read ends in EOF once the workers are gone.
+        with contextlib.suppress(Exception):
+            self.result_q._writer.close()
+        undelivered = self._read_while_workers_exit(time.monotonic() + WORKER_JOIN_SECONDS)
         for p in self.procs:
             if p.is_alive():
                 p.terminate()
@@ -257,11 +261,35 @@ class WorkerProcesses:
             if p.is_alive():
                 p.kill()
                 p.join(1.0)
-        with contextlib.suppress(Exception):  # a message cut short by a killed worker
-            self._undelivered(self.drain_ready())
+        with contextlib.suppress(Exception):  # every writer is gone: EOF ends any read
+            undelivered += self.drain_ready()
+        with contextlib.suppress(Exception):
+            self._undelivered(undelivered)
         for q in [*self.task_qs, self.result_q]:
             q.cancel_join_thread()
             q.close()
+
+    def _read_while_workers_exit(self, deadline: float) -> list:
+        """Wait until every worker has exited or ``deadline``, reading what they still send.
+
+        A worker cannot exit while its queue's feeder thread is still writing results into a
+        full pipe: unread, a worker busy with large results (demuxed packets) was terminated
+        mid-message instead of finishing, and what it had sent leaked. The messages read are
+        returned (for :meth:`_undelivered`)."""
+        out: list = []
+        sentinels = {p.sentinel: p for p in self.procs if p.pid is not None}
+        reader = self.result_q._reader  # the queue's receiving Connection
+        while sentinels and (left := deadline - time.monotonic()) > 0:
+            ready = wait([reader, *sentinels], timeout=left)
+            for s in ready:
+                sentinels.pop(s, None)
+            if reader in ready:
+                with contextlib.suppress(Exception):  # from live writers: whole messages
+                    out += self.drain_ready()
+        for p in self.procs:
+            if p.pid is not None and not p.is_alive():
+                p.join(0)  # reap
+        return out
 
 
 class ProcessPool(WorkerProcesses, BatchPool):
