@@ -61,6 +61,9 @@ LOADER_ROWS = [
     ("fallback", "gpu", ConfigError, "fallback must be one of"),
     ("combo_share", 0.5, ConfigError, "combo_share"),
     ("nvtx", "yes", ConfigError, "nvtx must be True, False or None"),
+    ("memory_budget", "lots", ConfigError, "memory_budget must be bytes as an int, or a string"),
+    ("memory_budget", 0, ConfigError, "memory_budget must be more than 0 bytes, got 0"),
+    ("memory_budget", "3GiB", ConfigError, "memory_budget='3GiB' bounds the GPU memory of NVDEC"),
 ]
 if _NO_GPU:  # no GPU, or no PyNvVideoCodec: refused when the loader is built
     LOADER_ROWS.append(("backend", "nvdec", BackendUnavailableError, "backend='nvdec'"))

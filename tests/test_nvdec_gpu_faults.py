@@ -196,7 +196,8 @@ def _every_frame(index) -> list[tuple[int, int]]:
 
 
 def _staging_bytes(loader: VideoLoader) -> int:
-    return loader.staging_slots * sum(math.prod(s) for s in loader.config.shapes.values())
+    """The GPU staging buffers' bytes (fewer buffers than slots in separation mode)."""
+    return loader.gpu_staging_buffers * sum(math.prod(s) for s in loader.config.shapes.values())
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -617,6 +617,7 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
 
     pool._next_message = lambda deadline, block: arrivals.popleft() if arrivals else None
     pool._start = start
+    pool._reserve = lambda key, block: True  # GPU staging buffers: tests/test_memory_budget.py
     got = [pool.get()[1] for _ in range(4)]
     assert got == [0, 4, 8, 12]
     assert started == [(0, ["b0"]), (4, ["b4a", "b4b"]), (8, ["b8"]), (12, ["b12"])]

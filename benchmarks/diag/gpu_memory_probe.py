@@ -1,29 +1,59 @@
-"""Where the NVDEC loader's GPU memory goes (issue 16: 7.8-10.6 GiB where the target is
-3 GiB at batch 128 × 224² on 1080p).
+"""Where the NVDEC loader's GPU memory goes, against what it planned (issue 16: 8.65 GiB by
+nvidia-smi on the H100 where the target is 3 GiB at batch 128 × 224² on 1080p).
 
-Runs ``VideoLoader(backend="nvdec")`` on the bench's W1 dataset (sequential, batch 128,
-224², 16 workers) with PyTorch's allocation history on, and after ``batches`` batches reports:
-- the device as ``nvidia-smi`` sees it (CUDA context, NVDEC surfaces, cuBLAS workspaces and
-  PyTorch's reserve together) against PyTorch's reserved, allocated and peak bytes;
-- the live allocations at the end and at the peak, summed by the innermost vidloader
-  frame of the stack that allocated them (file:line function).
+Runs ``VideoLoader(backend="nvdec")`` on the bench's W1 dataset (batch 128, 224², 16 demux
+workers, 16 decoders; uniform random frames by default, ``--sampler sequential`` for the
+session-9 figures) with PyTorch's allocation history on, and reports:
 
-Usage (on the device, after ``prepare_dataset('W1', 'gpu-quick', data_dir='/tmp/bench-data')``):
-``python3 benchmarks/diag/gpu_memory_probe.py [batches]``; writes ``$OUT/gpu_memory.json``.
+- the plan (``loader.memory_plan``): settings and bytes per component (staging buffers, GOP
+  stacks, conversion workspace per decoder stream, cuBLAS workspaces, frame cache, resize
+  weights, NVDEC surfaces) and its total;
+- what happened: ``nvidia-smi`` (sampled every 0.2 s) above the CUDA context's own, PyTorch's
+  reserved and allocated bytes at their peaks, the reserve per CUDA stream (the caching
+  allocator keeps freed blocks per stream), the GPU staging buffers bound at most and the
+  extra ones made, the decoded frames held in GOP stacks at most, the live allocations at the
+  allocation peak by the vidloader line that made them and by component, and what is still
+  allocated once the loader has shut down (cuBLAS's per-thread workspaces, the resize
+  weights: kept for the process on purpose);
+- throughput: frames/s over the batches after ``--warmup``.
+
+Usage (on the device; the dataset is generated once under /tmp/bench-data):
+``python3 benchmarks/diag/gpu_memory_probe.py [--batches 60] [--memory-budget 3GiB]
+[--sampler random|sequential] [--tag NAME]``; writes ``$OUT/gpu_memory[-NAME].json``.
+A bare number as the first argument is ``--batches`` (the session-9 form).
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
+import gc
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
 
 GIB = 1 << 30
+MIB = 1 << 20
+
+#: Allocation sites (file of the innermost vidloader frame) by plan component.
+COMPONENT_OF = {
+    "pipeline/_pool.py": "staging",
+    "decoding/nvdec/_executor.py": "gop_stacks",
+    "decoding/nvdec/_frame.py": "conversion",
+    "processing/_nv12.py": "conversion",
+    "processing/_resample.py": "conversion (and cuBLAS workspaces)",
+    "pipeline/_assemble.py": "conversion",
+    "processing/_geometry.py": "conversion",
+    "decoding/nvdec/_gop_cache.py": "frame_cache",
+    "pipeline/_transfer.py": "batch copy (the caller's)",
+    "processing/_finalize.py": "batch copy (the caller's)",
+}
 
 
 def _site(frames: list[dict]) -> str:
@@ -35,66 +65,190 @@ def _site(frames: list[dict]) -> str:
     return frames[0].get("name", "?") if frames else "?"
 
 
-def _by_site(snapshot: dict) -> list[tuple[str, float]]:
-    sizes: dict[str, int] = collections.Counter()
+def _active_blocks(snapshot: dict):
     for segment in snapshot["segments"]:
         for block in segment["blocks"]:
             if block["state"] == "active_allocated":
-                sizes[_site(block.get("frames", []))] += block["size"]
+                yield block
+
+
+def _by_site(snapshot: dict) -> list[tuple[str, float]]:
+    sizes: dict[str, int] = collections.Counter()
+    for block in _active_blocks(snapshot):
+        sizes[_site(block.get("frames", []))] += block["size"]
     return [(site, size / GIB) for site, size in sorted(sizes.items(), key=lambda kv: -kv[1])]
 
 
+def _by_component(by_site: list[tuple[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = collections.Counter()
+    for site, gib in by_site:
+        path = site.split(":")[0]
+        out[COMPONENT_OF.get(path, f"other ({path})")] += gib
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _reserved_by_stream(snapshot: dict) -> list[tuple[str, float, float]]:
+    """``(stream, reserved GiB, allocated GiB)`` per CUDA stream, largest first."""
+    reserved: dict[int, int] = collections.Counter()
+    allocated: dict[int, int] = collections.Counter()
+    for segment in snapshot["segments"]:
+        reserved[segment.get("stream", 0)] += segment["total_size"]
+        allocated[segment.get("stream", 0)] += segment.get("allocated_size", 0)
+    rows = [(hex(s), r / GIB, allocated[s] / GIB) for s, r in reserved.items()]
+    return sorted(rows, key=lambda r: -r[1])
+
+
 def _smi_used_gib() -> float:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                          f"--id={torch.cuda.current_device()}"],
                          capture_output=True, text=True).stdout.split()
     return float(out[0]) / 1024 if out else float("nan")
 
 
-def main() -> None:
-    batches = int(sys.argv[1]) if len(sys.argv) > 1 else 60
-    from vidloader import SequentialFrames, VideoLoader, build_index
+class SmiPeak:
+    """``nvidia-smi``'s memory.used sampled on a thread; the most seen."""
+
+    def __init__(self, every_s: float = 0.2) -> None:
+        self.peak, self._every, self._stop = 0.0, every_s, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> SmiPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _smi_used_gib())
+            self._stop.wait(self._every)
+
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    if argv and argv[0].isdigit():  # the session-9 form: gpu_memory_probe.py 60
+        argv = ["--batches", *argv]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batches", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10, help="batches before frames/s is timed")
+    p.add_argument("--memory-budget", default=None, help="e.g. 3GiB (default: none)")
+    p.add_argument("--sampler", choices=("random", "sequential"), default="random")
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--decoders", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--scale", default="gpu-quick")
+    p.add_argument("--no-history", action="store_true",
+                   help="no allocation history (less host overhead: for frames/s)")
+    p.add_argument("--tag", default="", help="suffix of the JSON's name")
+    return p.parse_args(argv)
+
+
+def _executor(loader):
+    """The NVDEC executor behind the loader's pool, if it was created."""
+    assembler = getattr(loader._pool, "assembler", None)
+    executor = getattr(assembler, "executor", None)
+    return getattr(executor, "_executor", executor)
+
+
+def main(argv: list[str]) -> None:
+    args = _arguments(argv)
+    from vidloader import RandomFrames, SequentialFrames, VideoLoader, build_index
     from vidloader.bench import prepare_dataset
     from vidloader.processing import Process
 
-    dataset = prepare_dataset("W1", "gpu-quick", data_dir="/tmp/bench-data")
+    dataset = prepare_dataset("W1", args.scale, data_dir="/tmp/bench-data")
     paths = sorted(str(p) for p in Path(dataset.root).rglob("*.mp4"))
     index = build_index(paths)
-    torch.cuda.init()
-    base = _smi_used_gib()
-    torch.cuda.memory._record_memory_history(max_entries=100_000)
-    loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=128, backend="nvdec",
-                         device="cuda", processing=Process(size=(224, 224)), num_workers=16,
-                         drop_last=True)
-    peak_snapshot, peak = None, 0
-    for n, batch in enumerate(loader, 1):
-        del batch
-        allocated = torch.cuda.memory_allocated()
-        if allocated > peak:
-            peak, peak_snapshot = allocated, torch.cuda.memory._snapshot()
-        if n >= batches:
-            break
+    torch.zeros(1, device="cuda")  # the CUDA context: not the loader's
     torch.cuda.synchronize()
+    context = _smi_used_gib()
+    if not args.no_history:
+        torch.cuda.memory._record_memory_history(max_entries=200_000)
+    sampler = RandomFrames(seed=0) if args.sampler == "random" else SequentialFrames()
+    loader = VideoLoader(index, sampler=sampler, batch_size=args.batch_size, backend="nvdec",
+                         device="cuda", processing=Process(size=(224, 224)),
+                         num_workers=args.workers, nvdec_decoders=args.decoders, drop_last=True,
+                         memory_budget=args.memory_budget)
+    plan = loader.memory_plan
+    print(f"plan: {json.dumps(plan)}", flush=True)
+    peak_snapshot, peak, frames, t0 = None, 0, 0, None
+    executor = None
+    with SmiPeak() as smi:
+        for n, batch in enumerate(loader, 1):
+            if n == args.warmup:
+                torch.cuda.synchronize()
+                t0 = time.monotonic()
+            elif n > args.warmup:
+                frames += len(batch["frames"])
+            del batch
+            executor = executor or _executor(loader)
+            allocated = torch.cuda.memory_allocated()
+            if allocated > peak and not args.no_history:
+                peak, peak_snapshot = allocated, torch.cuda.memory._snapshot()
+            if n >= args.batches:
+                break
+        torch.cuda.synchronize()
+        seconds = time.monotonic() - t0 if t0 is not None else float("nan")
+    final = torch.cuda.memory._snapshot() if not args.no_history else None
     report = {
-        "batches": n, "staging_slots": loader.staging_slots, "lookahead": loader.lookahead,
-        "smi_used_before_gib": base, "smi_used_gib": _smi_used_gib(),
+        "argv": argv, "sampler": args.sampler, "memory_budget": args.memory_budget,
+        "batches": n, "frames_per_s": frames / seconds if frames else None,
+        "staging_slots": loader.staging_slots, "gpu_staging_buffers": loader.gpu_staging_buffers,
+        "lookahead": loader.lookahead, "plan": plan,
+        "plan_total_gib": plan["total_bytes"] / GIB, "plan_torch_gib": plan["torch_bytes"] / GIB,
+        "gpu_staging": dict(loader.stats["gpu_staging"]),
+        "frames_held_peak": getattr(executor, "frames_held_peak", None),
+        "stack_frames": getattr(executor, "stack_frames", None),
+        "smi_context_gib": context, "smi_peak_gib": smi.peak,
+        "smi_loader_peak_gib": smi.peak - context,
+        "smi_used_gib": _smi_used_gib(),
         "torch_reserved_gib": torch.cuda.memory_reserved() / GIB,
         "torch_allocated_gib": torch.cuda.memory_allocated() / GIB,
         "torch_peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
         "torch_peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
-        "live_by_site_gib": _by_site(torch.cuda.memory._snapshot())[:25],
-        "peak_by_site_gib": _by_site(peak_snapshot)[:25] if peak_snapshot else [],
     }
+    # NVDEC's surfaces and the binding's buffers: what nvidia-smi sees beyond PyTorch's reserve
+    # and the context (against the plan's decoder_surfaces).
+    report["outside_torch_peak_gib"] = smi.peak - context - report["torch_peak_reserved_gib"]
+    if final is not None:
+        report["reserved_by_stream_gib"] = _reserved_by_stream(final)[:24]
+        report["live_by_site_gib"] = _by_site(final)[:25]
+        report["peak_by_site_gib"] = _by_site(peak_snapshot)[:25] if peak_snapshot else []
+        report["peak_by_component_gib"] = _by_component(report["peak_by_site_gib"])
     loader.shutdown()
+    gc.collect()
+    torch.cuda.synchronize()
+    report["after_shutdown_allocated_gib"] = torch.cuda.memory_allocated() / GIB
+    if not args.no_history:
+        report["after_shutdown_by_site_gib"] = _by_site(torch.cuda.memory._snapshot())[:10]
+    torch.cuda.empty_cache()
+    report["after_empty_cache_reserved_gib"] = torch.cuda.memory_reserved() / GIB
+    _print(report)
+    out = Path(os.environ.get("OUT", "/tmp"))
+    name = f"gpu_memory{'-' + args.tag if args.tag else ''}.json"
+    (out / name).write_text(json.dumps(report, indent=1))
+
+
+def _print(report: dict) -> None:
     for key, value in report.items():
-        if isinstance(value, list):
+        if key == "plan":
+            print("plan components (GiB):", {k: round(v / GIB, 3)
+                                             for k, v in value["components_bytes"].items()})
+            print(f"plan settings: decoders {value['decoders']}, units_decoding "
+                  f"{value['units_decoding']}, stack_frames {value['stack_frames']}, frame cache "
+                  f"{value['frame_cache_bytes'] / MIB:.0f} MiB, GPU staging "
+                  f"{value['gpu_staging_buffers']} of {value['staging_slots']} slots")
+        elif isinstance(value, list) and value and isinstance(value[0], (list, tuple)):
             print(f"{key}:")
-            for site, gib in value[:15]:
-                print(f"  {gib:7.3f} GiB  {site}")
+            for row in value[:15]:
+                print("  " + "  ".join(f"{x:7.3f}" if isinstance(x, float) else str(x) for x in row[1:])
+                      + f"  {row[0]}")
+        elif isinstance(value, float):
+            print(f"{key}: {value:.3f}")
         else:
             print(f"{key}: {value}")
-    out = Path(os.environ.get("OUT", "/tmp"))
-    (out / "gpu_memory.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

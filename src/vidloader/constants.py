@@ -23,7 +23,8 @@ WORKER_START_SECONDS = 120.0
 DEFAULT_DECODER_THREADS = 1
 
 #: Consecutive batches one worker plans and decodes together (GOP grouping across batches).
-#: Staging memory is ``lookahead × (workers + prefetch − 1)`` batches.
+#: Staging memory is ``lookahead × (workers + prefetch − 1)`` batches (on the GPU, NVDEC in
+#: separation mode binds only ``lookahead × units_decoding`` of them: ``pipeline/_memory.py``).
 DEFAULT_LOOKAHEAD_BATCHES = 4
 
 #: Interpolation used by swscale when the decoder resizes (the resize pushdown).
@@ -34,6 +35,16 @@ DEFAULT_INTERPOLATION = "BILINEAR"
 #: 358 vs 209 random frames/s and 2147 vs 2038 sequential frames/s; each decoder costs GPU
 #: memory (surfaces, and its thread's conversion buffers: ~1 GiB at 1080p).
 DEFAULT_NVDEC_DECODERS = 16
+
+#: Decoded frames an NVDEC decoder thread holds in one GOP stack before it converts them: a
+#: GOP's wanted frames are copied out of the decoder's surfaces into a stack of at most this
+#: many NV12 pictures, converted to RGB and written into the staging slots, and the next stack
+#: begins. The conversion already ran in chunks of 8 (``_frame.RGB_CHUNK``); stacking a whole
+#: GOP held every wanted frame of it at once (sequential W1: 16 threads x 30 frames x 3.1 MB,
+#: 1.57 GiB at peak on the H100, ``benchmarks/results/gpu/session9-6``), and each thread's
+#: CUDA stream kept that high-water mark in PyTorch's caching allocator for good.
+#: ``memory_budget`` lowers it; ``nvdec_options["stack_frames"]`` sets it.
+DEFAULT_STACK_FRAMES = 8
 
 #: Decoder threads allowed per GPU: data-center GPUs have up to 7 NVDEC engines, and each
 #: decoder holds its own surfaces (tens of MiB at 1080p), so more threads only cost memory.

@@ -90,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="override the workload's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="move every batch there, e.g. cuda")
+    p.add_argument("--memory-budget", default=None,
+                   help="VideoLoader(memory_budget=...) for the NVDEC and combo backends, "
+                        "e.g. 3GiB (default: none)")
     p.add_argument("--out", default="benchmarks/results", help="directory for JSON and PNG")
     p.add_argument("--data-dir", default=None, help="dataset cache (default ~/.cache/vidloader/bench)")
     p.add_argument("--note", default="", help="free text stored with the environment")

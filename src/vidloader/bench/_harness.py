@@ -45,6 +45,8 @@ class RunConfig:
         max_seconds (float | None): stop the timed window after about this long (slow peers).
         plan_batches (int | None): batches planned (default ``warmup + batches``): the same
             plan for every backend, long enough for the deepest backend's warm-up.
+        memory_budget (str | None): ``VideoLoader(memory_budget=...)`` of the NVDEC and
+            combo loaders (``None``: none).
     """
 
     workload: str
@@ -60,6 +62,7 @@ class RunConfig:
     batch_size: int | None = None
     max_seconds: float | None = 60.0
     plan_batches: int | None = None
+    memory_budget: str | None = None
 
 
 def build_job(cfg: RunConfig) -> Job:
@@ -71,7 +74,7 @@ def build_job(cfg: RunConfig) -> Job:
     index = load_index(dataset)
     plan = make_plan(workload, index, dataset, batches=cfg.plan_batches or cfg.warmup + cfg.batches,
                      seed=cfg.seed, batch_size=cfg.batch_size)
-    return Job(plan.index, plan, workload, cfg.workers, cfg.device)
+    return Job(plan.index, plan, workload, cfg.workers, cfg.device, cfg.memory_budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +204,11 @@ def measure(peer: Peer, job: Job, lengths: RunLengths, max_seconds: float | None
            "arrivals_s": [round(t - begin, 4) for t in arrivals],
            **_decode_counts(counters[s], counters[e])}
     out.update(monitor.summary(arrivals[s], arrivals[e]))
-    return _gpu_memory(out)
+    out = _gpu_memory(out)
+    plan = peer.memory_plan()
+    if plan is not None:  # next to the peak it plans for
+        out["memory_plan"] = plan
+    return out
 
 
 def _small_gap(arrivals: list[float], s: int, e: int) -> float:

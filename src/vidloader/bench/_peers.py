@@ -34,6 +34,7 @@ class Job:
         workload (Workload): geometry and shape.
         workers (int): worker processes (or threads, for the NVDEC ceiling).
         device (str | None): where batches must end up (``None``: where the peer leaves them).
+        memory_budget (str | None): the GPU loaders' ``memory_budget`` (``None``: none).
     """
 
     index: object
@@ -41,6 +42,7 @@ class Job:
     workload: Workload
     workers: int
     device: str | None = None
+    memory_budget: str | None = None
 
 
 class Peer(abc.ABC):
@@ -69,6 +71,10 @@ class Peer(abc.ABC):
 
     def counters(self) -> dict | None:
         """Cumulative ``decoded`` / ``delivered`` frame counts, where the backend tells."""
+        return None
+
+    def memory_plan(self) -> dict | None:
+        """The backend's planned GPU memory (``VideoLoader.memory_plan``), where it has one."""
         return None
 
     def pipeline(self, job: Job) -> tuple[int, int]:
@@ -139,12 +145,13 @@ class VidloaderPeer(Peer):
         from ..errors import BackendUnavailableError, ConfigError
         from ..pipeline import VideoLoader
 
+        budget = job.memory_budget if self.backend != "cpu" else None
         try:
             return VideoLoader(
                 job.index, sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
                 processing=job.workload.geometry.process(), backend=self.backend,
                 num_workers=job.workers, drop_last=True, persistent_workers=True,
-                device=job.device,
+                device=job.device, memory_budget=budget,
             )
         except (BackendUnavailableError, ConfigError) as exc:
             if self.backend == "cpu":
@@ -189,6 +196,14 @@ class VidloaderPeer(Peer):
         if self._loader is None:
             return None
         return dataclasses.asdict(self._loader.decode_stats)
+
+    def memory_plan(self) -> dict | None:
+        if self._loader is None:
+            return None
+        plan = self._loader.memory_plan
+        if plan is not None:  # what the run's staging buffers did, beside what was planned
+            plan = {**plan, "gpu_staging": dict(self._loader.stats.get("gpu_staging", {}))}
+        return plan
 
     def pipeline(self, job: Job) -> tuple[int, int]:
         # VideoLoader decodes at most its staging slots ahead. Whole-batch units: a worker

@@ -76,7 +76,7 @@ def _run_workload(workload, backends: list[str], args, env: dict) -> dict:
     load_index(dataset)  # once, here: the runs load it
     base = RunConfig(workload.name, "", name, args.scale, str(dataset.root.parent), args.batches,
                      args.warmup, args.workers, args.seed, args.device, args.batch_size,
-                     args.max_seconds)
+                     args.max_seconds, memory_budget=getattr(args, "memory_budget", None))
     base.plan_batches = args.plan_batches = plan_length(base, backends)
     runs = []
     for backend in backends:
@@ -87,7 +87,8 @@ def _run_workload(workload, backends: list[str], args, env: dict) -> dict:
         runs.append(result)
     settings = {k: getattr(args, k) for k in ("batches", "warmup", "plan_batches", "workers",
                                               "seed", "device", "batch_size", "scale",
-                                              "max_seconds")}
+                                              "max_seconds", "memory_budget")
+                if hasattr(args, k)}
     settings["isolated"] = not args.no_isolate
     return make_report(workload=workload, dataset=dataset.summary(), settings=settings,
                        command=command_line(args), runs=runs, env=env)

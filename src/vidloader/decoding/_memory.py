@@ -39,8 +39,10 @@ BATCH_FIXES = ("free (del) other tensors on that GPU and call torch.cuda.empty_c
                "lower batch_size (or the output size)")
 #: What frees GPU memory for the NVDEC path, named in its :class:`GpuMemoryError`.
 NVDEC_FIXES = (
-    f"{BATCH_FIXES}, or queue fewer units on NVDEC (nvdec_options={{'units_decoding': 1}}) and "
-    "use fewer decoders (nvdec_decoders=4), or decode on the CPU (backend='cpu')"
+    f"{BATCH_FIXES}, or give the loader a memory_budget (e.g. memory_budget='3GiB': it plans "
+    "its staging, decoders and conversion to fit), or queue fewer units on NVDEC "
+    "(nvdec_options={'units_decoding': 1}) and use fewer decoders (nvdec_decoders=4), or "
+    "decode on the CPU (backend='cpu')"
 )
 
 #: Characters of the original error kept in the message (torch's runs to several lines of

@@ -410,9 +410,10 @@ class BatchAssembler:
         return self.ranges.wrap("vidloader.convert", sink)
 
     def _gop_sink(self, tasks, slots, transforms, stagings):
-        """The per-GOP sink of ``submit_batch``: convert the GOP's frames in one batched call
-        per output size, then crop each sample's window into its staging slot. Runs on decoder
-        threads: it only reads shared state, and every (batch, sample, slot) is written once."""
+        """The per-GOP sink of ``submit_batch``: convert a stack of the GOP's frames (all of
+        them, or ``stack_frames`` at a time) in one batched call per output size, then crop
+        each sample's window into its staging slot. Runs on decoder threads: it only reads
+        shared state, and every (batch, sample, slot) is written once."""
         outputs = self.outputs
         videos = [t.video_index for t in tasks]
         geoms = {(name, v): self.geometry(name, v) for v in set(videos) for name in outputs}

@@ -11,8 +11,11 @@ from ._contract import BatchPool
 from ._pool import InlinePool, ProcessPool, SeparationPool
 
 
-def make_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
-    """The pool for ``config``, with ``num_slots`` staging slots.
+def make_pool(config: LoaderConfig, num_slots: int, *, gpu_buffers: int | None = None,
+              counters: dict | None = None) -> BatchPool:
+    """The pool for ``config``, with ``num_slots`` staging slots; with NVDEC in separation
+    mode or the combo, ``gpu_buffers`` GPU buffers behind them (default one per slot) and
+    their ``counters`` (see :class:`~._pool.StagingBuffers`).
 
     - ``"cpu"``: worker processes decoding into shared memory (:class:`ProcessPool`), or the
       calling process (``num_workers=0``);
@@ -28,16 +31,18 @@ def make_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
         if config.num_workers < 1:
             raise ConfigError("backend='combo' needs num_workers >= 1 (the CPU side decodes in "
                               "worker processes); use backend='nvdec' for one process")
-        return ComboPool(config, num_slots, LazyExecutor(config.executor_options("nvdec")))
+        return ComboPool(config, num_slots, LazyExecutor(config.executor_options("nvdec")),
+                         gpu_buffers=gpu_buffers, counters=counters)
     if config.backend == "nvdec":
-        return _nvdec_pool(config, num_slots)
+        return _nvdec_pool(config, num_slots, gpu_buffers, counters)
     if config.num_workers == 0:
         assembler = BatchAssembler.for_config(config, get_executor("cpu", **config.executor_options("cpu")))
         return InlinePool(assembler, config.shapes, num_slots)
     return ProcessPool(config, num_slots)
 
 
-def _nvdec_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
+def _nvdec_pool(config: LoaderConfig, num_slots: int, gpu_buffers: int | None,
+                counters: dict | None) -> BatchPool:
     if config.num_workers == 0:
         executor = get_executor("nvdec", **config.executor_options("nvdec"))
         return InlinePool(_nvdec_assembler(config, executor), config.shapes, num_slots,
@@ -45,7 +50,7 @@ def _nvdec_pool(config: LoaderConfig, num_slots: int) -> BatchPool:
     # Demux workers start first: CUDA is initialised here only afterwards, and never in a
     # worker (they are forks of the demux fork server, a fresh interpreter without torch).
     assembler = _nvdec_assembler(config, LazyExecutor(config.executor_options("nvdec")))
-    return SeparationPool(config, assembler, num_slots)
+    return SeparationPool(config, assembler, num_slots, num_buffers=gpu_buffers, counters=counters)
 
 
 def _nvdec_assembler(config: LoaderConfig, executor) -> BatchAssembler:

@@ -19,12 +19,14 @@ _BATCH_COPY = ("the batch handed to you: its copy out of the staging slot and it
 
 class LoaderStats(dict):
     """``loader.stats``: batches, samples, skipped samples and files (each file once), the rows each executor
-    filled (``rows_by_executor``) and the files decoded on the CPU instead of NVDEC
-    (``cpu_fallback_files``: path -> why). A dict, so it prints and serialises as one."""
+    filled (``rows_by_executor``), the files decoded on the CPU instead of NVDEC
+    (``cpu_fallback_files``: path -> why) and the GPU staging buffers' counters
+    (``gpu_staging``: ``buffers``, ``in_use``, ``peak_in_use``, ``overflows``; empty but with
+    NVDEC in separation mode or the combo). A dict, so it prints and serialises as one."""
 
     def __init__(self) -> None:
         super().__init__(batches=0, samples=0, skipped_samples=0, skipped_files=[],
-                         rows_by_executor={}, cpu_fallback_files={})
+                         rows_by_executor={}, cpu_fallback_files={}, gpu_staging={})
 
 
 class Collector:

@@ -16,8 +16,9 @@ per unit, the combo's NVDEC side filled about 100 frames/s where NVDEC alone fil
 lowering the CPU workers' priority did not change that.
 
 CPU workers write into shared-memory slots, NVDEC into GPU slots: each staging slot has a
-buffer set in each memory, and the collector reads each batch's rows from the buffers of
-the executor that filled them (:meth:`ComboPool.staged`).
+buffer set in shared memory, and, while NVDEC fills rows of its batch, one on the GPU (fewer
+GPU buffers than slots, bound per unit: :class:`~._pool.StagingBuffers`); the collector reads
+each batch's rows from the buffers of the executor that filled them (:meth:`ComboPool.staged`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class ComboPool(BatchPool):
     """
 
     def __init__(self, config: LoaderConfig, num_slots: int, nvdec_executor, *,
-                 gpu_device=None) -> None:
+                 gpu_device=None, gpu_buffers: int | None = None,
+                 counters: dict | None = None) -> None:
         self.config = config
         num_cpu, num_demux = combo_split(config.num_workers)
         # Workers first: no CUDA before a process start (both kinds are fork-server forks).
@@ -94,8 +96,11 @@ class ComboPool(BatchPool):
         try:
             fallback = get_executor("cpu", **config.executor_options("cpu"))
             assembler = BatchAssembler.for_config(config, nvdec_executor, fallback=fallback)
+            # NVDEC's buffers are bound only while its units fill them (StagingBuffers): the
+            # CPU side's units and NVDEC's units being demuxed hold none.
             self.gpu = SeparationPool(dataclasses.replace(config, num_workers=num_demux), assembler,
-                                      num_slots, device=gpu_device)
+                                      num_slots, device=gpu_device, num_buffers=gpu_buffers,
+                                      counters=counters)
         except BaseException:
             self.cpu.shutdown()
             raise
@@ -150,6 +155,9 @@ class ComboPool(BatchPool):
 
     def staged(self, slot_id: int, executor: str) -> dict:
         return self.gpu_slots[slot_id] if executor == "nvdec" else self.cpu.slots[slot_id]
+
+    def release(self, slot_id: int) -> None:
+        self.gpu.release(slot_id)  # the CPU side's shared slots are all its own
 
     def submit(self, worker: int, task: FillTask) -> None:
         """Queue ``task`` (``worker`` is ignored: whichever executor frees up takes it)."""
@@ -262,13 +270,12 @@ class ComboPool(BatchPool):
         oldest, CPU workers the newest of the shared queue (see :meth:`_take_for_cpu`)."""
         while True:
             took = False
-            if len(self._gpu_parts) < self.gpu_room:
-                head = self._oldest(self._gpu_queue, self._queue)
-                if head is not None:
-                    queue, task = head
-                    queue.popleft()
-                    self._to_gpu(self._gather(queue, task))
-                    took = True
+            head = self._oldest(self._gpu_queue, self._queue)
+            if head is not None and (len(self._gpu_parts) < self.gpu_room or self._overdue(head[1])):
+                queue, task = head
+                queue.popleft()
+                self._to_gpu(self._gather(queue, task))
+                took = True
             worker = min(range(len(self._cpu_load)), key=self._cpu_load.__getitem__)
             room = self._cpu_load[worker] < CPU_UNITS_PER_WORKER
             if room:
@@ -279,6 +286,13 @@ class ComboPool(BatchPool):
             if not took:
                 self._note_idle(None if not room else "queue empty" if not self._queue else "horizon")
                 return
+
+    def _overdue(self, task: FillTask) -> bool:
+        """Whether NVDEC must take ``task`` beyond its room: it holds rows of a batch no later
+        than any whose GPU buffer is held, so none of those can be delivered, and free a
+        buffer, before it is filled (a dead worker's units, queued after NVDEC's own)."""
+        oldest = self.gpu.slots.oldest_batch()
+        return oldest is not None and task.first_batch <= oldest
 
     def _note_idle(self, reason: str | None) -> None:
         """Add the time since the last call to the reason the CPU side was idle then."""

@@ -18,10 +18,11 @@ import torch
 
 from .._utils._args import check_bool, check_choice, check_int, check_optional_int
 from .._utils._nvtx import NVTX_ENV, Ranges
-from ..constants import MAX_DECODERS_PER_GPU
+from ..constants import DEFAULT_STACK_FRAMES, MAX_DECODERS_PER_GPU
 from ..errors import BackendUnavailableError, ConfigError
 from ..index import VideoIndex
 from ..processing import Process, geometry
+from ._memory import parse_memory_budget
 
 Backend = Literal["cpu", "nvdec", "combo"]
 OnError = Literal["raise", "skip"]
@@ -63,6 +64,9 @@ class LoaderConfig:
         nvtx: emit NVTX ranges (demux, decode, convert, copy, finalize) in every process
             that does the work; resolved from the ``nvtx`` argument or ``VIDLOADER_NVTX``,
             and False on a CPU build of torch.
+        memory_budget: the GPU bytes the NVDEC side was planned to fit (``None``: no
+            budget); ``units_decoding`` and ``nvdec_options`` hold what it chose
+            (:mod:`._memory`).
     """
 
     index: VideoIndex
@@ -84,6 +88,7 @@ class LoaderConfig:
     cpu_only: np.ndarray | None = None
     combo_share: float | None = None
     nvtx: bool = False
+    memory_budget: int | None = None
 
     @property
     def uses_nvdec(self) -> bool:
@@ -116,15 +121,17 @@ def backend_uses_nvdec(backend: str) -> bool:
 
 #: The keys ``nvdec_options`` may hold: ``NvdecExecutor`` options the loader does not set
 #: itself, and ``units_decoding``.
-NVDEC_OPTION_KEYS = ("frame_cache_bytes", "packet_cache_bytes", "skip_nonref", "units_decoding")
+NVDEC_OPTION_KEYS = ("frame_cache_bytes", "packet_cache_bytes", "skip_nonref", "stack_frames",
+                     "units_decoding")
 
 
 def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallback="cpu",
                   combo_share=None, num_workers=None, pin_memory=False, drop_last=False,
                   persistent_workers=False, decoder_threads=1, nvdec_decoders=1,
-                  nvdec_options=None, nvtx=None) -> None:
+                  nvdec_options=None, nvtx=None, memory_budget=None) -> int | None:
     """The checks that need nothing but the arguments: types, ranges and choices, each a
-    :class:`ConfigError` naming the argument, the value and the fix."""
+    :class:`ConfigError` naming the argument, the value and the fix. Returns
+    ``memory_budget`` in bytes (whether it fits is checked once the loader is planned)."""
     check_int("batch_size", batch_size, minimum=1, fix="the samples per batch")
     check_optional_int("num_workers", num_workers, minimum=0,
                        fix="worker processes; 0 decodes in this process, None one per core")
@@ -150,6 +157,12 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
     if nvtx is not None and not isinstance(nvtx, bool):
         raise ConfigError(f"nvtx must be True, False or None (None: the {NVTX_ENV} environment "
                           f"variable decides), got {nvtx!r}")
+    budget = parse_memory_budget(memory_budget)
+    if budget is not None and not backend_uses_nvdec(backend):
+        raise ConfigError(f"memory_budget={memory_budget!r} bounds the GPU memory of NVDEC "
+                          f"decoding, but backend={backend!r}; use backend='nvdec' or 'combo', "
+                          "or leave memory_budget=None")
+    return budget
 
 
 def _check_nvdec_options(options) -> None:
@@ -222,9 +235,14 @@ def resolve_nvdec_options(index: VideoIndex, device, decoders: int,
         gpu = int(os.environ.get("LOCAL_RANK", "0"))
     extra = dict(extra or {})
     units = extra.pop("units_decoding", DEFAULT_UNITS_DECODING)
-    if not isinstance(units, int) or units < 1:
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
         raise ConfigError(f"nvdec_options['units_decoding'] must be an int >= 1 (units queued on "
                           f"the decoders at once), got {units!r}")
+    stack = extra.get("stack_frames", DEFAULT_STACK_FRAMES)
+    if isinstance(stack, bool) or not isinstance(stack, int) or stack < 1:
+        raise ConfigError(f"nvdec_options['stack_frames'] must be an int >= 1 (decoded frames a "
+                          f"decoder thread holds before converting them; default "
+                          f"{DEFAULT_STACK_FRAMES}), got {stack!r}")
     options = {
         "device": gpu,
         "max_width": max(r.width for r in index),

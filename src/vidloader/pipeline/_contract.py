@@ -51,6 +51,11 @@ class BatchPool(abc.ABC):
         write to different memories, CPU and GPU, keeps a buffer set for each)."""
         return self.slots[slot_id]
 
+    def release(self, slot_id: int) -> None:
+        """The scheduler delivered the batch in slot ``slot_id`` (or dropped it after a
+        ``break``): no unit fills it until the scheduler hands it out again. A pool whose
+        slots share fewer buffers (:class:`~._pool.StagingBuffers`) frees the slot's here."""
+
     @abc.abstractmethod
     def submit(self, worker: int, task: FillTask) -> None:
         """Start filling ``task``'s rows; ``worker`` in ``range(ways)`` picks the executor."""

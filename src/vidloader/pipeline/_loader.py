@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
+import math
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,6 +41,17 @@ from ._config import (
     staging_shapes,
 )
 from ._contract import BatchPool
+from ._memory import (
+    MemoryPlan,
+    PlanInputs,
+    VideoSizes,
+    apply_knobs,
+    cublas_workspace_bytes,
+    fit_budget,
+    gpu_staging_buffers,
+    make_plan,
+    nvdec_knobs,
+)
 from ._routing import cpu_only_mask, nvdec_routing
 from ._scheduler import Scheduler
 from ._units import has_block_units, max_unit_batches
@@ -87,7 +100,9 @@ class VideoLoader:
             rest (at least one) decode on the CPU. 0 does everything in the calling process
             (not with ``"combo"``). Default: the number of CPU cores.
         prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
-            prefetch − 1)`` staging slots of one batch each, in shared memory.
+            prefetch − 1)`` staging slots of one batch each, in shared memory (with NVDEC in
+            separation mode, only ``lookahead × units_decoding`` of them hold a GPU buffer at
+            once: see ``memory_budget``).
         lookahead (int | None): consecutive batches a worker plans and decodes together, so
             that a GOP several of them need is decoded once. Default: the sampler's
             ``preferred_lookahead`` if it has one, else 4.
@@ -106,12 +121,22 @@ class VideoLoader:
         decoder_threads (int): FFmpeg threads per decode (``"cpu"``).
         nvdec_decoders (int): NVDEC decoders on threads, to keep the engines busy (``"nvdec"``).
         nvdec_options (Mapping | None): further :class:`~vidloader.decoding.nvdec.NvdecExecutor`
-            options (``frame_cache_bytes``, ``packet_cache_bytes``, ``skip_nonref``), and
-            ``units_decoding``: units of work queued on the decoders at once (default 4).
+            options (``frame_cache_bytes``, ``packet_cache_bytes``, ``skip_nonref``,
+            ``stack_frames``: decoded frames a decoder thread holds before converting them,
+            default 8), and ``units_decoding``: units of work queued on the decoders at once
+            (default 4).
         fallback ("cpu" | "error"): what happens to files NVDEC cannot decode (``"nvdec"``,
             ``"combo"``): decoded on the CPU, or refused at construction.
         combo_share (float | None): with ``"combo"``, a fixed share of units for NVDEC;
             default: each side takes units as it frees up.
+        memory_budget (int | str | None): GPU bytes the NVDEC side may plan for (``"nvdec"``,
+            ``"combo"``): an int, or a string such as ``"3GiB"`` or ``"512MiB"``. The loader
+            plans its staging buffers, GOP stacks, conversion workspace per decoder stream,
+            cuBLAS workspaces, frame cache and NVDEC surfaces (:attr:`memory_plan`) and lowers
+            stack frames, units decoding, the frame cache and decoder threads, in that order,
+            until the plan fits, trading throughput for memory; ``nvdec_decoders`` and
+            ``nvdec_options`` are upper bounds then. ``ConfigError`` if even one decoder does
+            not fit. Default ``None``: planned for speed, nothing lowered.
         nvtx (bool | None): emit NVTX ranges (``vidloader.demux``, ``.decode``, ``.convert``,
             ``.copy``, ``.finalize``, ``.collect``) for Nsight Systems, in each process where
             that work runs. Default ``None``: on when ``VIDLOADER_NVTX=1``. A no-op on a CPU
@@ -148,6 +173,7 @@ class VideoLoader:
         fallback: Literal["cpu", "error"] = "cpu",
         combo_share: float | None = None,
         nvtx: bool | None = None,
+        memory_budget: int | str | None = None,
     ) -> None:
         if not isinstance(index, VideoIndex):
             raise ConfigError(f"index must be a vidloader.VideoIndex (from vidloader.build_index "
@@ -157,12 +183,13 @@ class VideoLoader:
         if sampler is not None and not isinstance(sampler, Sampler):
             raise ConfigError(f"sampler must be a vidloader sampler (RandomFrames(), Clips(...), "
                               f"GopShuffle(), ...), got {sampler!r}")
-        check_options(batch_size=batch_size, prefetch=prefetch, on_error=on_error,
-                      backend=backend, lookahead=lookahead, fallback=fallback,
-                      combo_share=combo_share, num_workers=num_workers, pin_memory=pin_memory,
-                      drop_last=drop_last, persistent_workers=persistent_workers,
-                      decoder_threads=decoder_threads, nvdec_decoders=nvdec_decoders,
-                      nvdec_options=nvdec_options, nvtx=nvtx)
+        budget = check_options(
+            batch_size=batch_size, prefetch=prefetch, on_error=on_error, backend=backend,
+            lookahead=lookahead, fallback=fallback, combo_share=combo_share,
+            num_workers=num_workers, pin_memory=pin_memory, drop_last=drop_last,
+            persistent_workers=persistent_workers, decoder_threads=decoder_threads,
+            nvdec_decoders=nvdec_decoders, nvdec_options=nvdec_options, nvtx=nvtx,
+            memory_budget=memory_budget)
         device = resolve_device(device)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
@@ -201,8 +228,11 @@ class VideoLoader:
             device=device, pin_memory=pin_memory,
             cpu_only=cpu_only_mask(index, self.nvdec_refusals) if uses_nvdec and fallback == "cpu" else None,
             combo_share=None if combo_share is None else float(combo_share),
-            nvtx=resolve_ranges(nvtx).enabled,
+            nvtx=resolve_ranges(nvtx).enabled, memory_budget=budget,
         )
+        self._sizes: VideoSizes | None = None  # for memory plans, computed once
+        if uses_nvdec and budget is not None:
+            self._fit_memory(memory_budget)
         self._pool: BatchPool | None = None
         self._scheduler: Scheduler | None = None
         self._collector = Collector(self.config)
@@ -224,8 +254,20 @@ class VideoLoader:
 
     @property
     def stats(self) -> dict:
-        """Batches, samples, skipped samples and files, and the rows each executor filled."""
+        """Batches, samples, skipped samples and files, the rows each executor filled, and
+        (NVDEC in separation mode or the combo) ``gpu_staging``: the GPU staging buffers,
+        how many were in use now and at most, and extra buffers made (``overflows``)."""
         return self._collector.stats
+
+    @property
+    def memory_plan(self) -> dict | None:
+        """The NVDEC side's planned GPU memory (``None`` with ``backend="cpu"``): the
+        settings (``decoders``, ``units_decoding``, ``stack_frames``, ``frame_cache_bytes``,
+        ``gpu_staging_buffers`` of ``staging_slots``), bytes by component (staging, GOP
+        stacks, conversion workspace, cuBLAS workspaces, frame cache, resize weights, decoder
+        surfaces) and ``total_bytes``; with ``memory_budget``, what it chose to fit."""
+        plan = self._memory_plan()
+        return None if plan is None else plan.as_dict()
 
     @property
     def decode_stats(self) -> DecodeStats:
@@ -255,26 +297,81 @@ class VideoLoader:
 
     @property
     def staging_slots(self) -> int:
-        """Batches the loader can hold at once (decoded ahead or being decoded): its staging
-        slots, ``lookahead`` times the units in flight."""
+        """Batches the loader can hold at once (decoded ahead, being decoded or, in
+        separation mode, being demuxed): its staging slots, ``lookahead`` times the units in
+        flight. See :attr:`gpu_staging_buffers` for how many hold GPU memory."""
         return self.lookahead * self._units_in_flight()
+
+    @property
+    def gpu_staging_buffers(self) -> int:
+        """Staging buffers on the GPU (0 with ``backend="cpu"``). NVDEC in the calling
+        process fills units as they are handed out: one per slot. In separation mode a unit
+        holds GPU buffers only from the start of its decoding to the delivery of its batches,
+        and units decode in order, so ``lookahead × units_decoding`` buffers serve however
+        many demux workers there are; the combo's NVDEC side needs
+        ``(lookahead + 1) × (units_decoding + 1)`` (see :mod:`._memory`)."""
+        if not self.config.uses_nvdec:
+            return 0
+        return gpu_staging_buffers(self._pool_kind, self.staging_slots, self.lookahead,
+                                   self.config.units_decoding)
+
+    @property
+    def _pool_kind(self) -> str:
+        """Where NVDEC decodes: ``"inline"`` (no workers), ``"separation"`` or ``"combo"``."""
+        if self.config.backend == "combo":
+            return "combo"
+        return "separation" if self.config.num_workers > 0 else "inline"
 
     @property
     def uses_block_units(self) -> bool:
         """Whether work is handed out one GOP-local block at a time (see ``lookahead``)."""
         return self.config.lookahead is None and has_block_units(self._epoch_plan(self._epoch))
 
-    def _units_in_flight(self) -> int:
+    def _units_in_flight(self, units_decoding: int | None = None) -> int:
         """Units the staging slots hold at once. Whole-batch units: one per worker plus the
         prefetch. Block units are large, and need no slot per worker: on CPU workers a
         block is shared by all of them (the scheduler cuts it by video), so ``prefetch +
-        1``; on the GPU up to ``units_decoding`` decode at once, plus the prefetch."""
+        1``; on the GPU up to ``units_decoding`` (the config's, unless given) decode at
+        once, plus the prefetch."""
         config = self.config
+        decoding = config.units_decoding if units_decoding is None else units_decoding
         if self.uses_block_units:
-            return config.prefetch + (config.units_decoding if config.uses_nvdec else 1)
+            return config.prefetch + (decoding if config.uses_nvdec else 1)
         if config.backend == "combo":  # a unit per CPU worker and NVDEC's queue, plus prefetch
-            return config.num_workers + config.units_decoding + config.prefetch - 1
+            return config.num_workers + decoding + config.prefetch - 1
         return max(1, config.num_workers) + config.prefetch - 1
+
+    # -- GPU memory ---------------------------------------------------------------------
+
+    def _plan_inputs(self) -> PlanInputs:
+        """What a memory plan of this loader depends on, but the knobs a budget lowers."""
+        config, lookahead = self.config, self.lookahead
+        if self._sizes is None:
+            self._sizes = VideoSizes.of(self.index, config.outputs)
+        return PlanInputs(
+            pool=self._pool_kind, lookahead=lookahead,
+            slots_for_units=lambda units: lookahead * self._units_in_flight(units),
+            slot_bytes=sum(math.prod(shape) for shape in config.shapes.values()),
+            sizes=self._sizes, cublas_bytes=cublas_workspace_bytes(_capability(config.gpu)),
+        )
+
+    def _memory_plan(self) -> MemoryPlan | None:
+        config = self.config
+        if not config.uses_nvdec:
+            return None
+        knobs = nvdec_knobs(config.nvdec_options, config.units_decoding)
+        return make_plan(self._plan_inputs(), budget=config.memory_budget, **knobs)
+
+    def _fit_memory(self, given) -> None:
+        """Lower the NVDEC knobs until the plan fits ``memory_budget`` (``given``: the value
+        passed, for the error), and keep them in the config."""
+        config = self.config
+        knobs = nvdec_knobs(config.nvdec_options, config.units_decoding)
+        plan = fit_budget(self._plan_inputs(), config.memory_budget, given=given, **knobs)
+        self.config = dataclasses.replace(
+            config, units_decoding=plan.units_decoding,
+            nvdec_options=apply_knobs(config.nvdec_options, plan))
+        log.info("memory_budget=%r: planned %s", given, plan.summary())
 
     def _epoch_plan(self, epoch: int):
         cached = self._plan_cache
@@ -287,7 +384,10 @@ class VideoLoader:
         return cached[1]
 
     def _start(self) -> None:
-        self._pool = make_pool(self.config, self.staging_slots)
+        gpu = self._pool_kind in ("separation", "combo") and self.config.uses_nvdec
+        self._pool = make_pool(self.config, self.staging_slots,
+                               gpu_buffers=self.gpu_staging_buffers if gpu else None,
+                               counters=self.stats["gpu_staging"] if gpu else None)
         self._scheduler = Scheduler(self._pool, self.labels)
 
     # -- iteration ----------------------------------------------------------------------
@@ -390,6 +490,14 @@ class VideoLoader:
             f"batch_size={self.batch_size}, outputs={list(self.outputs)}, "
             f"backend={self.backend!r}, num_workers={self.num_workers})"
         )
+
+
+def _capability(gpu: torch.device) -> tuple[int, int] | None:
+    """The GPU's compute capability (which sets cuBLAS's default workspace), if torch says."""
+    try:
+        return tuple(torch.cuda.get_device_capability(gpu.index or 0))
+    except Exception:  # no driver here: the plan assumes the smaller workspace
+        return None
 
 
 def _rejected_hint(index: VideoIndex) -> str:

@@ -77,6 +77,99 @@ def _slots_what(shapes: dict[str, tuple], num_slots: int, made: int) -> str:
             "batch rows x frames x height x width x 3)")
 
 
+class StagingBuffers:
+    """The scheduler's staging slots over fewer GPU buffers.
+
+    In separation mode most of a unit's life is spent being demuxed by a CPU worker, which
+    needs no GPU buffer; only the units decoding (``units_decoding``) and the batches waiting
+    to be delivered do. So a slot is *bound* to a buffer when a unit that fills it starts
+    decoding (:meth:`bind`) and unbound when the scheduler has delivered its batch
+    (:meth:`release`). ``len()`` is the scheduler's slot count, ``staging[slot]`` a bound
+    slot's buffers (``{output: uint8 tensor}``, as a plain slot list gives them).
+
+    The buffers are allocated at once, so a GPU without room for them fails before the first
+    batch, naming them. When a unit must start for the loader to make progress and no buffer
+    is free (which the buffer count rules out with NVDEC alone; see
+    :meth:`SeparationPool._reserve`), an extra buffer is made for it and dropped when its
+    slot is released, and ``counters["overflows"]`` counts it.
+
+    Args:
+        shapes: each output's staging shape.
+        num_slots: the scheduler's slots.
+        num_buffers: GPU buffers (``<= num_slots``).
+        device: where the buffers live.
+        counters: a dict updated in place: ``buffers``, ``in_use`` (bound now),
+            ``peak_in_use`` and ``overflows`` (the loader shows it as ``stats["gpu_staging"]``).
+    """
+
+    def __init__(self, shapes: dict[str, tuple], num_slots: int, num_buffers: int, *,
+                 device=None, counters: dict | None = None) -> None:
+        self.shapes, self.device, self._num_slots = shapes, device, int(num_slots)
+        self.buffers = _allocate(shapes, min(num_buffers, num_slots), device=device)
+        self._free = list(range(len(self.buffers)))[::-1]
+        self._bound: dict[int, int] = {}  # slot -> buffer index
+        self._extra: dict[int, dict] = {}  # slot -> a buffer made beyond the count
+        self._batch: dict[int, int] = {}  # slot -> the batch it holds
+        self.counters = counters if counters is not None else {}
+        self.counters.update(buffers=len(self.buffers), in_use=0,
+                             peak_in_use=self.counters.get("peak_in_use", 0),
+                             overflows=self.counters.get("overflows", 0))
+
+    def __len__(self) -> int:
+        return self._num_slots
+
+    def __getitem__(self, slot: int) -> dict:
+        if slot in self._bound:
+            return self.buffers[self._bound[slot]]
+        if slot in self._extra:
+            return self._extra[slot]
+        raise IndexError(f"staging slot {slot} holds no GPU buffer (it is bound when a unit that "
+                         "fills it starts decoding): an internal error of vidloader's pool")
+
+    def missing(self, slot_ids) -> int:
+        """Distinct slots of ``slot_ids`` that hold no buffer yet."""
+        return len({s for s in slot_ids if s not in self._bound and s not in self._extra})
+
+    def can_bind(self, slot_ids) -> bool:
+        """Whether every slot of ``slot_ids`` can hold a buffer without an extra one."""
+        return self.missing(slot_ids) <= len(self._free)
+
+    def oldest_batch(self) -> int | None:
+        """The lowest batch a bound slot holds (``None``: no slot is bound)."""
+        return min(self._batch.values(), default=None)
+
+    def bind(self, slot_ids, batches, *, extra: bool = False) -> None:
+        """Give each slot of ``slot_ids`` (holding ``batches``, one each) a buffer, unless it
+        has one; with ``extra``, make buffers beyond the count when none is free.
+
+        Raises:
+            GpuMemoryError: an extra buffer does not fit on the GPU.
+        """
+        for slot, batch in zip(slot_ids, batches):
+            if slot in self._bound or slot in self._extra:
+                continue
+            if self._free:
+                self._bound[slot] = self._free.pop()
+            elif extra:
+                self._extra[slot] = _allocate(self.shapes, 1, device=self.device)[0]
+                self.counters["overflows"] += 1
+            else:
+                raise RuntimeError(f"no free GPU staging buffer for slot {slot}: an internal "
+                                   "error of vidloader's pool (can_bind was not asked)")
+            self._batch[slot] = batch
+        in_use = len(self._bound) + len(self._extra)
+        self.counters["in_use"] = in_use
+        self.counters["peak_in_use"] = max(self.counters["peak_in_use"], in_use)
+
+    def release(self, slot: int) -> None:
+        """The slot's batch was delivered: its buffer is free again (an extra one is dropped)."""
+        self._batch.pop(slot, None)
+        if slot in self._bound:
+            self._free.append(self._bound.pop(slot))
+        self._extra.pop(slot, None)
+        self.counters["in_use"] = len(self._bound) + len(self._extra)
+
+
 class InlinePool(BatchPool):
     """Fills batches synchronously in the calling process (``num_workers=0``)."""
 
@@ -360,6 +453,11 @@ class ProcessPool(WorkerProcesses, BatchPool):
         self.slots = []
 
 
+#: Seconds a unit of the combo's NVDEC side waits for a free GPU staging buffer, with nothing
+#: decoding, before one is made beyond the count anyway (see :meth:`SeparationPool._reserve`:
+#: a last resort against a hang the rules there do not foresee; far above a CPU unit's time).
+STAGING_WAIT_SECONDS = 5.0
+
 #: GOPs per demux part: a unit with more GOPs is demuxed by several workers, in slices of
 #: about this many GOPs (a part costs a message and a re-plan of the unit in its worker).
 DEMUX_GOPS_PER_PART = 64
@@ -393,15 +491,20 @@ class SeparationPool(WorkerProcesses, BatchPool):
     """
 
     def __init__(self, config: LoaderConfig, assembler: BatchAssembler, num_slots: int, *,
-                 device=None) -> None:
-        """``device``: where the slots live (default the config's GPU; tests pass ``"cpu"``)."""
+                 device=None, num_buffers: int | None = None, counters: dict | None = None) -> None:
+        """``num_slots``: the scheduler's staging slots; ``num_buffers``: GPU buffers behind
+        them (default one per slot; see :class:`StagingBuffers`); ``device``: where the
+        buffers live (default the config's GPU; tests pass ``"cpu"``); ``counters``: the
+        buffers' counters (:class:`StagingBuffers`)."""
         self.assembler, self.index = assembler, config.index
         try:
-            self.slots = _allocate(config.shapes, num_slots,
-                                   device=config.gpu if device is None else device)
+            self.slots = StagingBuffers(config.shapes, num_slots, num_buffers or num_slots,
+                                        device=config.gpu if device is None else device,
+                                        counters=counters)
         except BaseException:  # no pool to shut down: close the executors here
             assembler.close()
             raise
+        self._stuck_since: float | None = None  # see _reserve
         self.units_decoding = config.units_decoding
         self._units: dict[int, tuple] = {}  # key -> its FillTask and decode tasks
         self._keys = itertools.count()  # unit keys (a batch can begin two units)
@@ -459,6 +562,8 @@ class SeparationPool(WorkerProcesses, BatchPool):
         message, if one came."""
         while len(self._decoding) < self.units_decoding:
             if self._order and self._order[0] in self._ready:
+                if not self._reserve(self._order[0], block=block):
+                    return None  # no GPU buffer free: delivered batches will free some
                 key = self._order.popleft()
                 self._start(key, *self._ready.pop(key))
                 continue
@@ -469,6 +574,47 @@ class SeparationPool(WorkerProcesses, BatchPool):
                 return self._with_batch_index(msg)
             self._receive(msg)
         return None
+
+    def _reserve(self, key: int, *, block: bool) -> bool:
+        """Bind GPU buffers to the slots of unit ``key`` before it starts decoding, or say it
+        must wait for delivered batches to free some (``False``).
+
+        With NVDEC alone it never waits: units start in order, a new one only once the
+        messages of the finished ones were taken (so their batches were delivered and
+        released), so the slots bound are those of the units decoding (fewer than
+        ``units_decoding``, at most ``lookahead`` batches each) and a batch shared with this
+        unit. In the combo NVDEC may finish units whose batches wait for the CPU rows of an
+        earlier batch; this unit then waits for those deliveries, unless they cannot come
+        first: a unit not started yet (this one, or one queued behind it, as a dead CPU
+        worker's units are) holds rows of a batch no later than every bound one. Then, or
+        when the caller blocks on this pool with nothing decoding, or after
+        :data:`STAGING_WAIT_SECONDS` with nothing decoding (a last resort against a hang), an
+        extra buffer is made (:class:`StagingBuffers`)."""
+        task = self._units[key][0]
+        batches = [p.batch_index for p in task.plans]
+        staging = self.slots
+        if staging.can_bind(task.slot_ids):
+            staging.bind(task.slot_ids, batches)
+            self._stuck_since = None
+            return True
+        now = time.monotonic()
+        if self._stuck_since is None:
+            self._stuck_since = now
+        oldest = staging.oldest_batch()
+        blocked = oldest is not None and any(self.first_batch(k) <= oldest for k in self._order)
+        idle = not self._decoding and (block or now - self._stuck_since >= STAGING_WAIT_SECONDS)
+        if not (blocked or idle):
+            return False
+        staging.bind(task.slot_ids, batches, extra=True)
+        self._stuck_since = None
+        return True
+
+    def first_batch(self, key: int) -> int:
+        """The lowest batch unit ``key`` fills rows of."""
+        return min(p.batch_index for p in self._units[key][0].plans)
+
+    def release(self, slot_id: int) -> None:
+        self.slots.release(slot_id)
 
     def _with_batch_index(self, msg):
         """A demux worker's failure names its unit's key: name the unit's first batch too."""

@@ -6,11 +6,14 @@ yet yielded (:class:`OpenBatch`), and the messages still owed by the pool.
 
 Flow control: a unit is handed out only when every batch it touches has a slot, so the slots
 bound the work in flight; batches are yielded strictly in order, so the stream is the same
-whatever the number or speed of the executors.
+whatever the number or speed of the executors. A slot goes back to the pool
+(:meth:`~._contract.BatchPool.release`) when its batch was delivered, or, after a ``break``,
+as soon as no unit fills it any more: a pool with fewer GPU buffers than slots reuses them.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterator
 
@@ -96,6 +99,8 @@ class Scheduler:
         self.outstanding = 0  # messages the pool still owes (one per part handed out)
         self.next_batch = 0  # the batch the consumer will get next
         self._next_worker = 0  # round-robin over the pool's executors, unit by unit
+        self._held: set[int] = set()  # slots handed out and not released to the pool yet
+        self._owed: collections.Counter = collections.Counter()  # slot -> parts not reported
         #: Whether an epoch ran on this pool: the start-up ramp is for cold workers only.
         self._warm = False
 
@@ -110,6 +115,7 @@ class Scheduler:
             blocks: hand out the plan's own GOP-local blocks (``plan.decode_units``).
         """
         pool, n = self.pool, len(plan)
+        self._release_held()  # an earlier run ended by drain() or an error: nothing in flight
         free = list(range(len(pool.slots)))[::-1]
         open_batches: dict[int, OpenBatch] = {}  # dispatched, not yet yielded
         if blocks:
@@ -138,18 +144,42 @@ class Scheduler:
                     raise WorkerError(f"decoding batch {msg.batch_index} failed: {msg.message}",
                                       path=msg.path, remote_traceback=msg.traceback)
                 self.outstanding -= 1
+                self._owed[msg.slot_id] -= 1
                 open_batches[msg.batch_index].receive(msg)
             done = open_batches.pop(b)
             self.next_batch = b + 1
             yield done.finished()
             free.append(done.slot)
+            self._release(done.slot)
 
     def drain(self) -> None:
         """Receive and drop the messages still owed (after a ``break``), so the pool starts
         the next epoch clean."""
+        # A slot nobody will read and no unit still fills goes back at once: its buffer may
+        # serve the units still to drain (a pool with fewer buffers than slots would
+        # otherwise make extra ones for them).
+        for slot in [s for s in self._held if self._owed[s] <= 0]:
+            self._release(slot)
         while self.outstanding > 0:
-            self.pool.get()
+            msg = self.pool.get()
             self.outstanding -= 1
+            if isinstance(msg, RowsFilled):
+                self._owed[msg.slot_id] -= 1
+                if self._owed[msg.slot_id] <= 0 and msg.slot_id in self._held:
+                    self._release(msg.slot_id)
+        self._release_held()
+
+    def _release(self, slot: int) -> None:
+        self._held.discard(slot)
+        self.pool.release(slot)
+
+    def _release_held(self) -> None:
+        """Give the pool back the slots of batches dispatched but never yielded (their units
+        are all reported: nothing writes into them any more)."""
+        for slot in self._held:
+            self.pool.release(slot)
+        self._held.clear()
+        self._owed.clear()
 
     def _dispatch(self, plan, unit: list[Part], open_batches: dict, free: list, *, split: bool) -> None:
         """Send one unit: to one executor, or cut by video over all of them (they decode
@@ -157,6 +187,7 @@ class Scheduler:
         for part in unit:
             if part.batch not in open_batches:
                 open_batches[part.batch] = OpenBatch(free.pop(), self._with_labels(plan.batch(part.batch)))
+                self._held.add(open_batches[part.batch].slot)
         plans = {b: ob.plan for b, ob in open_batches.items()}
         pool = self.pool
         for share in split_by_video(unit, plans, pool.ways) if split else [unit]:
@@ -165,6 +196,7 @@ class Scheduler:
                 full = open_batches[part.batch]
                 a, z = part.rows(full.plan.batch_size)
                 full.expect(a, z)
+                self._owed[full.slot] += 1
                 slot_ids.append(full.slot)
                 sub_plans.append(full.plan if (a, z) == (0, full.plan.batch_size) else full.plan.rows(a, z))
                 row_starts.append(a)

@@ -194,6 +194,27 @@ def nv12_to_rgb_batch(
     return out
 
 
+def conversion_bytes(height: int, width: int, out_hw: tuple[int, int], *, deep: bool = False) -> int:
+    """Peak bytes that :func:`nv12_to_rgb_batch` allocates per picture converting a whole
+    ``height × width`` NV12 (or, ``deep``, P016) picture to ``out_hw`` (the loader's path:
+    crops are cut from its result), its uint8 result included, its input and the cached
+    filter weights not. An upper estimate from the kernels' steps, checked against what they
+    allocate on the CPU (``tests/test_memory_budget.py``); on the GPU PyTorch's caching
+    allocator keeps this high-water mark per CUDA stream.
+
+    Resized: the luma plane as float32 (``4·H·W``) and its first matrix product (``4·H·ow``
+    or ``4·oh·W``), or the float chroma planes and theirs; then the float YUV, its colour
+    product and the uint8 result (``48·oh·ow``, measured 46.5). Unscaled 8-bit: luma and both
+    chroma planes at full resolution, stacked, and their product (``30·H·W``, measured 27).
+    """
+    h, w = int(height), int(width)
+    oh, ow = (int(v) for v in out_hw)
+    if (oh, ow) == (h, w) and not deep:
+        return 30 * h * w
+    first_product = 4 * max(h * ow, oh * w)
+    return max(4 * h * w + first_product + 4 * oh * ow, 48 * oh * ow)
+
+
 def nv12_rows(height: int) -> int:
     """Rows of an NV12 (or P016) picture of ``height`` lines: the luma plane, then the chroma
     plane of ``⌈height / 2⌉`` interleaved UV lines."""

@@ -18,7 +18,8 @@ With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads
 * :meth:`NvdecExecutor.decode_batch` (and ``decode``): a per-frame sink called on the caller's
   thread, task by task, frames ascending.
 * :meth:`NvdecExecutor.submit_batch`: the loader's path. A per-GOP sink runs *on the decoder
-  thread* right after the GOP is decoded, with the GOP's wanted frames stacked, so colour
+  thread* as the GOP is decoded, with the GOP's wanted frames stacked (``stack_frames`` at a
+  time, 8 by default: what bounds the decoded frames waiting on the GPU), so colour
   conversion and resize run batched and in parallel with other GOPs' decoding, and the call
   returns at once: the caller can submit the next unit of work before waiting for this one
   (:meth:`PendingBatch.wait`), so decoders never drain between units.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
@@ -37,7 +39,8 @@ import torch
 
 from ..._utils._imports import require
 from ..._utils._nvtx import Ranges
-from ...errors import BackendUnavailableError, CorruptVideoError, UnsupportedCodecError
+from ...constants import DEFAULT_STACK_FRAMES
+from ...errors import BackendUnavailableError, ConfigError, CorruptVideoError, UnsupportedCodecError
 from ...index import VideoRecord
 from ...processing._nv12 import nv12_rows
 from .._base import DecodeTask, Executor, FrameSink, GopRequest
@@ -67,7 +70,7 @@ CONVERSION = ("the colour conversion of decoded frames (NV12 to RGB, resize, cro
 #: ``sink(task_position, frame_index, frame)`` for :meth:`NvdecExecutor.decode_batch`.
 BatchSink = Callable[[int, int, NvdecFrame], None]
 #: ``sink(task_position, frame_indices, frames)`` for :meth:`NvdecExecutor.submit_batch`: one
-#: call per GOP with its wanted frames, ascending, stacked.
+#: call per stack of a GOP's wanted frames (ascending, at most ``stack_frames`` of them).
 GopSink = Callable[[int, list, NvdecFrames], None]
 
 
@@ -116,8 +119,8 @@ class _Result:
     decoded: int
     event: torch.cuda.Event | None
     delivered: int = 0
-    #: With ``stack=True``: the frames' rows, ``frames[k]`` a view of row ``k``.
-    stacked: torch.Tensor | None = None
+    #: With a ``flush`` (the batch path): the wanted frames handed to it, ascending.
+    flushed: list[int] = dataclasses.field(default_factory=list)
 
 
 class NvdecExecutor(Executor):
@@ -140,6 +143,12 @@ class NvdecExecutor(Executor):
         skip_nonref: never feed NVDEC the packets of non-reference pictures (H.264
             ``nal_ref_idc == 0``, HEVC top-sub-layer ``*_N`` pictures) that no request wants:
             about a third of a GOP with two B-frames between references, exact (tested).
+        stack_frames: on the batch path (:meth:`submit_batch`), the most decoded frames a
+            decoder thread stacks before handing them to the sink: a GOP with more wanted
+            frames reaches the sink in several calls of at most this many. It bounds the GPU
+            memory of decoded frames waiting for conversion (``num_decoders × stack_frames``
+            NV12 pictures) and of the conversion's float intermediates, which PyTorch's
+            caching allocator keeps per decoder stream.
         caps: what this GPU's NVDEC decodes; default: asked from the driver
             (:func:`query_nvdec_caps`) for each kind of video as it first comes.
         nvtx: emit NVTX ranges ``vidloader.demux`` and ``vidloader.decode`` (each naming the
@@ -169,10 +178,19 @@ class NvdecExecutor(Executor):
         frame_cache_bytes: int = DEFAULT_FRAME_CACHE_BYTES,
         packet_cache_bytes: int = DEFAULT_PACKET_CACHE_BYTES,
         skip_nonref: bool = True,
+        stack_frames: int = DEFAULT_STACK_FRAMES,
         caps: NvdecCaps | None = None,
         nvtx: bool = False,
     ) -> None:
         super().__init__()
+        if isinstance(stack_frames, bool) or not isinstance(stack_frames, int) or stack_frames < 1:
+            raise ConfigError(f"stack_frames must be an int >= 1 (decoded frames a decoder thread "
+                              f"holds before converting them), got {stack_frames!r}")
+        self.stack_frames = stack_frames
+        #: NV12 pictures held in GOP stacks awaiting conversion, now and at most so far, over
+        #: all decoder threads (what ``stack_frames`` bounds; read by tests and the memory probe).
+        self.frames_held = self.frames_held_peak = 0
+        self._held_lock = threading.Lock()
         self.ranges = Ranges(nvtx)
         self._nvc = load_pynvvideocodec()
         self._caps = caps
@@ -274,8 +292,10 @@ class NvdecExecutor(Executor):
     ) -> PendingBatch:
         """Start decoding ``tasks``; return at once with a handle to :meth:`PendingBatch.wait` on.
 
-        ``sink(pos, indices, frames)`` is called once per GOP of ``tasks[pos]`` (and per GOP
-        served from the frame cache) with that GOP's wanted frames, from a decoder thread
+        ``sink(pos, indices, frames)`` is called for every GOP of ``tasks[pos]`` (and every GOP
+        served from the frame cache) with that GOP's wanted frames, ascending, in stacks of at
+        most :attr:`stack_frames` (one call for most GOPs; while the GOP is still decoding
+        for the first stacks of a longer one), from a decoder thread
         whose CUDA stream is current: it must only enqueue GPU work and write to places no
         other call writes. Work it enqueues is ordered before the caller's current stream
         continues past :meth:`PendingBatch.wait`; work the caller enqueued before this call is
@@ -437,49 +457,63 @@ class NvdecExecutor(Executor):
                     fut.cancel()
 
     def _decode_pooled(self, slot: DecoderSlot, containers: ContainerCache, job: _Job, *,
-                       keep_all: bool = True, stack: bool = False) -> _Result:
+                       keep_all: bool = True, flush=None) -> _Result:
         """:meth:`_decode_once`, again alone if the status tap found the GOP suspect."""
         with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
             bundle, g = self._packets(job, containers)
             return _vouched(lambda alone: self._decode_once(slot, job, bundle, g, keep_all=keep_all,
-                                                            stack=stack, alone=alone), job)
+                                                            flush=flush, alone=alone), job)
 
     def _decode_once(self, slot: DecoderSlot, job: _Job, bundle: PacketBundle, g: int, *,
-                     keep_all: bool, stack: bool, alone: bool) -> _Result:
+                     keep_all: bool, flush, alone: bool) -> _Result:
         """Decode ``job``'s GOP on ``slot``; keep a private copy of each wanted frame (and,
-        with ``keep_all`` and a frame cache, of every frame). With ``stack`` (wanted frames
-        only), each is copied once, straight into its row of one ``[n, rows, width]`` tensor
-        (``_Result.stacked``), instead of a copy per frame stacked by a second copy: every
-        delivered frame existed twice at once (0.79 + 0.70 GiB at peak on W1, session9-1)."""
+        with ``keep_all`` and a frame cache, of every frame).
+
+        With ``flush`` (the batch path: wanted frames only), each wanted frame is instead
+        copied once, straight into its row of a stack of at most :attr:`stack_frames`
+        pictures, and each full stack goes to ``flush(indices, stack)`` as soon as it is
+        full, during the decode: a copy per frame then a stacked copy had every delivered
+        frame twice at once (0.79 + 0.70 GiB at peak on W1, session9-1), and a stack of the
+        whole GOP held all its wanted frames (1.57 GiB on sequential W1, session9-6). The
+        last stack is flushed once the GOP is decoded, if no wanted frame is missing (else
+        :class:`CorruptVideoError` naming them). ``_Result.flushed`` lists what was flushed.
+
+        A full stack can reach the sink before the status tap has vouched for the GOP (at its
+        end). That delivers nothing concealed: a suspect GOP's rows are written again by its
+        re-decode alone or by the CPU fallback, or its samples are skipped or the unit raises;
+        and the frame cache takes a GOP's frames only once it is vouched for
+        (:meth:`_deliver_gop`)."""
         rec, wanted = job.record, set(job.gop.frames.tolist())
         keep = keep_all and self.frame_cache.max_bytes > 0
         frames: list[tuple[int, torch.Tensor]] = []
-        rows = nv12_rows(rec.height)
-        stacked: list[torch.Tensor] = []  # the one buffer, made at the first frame (its dtype)
+        stack = _Stack(self, rows=nv12_rows(rec.height), width=rec.width, wanted=len(wanted),
+                       flush=flush) if flush is not None else None
         seen: set[int] = set()
 
-        def into_row(i: int, nv12: torch.Tensor) -> None:
-            if i not in wanted or i in seen:  # a repeat is kept once
-                return
-            seen.add(i)
-            if not stacked:
-                stacked.append(nv12.new_empty((len(wanted), rows, rec.width)))
-            row = stacked[0][len(frames)]
-            row.copy_(nv12[:rows, : rec.width])
-            frames.append((i, row))
-
         def on_frame(i: int, nv12: torch.Tensor) -> None:
-            if stack:
-                into_row(i, nv12)
+            if stack is not None:
+                if i in wanted and i not in seen:  # a repeat is kept once
+                    seen.add(i)
+                    stack.add(i, nv12)
             elif i in wanted or (keep and i >= 0):
                 frames.append((i, _compact(nv12, rec)))  # the surface is recycled next call
 
-        with self.ranges("vidloader.decode", job):
-            packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame, alone=alone,
-                                               wants=None if keep else wanted.__contains__)
-        event = torch.cuda.Event()
-        event.record(slot.stream)
-        return _Result(frames, packets, decoded, event, stacked=stacked[0] if stacked else None)
+        try:
+            with self.ranges("vidloader.decode", job):
+                packets, decoded = slot.decode_gop(rec, bundle, g, job.gop.frames, on_frame,
+                                                   alone=alone,
+                                                   wants=None if keep else wanted.__contains__)
+            if stack is not None:
+                if seen != wanted:  # before the last stack: nothing of a bad GOP's tail
+                    raise _missing_frames(job, wanted - seen)
+                stack.flush()
+            event = torch.cuda.Event()
+            event.record(slot.stream)
+        finally:
+            if stack is not None:
+                stack.drop()  # a failed GOP's partial stack: its frames are no longer held
+        return _Result(frames, packets, decoded, event,
+                       flushed=stack.flushed if stack is not None else [])
 
     def _deliver_pooled(self, job: _Job, fut, sink: BatchSink, consumer) -> None:
         if not isinstance(fut, Future):
@@ -506,39 +540,68 @@ class NvdecExecutor(Executor):
 
     def _deliver_gop(self, slot: DecoderSlot, containers: ContainerCache, job: _Job, sink: GopSink,
                      ready, consumer) -> _Result:
-        """Decode ``job``'s GOP (or take it from the frame cache) and hand its wanted frames,
-        stacked, to ``sink``; all on ``slot``'s stream. Returns the counts and a done-event.
-        Runs on a decoder thread: an allocation that fails here reaches :meth:`PendingBatch.wait`
-        as a :class:`~vidloader.errors.GpuMemoryError` through the future."""
+        """Decode ``job``'s GOP (or take it from the frame cache) and hand its wanted frames to
+        ``sink``, stacked, at most :attr:`stack_frames` per call; all on ``slot``'s stream.
+        Returns the counts and a done-event. Runs on a decoder thread: an allocation that
+        fails here reaches :meth:`PendingBatch.wait` as a
+        :class:`~vidloader.errors.GpuMemoryError` through the future."""
         with (torch.cuda.device(slot.device), torch.cuda.stream(slot.stream),
               gpu_memory_guard(FRAME_COPIES, slot.device)):
             slot.stream.wait_event(ready)  # the caller's earlier work on the sink's buffers
             want = set(job.gop.frames.tolist())
+
+            to_keep: list[tuple[list[int], torch.Tensor]] = []  # cached once vouched for
+
+            def deliver(indices: list[int], stacked: torch.Tensor, *, keep: bool = True) -> None:
+                if keep and self.frame_cache.max_bytes > 0:
+                    to_keep.append((indices, stacked))
+                with gpu_memory_guard(CONVERSION, slot.device):
+                    sink(job.pos, indices, NvdecFrames(stacked, job.record, consumer))
+
             cached = self._cached(job)
             if cached is not None:
                 for _, t in cached:
                     record_stream(t, slot.stream)  # cached on another stream
-                res, wanted = _Result([], 0, 0, None), cached
+                res = _Result([], 0, 0, None)
+                delivered = self._deliver_stacked(cached, lambda i, s: deliver(i, s, keep=False))
+            elif STACK_IN_ROWS:  # raises if a wanted frame is missing
+                res = self._decode_pooled(slot, containers, job, keep_all=False, flush=deliver)
+                delivered = res.flushed
             else:
-                res = self._decode_pooled(slot, containers, job, keep_all=False,
-                                          stack=STACK_IN_ROWS)
+                res = self._decode_pooled(slot, containers, job, keep_all=False)
                 wanted = [(i, t) for i, t in res.frames if i in want]
-            missing = want - {i for i, _ in wanted}
-            if missing:
-                raise _missing_frames(job, missing)
-            if wanted:
-                stacked = (res.stacked[: len(wanted)] if res.stacked is not None
-                           else stack_surfaces([t for _, t in wanted]))
-                indices = [i for i, _ in wanted]
-                if cached is None:
-                    self._keep(job, zip(indices, stacked))
-                with gpu_memory_guard(CONVERSION, slot.device):
-                    sink(job.pos, indices, NvdecFrames(stacked, job.record, consumer))
-            res.frames, res.stacked = [], None  # the future's result must not hold frames
-            res.delivered = len(wanted)
+                missing = want - {i for i, _ in wanted}
+                if missing:
+                    raise _missing_frames(job, missing)
+                delivered = self._deliver_stacked(wanted, deliver)
+            # Vouched for (a suspect GOP raised above): a re-decode's stacks come after the
+            # suspect attempt's, and their puts replace its frames.
+            for indices, stacked in to_keep:
+                self._keep(job, zip(indices, stacked))
+            res.frames, res.flushed = [], []  # the future's result must not hold frames
+            res.delivered = len(delivered)
             res.event = torch.cuda.Event()
             res.event.record(slot.stream)
         return res
+
+    def _deliver_stacked(self, frames: list[tuple[int, torch.Tensor]], deliver) -> list[int]:
+        """Hand separate frames to ``deliver(indices, stacked)`` in stacks (one copy each) of
+        at most :attr:`stack_frames`; returns the indices delivered."""
+        step = self.stack_frames
+        for a in range(0, len(frames), step):
+            part = frames[a : a + step]
+            self._hold(len(part))
+            try:
+                deliver([i for i, _ in part], stack_surfaces([t for _, t in part]))
+            finally:
+                self._hold(-len(part))
+        return [i for i, _ in frames]
+
+    def _hold(self, frames: int) -> None:
+        """Count ``frames`` more (or fewer) NV12 pictures held in GOP stacks."""
+        with self._held_lock:
+            self.frames_held += frames
+            self.frames_held_peak = max(self.frames_held_peak, self.frames_held)
 
     def _keep(self, job: _Job, frames) -> None:
         """Put delivered frames into the frame cache (readable from any stream after this).
@@ -551,6 +614,51 @@ class NvdecExecutor(Executor):
             return
         for i, nv12 in frames:
             self.frame_cache.put(job.record.path, i, nv12)
+
+
+class _Stack:
+    """A GOP's wanted frames on their way to the sink, at most ``executor.stack_frames`` at a
+    time: each frame is copied once from the decoder's surface into its row of the current
+    stack, and a full stack is flushed (handed to ``flush(indices, stack)``) at once, so the
+    next one can reuse its memory on the same stream; the last one when the caller says."""
+
+    def __init__(self, executor: NvdecExecutor, *, rows: int, width: int, wanted: int, flush) -> None:
+        self.executor, self.rows, self.width = executor, rows, width
+        self.left = wanted  # wanted frames not stacked yet
+        self._flush = flush
+        self.tensor: torch.Tensor | None = None
+        self.indices: list[int] = []
+        self.flushed: list[int] = []
+
+    def add(self, i: int, nv12: torch.Tensor) -> None:
+        if self.tensor is None:
+            n = min(self.executor.stack_frames, self.left)
+            self.tensor = nv12.new_empty((n, self.rows, self.width))
+            self.executor._hold(n)
+        self.tensor[len(self.indices)].copy_(nv12[: self.rows, : self.width])
+        self.indices.append(i)
+        self.left -= 1
+        # A full stack goes now, but the GOP's last one after the decode (the caller): most
+        # GOPs fit one stack, and are converted once decoded and checked, as before stacks.
+        if len(self.indices) == self.tensor.shape[0] and self.left:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the stacked frames to the sink and let go of the stack."""
+        if self.tensor is None:
+            return
+        tensor, indices = self.tensor[: len(self.indices)], self.indices
+        try:
+            self._flush(indices, tensor)
+        finally:
+            self.drop()
+        self.flushed.extend(indices)
+
+    def drop(self) -> None:
+        """Let go of the stack unflushed (the GOP failed)."""
+        if self.tensor is not None:
+            self.executor._hold(-self.tensor.shape[0])
+        self.tensor, self.indices = None, []
 
 
 class PendingBatch:
@@ -619,8 +727,9 @@ class PendingBatch:
 def _vouched(attempt, job: _Job):
     """``attempt(alone=False)``; if the status tap found that GOP suspect while other GOPs
     were decoded too (the line names no decoder), ``attempt(alone=True)``: decoded while no
-    other GOP is, its verdict is its own (raised if suspect again). ``attempt`` keeps its
-    frames to itself until it returns, so a suspect attempt's frames are simply dropped."""
+    other GOP is, its verdict is its own (raised if suspect again). A suspect attempt's
+    frames are dropped, or, where full stacks went to the sink during the decode, written
+    again by the next attempt or never delivered (see :meth:`NvdecExecutor._decode_once`)."""
     try:
         return attempt(False)
     except SuspectGopError as exc:

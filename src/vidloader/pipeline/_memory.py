@@ -1,0 +1,339 @@
+"""What the NVDEC loader holds on the GPU, planned: ``memory_budget`` and ``loader.memory_plan``.
+
+The loader's GPU memory is the sum of (per decoder thread, ``d`` of them):
+
+- **staging buffers**: one batch of uint8 outputs each (``(rows, T, H, W, 3)`` per output).
+  The scheduler's slots number ``lookahead × units in flight``, and in separation mode a
+  unit being demuxed holds none: a slot is bound to a GPU buffer only when a unit that fills
+  it starts decoding, and unbound when its batch is delivered
+  (:class:`~._pool.StagingBuffers`). So the buffers are ``lookahead × units_decoding`` with
+  NVDEC alone (units decode in order and a new one starts only once the delivered ones gave
+  theirs back), and ``(lookahead + 1) × (units_decoding + 1)`` in the combo (its NVDEC units
+  gather rows across a batch boundary, and may finish before the CPU rows of an earlier
+  batch: one unit's worth of room to run ahead);
+- **GOP stacks**: decoded NV12/P016 pictures waiting for their conversion, at most
+  ``stack_frames`` per decoder thread (``nvdec_options["stack_frames"]``, 8 by default);
+- **conversion workspace**: the float intermediates of converting a stack to RGB
+  (:func:`~vidloader.processing._nv12.conversion_bytes`), which PyTorch's caching allocator
+  keeps per CUDA stream, i.e. per decoder thread, rounded up to its 20 MiB segments;
+- **cuBLAS workspaces**: the conversion multiplies matrices, and cuBLAS keeps a workspace
+  per (thread, stream) for the life of the process: 32 MiB on Hopper (compute capability 9),
+  8.125 MiB before, or what ``CUBLAS_WORKSPACE_CONFIG`` says. On the H100 the 16 decoder
+  threads' workspaces were the 0.5 GiB still allocated after the loop, listed under
+  ``_resample.py``'s matrix product (the allocation that created them);
+- **the frame cache** (``nvdec_options["frame_cache_bytes"]``, 256 MiB by default);
+- **decoder surfaces**: NVDEC's own (outside PyTorch, seen by ``nvidia-smi`` only), about
+  :data:`DECODER_SURFACE_FRAMES` pitched pictures per decoder.
+
+The CUDA context (about 0.5 GiB) and the batch handed to the caller are not the loader's.
+
+``memory_budget`` lowers, in :data:`BUDGET_STEPS` order, the stack frames, the units
+decoding, the frame cache and the decoder threads until the plan fits; if even one of each
+does not, the loader refuses at construction, naming the least budget that fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Callable
+
+from ..constants import DEFAULT_STACK_FRAMES
+from ..errors import ConfigError
+from ..index import VideoIndex
+from ..processing import Process, geometry
+from ..processing._nv12 import conversion_bytes, nv12_rows
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+#: NVDEC surfaces per decoder, in pitched pictures of the largest video: decode surfaces
+#: (the stream's DPB and a few more) and the output surfaces of one ``Decode`` call (up to
+#: ``FEED_PACKETS`` = 16). Calibrated on the H100 (``session9-6``): ``nvidia-smi`` 8.65 GiB,
+#: PyTorch reserved 6.96, a CUDA context of about 0.5: some 1.2 GiB for 16 decoders of
+#: 1080p H.264, 75 MiB or 24 pictures each. ``benchmarks/diag/gpu_memory_probe.py`` measures it.
+DECODER_SURFACE_FRAMES = 24
+#: Row pitch NVDEC's surfaces are allocated with (bytes; widths round up to it).
+SURFACE_PITCH = 256
+
+#: cuBLAS's workspace per (thread handle, stream) by default, as PyTorch sets it: 32 MiB
+#: on compute capability 9.x (Hopper), else ``4096 KiB × 2 + 16 KiB × 8``.
+CUBLAS_WORKSPACE_HOPPER = 32 * MIB
+CUBLAS_WORKSPACE_OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8
+
+#: PyTorch's caching allocator carves allocations between 1 and 10 MiB out of 20 MiB
+#: segments and rounds larger ones to 2 MiB, per stream; small ones (< 1 MiB) come from 2 MiB
+#: segments. A decoder stream's stack and conversion reserve is rounded up to whole
+#: segments, plus one small segment.
+ALLOCATOR_SEGMENT = 20 * MIB
+ALLOCATOR_SMALL_SEGMENT = 2 * MIB
+
+#: What ``memory_budget`` lowers, in order, until the plan fits: (knob, value). The cheapest
+#: trades first: smaller conversion stacks (more launches per GOP), fewer units queued (the
+#: decoders may drain between units), a smaller frame cache (fewer repeats served without
+#: decoding), then decoder threads one by one (throughput), and one-frame stacks last.
+BUDGET_STEPS: tuple[tuple[str, int], ...] = (
+    ("stack_frames", 4), ("units_decoding", 2), ("frame_cache_bytes", 64 * MIB),
+    ("stack_frames", 2), ("frame_cache_bytes", 0), ("units_decoding", 1),
+    *(("decoders", d) for d in range(15, 0, -1)),
+    ("stack_frames", 1),
+)
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
+          "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20,
+          "gib": 1 << 30, "tib": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_BUDGET_FIX = ("bytes as an int, or a string such as '3GiB', '512MiB' or '2.5GB' (KiB/MiB/GiB "
+               "are powers of 1024, KB/MB/GB of 1000); None plans for speed alone")
+
+
+def parse_memory_budget(value: object) -> int | None:
+    """``memory_budget`` in bytes (``None`` stays ``None``).
+
+    Raises:
+        ConfigError: not a positive int or a size string, naming the value and the forms.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"memory_budget must be {_BUDGET_FIX}; got {value!r} ({type(value).__name__})")
+    if isinstance(value, int):
+        n = value
+    else:
+        match = _SIZE.match(value)
+        unit = match.group(2).lower() if match else None
+        if unit not in _UNITS:
+            raise ConfigError(f"memory_budget must be {_BUDGET_FIX}; got {value!r}")
+        n = int(float(match.group(1)) * _UNITS[unit])
+    if n <= 0:
+        raise ConfigError(f"memory_budget must be more than 0 bytes, got {value!r}; {_BUDGET_FIX}")
+    return n
+
+
+def describe(n: int) -> str:
+    """Bytes for a message or report: GiB from 1 GiB up, else MiB."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
+
+
+def cublas_workspace_bytes(capability: tuple[int, int] | None) -> int:
+    """The cuBLAS workspace PyTorch gives each (thread, stream) on a GPU of ``capability``:
+    the sum of ``CUBLAS_WORKSPACE_CONFIG``'s ``:KiB:count`` pairs when set, else its default."""
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG", "")
+    pairs = re.findall(r":(\d+):(\d+)", config)
+    if pairs:
+        return sum(int(kib) * 1024 * int(count) for kib, count in pairs)
+    return CUBLAS_WORKSPACE_HOPPER if capability and capability[0] >= 9 else CUBLAS_WORKSPACE_OTHER
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoSizes:
+    """What the plan needs of the index and the outputs, computed once.
+
+    Attributes:
+        frame_bytes: the largest compact NV12/P016 picture (a GOP stack's row).
+        surface_bytes: the largest pitched picture (an NVDEC surface).
+        conversion_bytes: per picture, the most any video's conversion to its outputs'
+            sizes allocates (outputs convert one after another; their uint8 results add).
+        weight_bytes: the cached float32 resize filters, every (video size, output size).
+        max_gop_frames: the longest GOP of the index (a stack holds no more).
+    """
+
+    frame_bytes: int
+    surface_bytes: int
+    conversion_bytes: int
+    weight_bytes: int
+    max_gop_frames: int
+
+    @classmethod
+    def of(cls, index: VideoIndex, outputs: dict[str, Process]) -> VideoSizes:
+        frame = surface = conversion = weights = 0
+        kinds = {}
+        for rec in index:  # one record per picture size, depth and rotation
+            kinds.setdefault((rec.height, rec.width, rec.bit_depth > 8, rec.rotation), rec)
+        for (h, w, deep, _), rec in kinds.items():
+            rows, sample = nv12_rows(h), 2 if deep else 1
+            frame = max(frame, rows * w * sample)
+            surface = max(surface, rows * math.ceil(w * sample / SURFACE_PITCH) * SURFACE_PITCH)
+            sizes = {geometry(p, h, w, rotation=rec.rotation, path=rec.path).coded_hw
+                     for p in outputs.values()}
+            results = sum(3 * oh * ow for oh, ow in sizes)
+            conversion = max(conversion, results + max(conversion_bytes(h, w, s, deep=deep)
+                                                       for s in sizes))
+            weights += sum(4 * (ow * w + oh * h) * 3 // 2 for oh, ow in sizes if (oh, ow) != (h, w))
+        return cls(frame, surface, conversion, weights, _max_gop_frames(index))
+
+
+def _max_gop_frames(index: VideoIndex) -> int:
+    return max((int(rec.gop_lengths.max()) for rec in index if rec.num_frames), default=1)
+
+
+def gpu_staging_buffers(kind: str, slots: int, lookahead: int, units_decoding: int) -> int:
+    """GPU staging buffers for ``slots`` scheduler slots (see the module docstring).
+
+    ``kind``: ``"inline"`` (NVDEC in the calling process: units are filled as they are
+    handed out, so every slot is a buffer), ``"separation"`` or ``"combo"``.
+    """
+    if kind == "separation":
+        need = lookahead * units_decoding
+    elif kind == "combo":
+        need = (lookahead + 1) * (units_decoding + 1)
+    else:
+        need = slots
+    return max(1, min(slots, need))
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    """The loader's planned GPU memory (bytes), and the settings it was planned with.
+
+    ``loader.memory_plan`` holds it; :meth:`as_dict` is what the bench JSON and
+    ``benchmarks/diag/gpu_memory_probe.py`` record.
+    """
+
+    budget: int | None
+    pool: str  # "inline", "separation" or "combo"
+    staging_slots: int  # the scheduler's slots (batches in flight, demuxing included)
+    gpu_staging_buffers: int  # of them, buffers on the GPU
+    slot_bytes: int
+    decoders: int
+    units_decoding: int
+    stack_frames: int
+    frame_cache_bytes: int
+    sizes: VideoSizes
+    cublas_bytes: int  # per decoder thread
+
+    @property
+    def stack_bytes(self) -> int:
+        """A decoder thread's GOP stack at its largest."""
+        return self.frames_per_stack * self.sizes.frame_bytes
+
+    @property
+    def frames_per_stack(self) -> int:
+        return min(self.stack_frames, self.sizes.max_gop_frames)
+
+    @property
+    def stream_reserve_bytes(self) -> int:
+        """A decoder stream's stack and conversion high-water mark, as the caching allocator
+        keeps it (rounded up to whole segments)."""
+        work = self.stack_bytes + self.frames_per_stack * self.sizes.conversion_bytes
+        return math.ceil(work / ALLOCATOR_SEGMENT) * ALLOCATOR_SEGMENT + ALLOCATOR_SMALL_SEGMENT
+
+    def components(self) -> dict[str, int]:
+        """Bytes by what holds them (the caching allocator's and NVDEC's)."""
+        d = self.decoders
+        return {
+            "staging": self.gpu_staging_buffers * self.slot_bytes,
+            "gop_stacks": d * self.stack_bytes,
+            "conversion": d * (self.stream_reserve_bytes - self.stack_bytes),
+            "cublas_workspaces": d * self.cublas_bytes,
+            "frame_cache": self.frame_cache_bytes,
+            "resize_weights": self.sizes.weight_bytes,
+            "decoder_surfaces": d * DECODER_SURFACE_FRAMES * self.sizes.surface_bytes,
+        }
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.components().values())
+
+    @property
+    def torch_bytes(self) -> int:
+        """What PyTorch's allocator should reserve (all but NVDEC's own surfaces)."""
+        return self.total_bytes - self.components()["decoder_surfaces"]
+
+    def as_dict(self) -> dict:
+        """JSON-able: the settings, each component and the totals, in bytes."""
+        return {
+            "budget_bytes": self.budget, "pool": self.pool, "staging_slots": self.staging_slots,
+            "gpu_staging_buffers": self.gpu_staging_buffers, "slot_bytes": self.slot_bytes,
+            "decoders": self.decoders, "units_decoding": self.units_decoding,
+            "stack_frames": self.stack_frames, "frame_cache_bytes": self.frame_cache_bytes,
+            "frame_bytes": self.sizes.frame_bytes, "max_gop_frames": self.sizes.max_gop_frames,
+            "conversion_bytes_per_frame": self.sizes.conversion_bytes,
+            "cublas_bytes_per_decoder": self.cublas_bytes,
+            "decoder_surface_bytes": DECODER_SURFACE_FRAMES * self.sizes.surface_bytes,
+            "components_bytes": self.components(),
+            "total_bytes": self.total_bytes, "torch_bytes": self.torch_bytes,
+        }
+
+    def summary(self) -> str:
+        """One line: the total and its parts (for messages and logs)."""
+        parts = ", ".join(f"{k.replace('_', ' ')} {describe(v)}"
+                          for k, v in self.components().items() if v)
+        return (f"{describe(self.total_bytes)} ({parts}; {self.decoders} decoders, "
+                f"{self.units_decoding} units decoding, {self.gpu_staging_buffers} staging "
+                f"buffers of {describe(self.slot_bytes)}, stacks of {self.stack_frames} frames)")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanInputs:
+    """Everything a plan depends on but the knobs the budget lowers."""
+
+    pool: str
+    lookahead: int
+    slots_for_units: Callable[[int], int]  # units_decoding -> the scheduler's slots
+    slot_bytes: int
+    sizes: VideoSizes
+    cublas_bytes: int
+
+
+def make_plan(inputs: PlanInputs, *, budget: int | None, decoders: int, units_decoding: int,
+              stack_frames: int, frame_cache_bytes: int) -> MemoryPlan:
+    """The plan for these knobs (no search)."""
+    slots = inputs.slots_for_units(units_decoding)
+    return MemoryPlan(
+        budget=budget, pool=inputs.pool, staging_slots=slots,
+        gpu_staging_buffers=gpu_staging_buffers(inputs.pool, slots, inputs.lookahead, units_decoding),
+        slot_bytes=inputs.slot_bytes, decoders=decoders, units_decoding=units_decoding,
+        stack_frames=stack_frames, frame_cache_bytes=frame_cache_bytes, sizes=inputs.sizes,
+        cublas_bytes=inputs.cublas_bytes,
+    )
+
+
+def fit_budget(inputs: PlanInputs, budget: int | None, *, decoders: int, units_decoding: int,
+               stack_frames: int, frame_cache_bytes: int, given: object = None) -> MemoryPlan:
+    """The plan for the given knobs, lowered step by step (:data:`BUDGET_STEPS`) until it
+    fits ``budget`` (``None``: as given). The given knobs are upper bounds: a budget never
+    raises one.
+
+    Raises:
+        ConfigError: even the least plan (one decoder, one unit decoding, one-frame stacks,
+            no frame cache) does not fit; names ``memory_budget`` (``given``, as passed), the
+            least budget that fits and what to change.
+    """
+    knobs = {"decoders": decoders, "units_decoding": units_decoding,
+             "stack_frames": stack_frames, "frame_cache_bytes": frame_cache_bytes}
+    plan = make_plan(inputs, budget=budget, **knobs)
+    if budget is None:
+        return plan
+    for knob, value in BUDGET_STEPS:
+        if plan.total_bytes <= budget:
+            return plan
+        if value < knobs[knob]:
+            knobs[knob] = value
+            plan = make_plan(inputs, budget=budget, **knobs)
+    if plan.total_bytes <= budget:
+        return plan
+    raise ConfigError(
+        f"memory_budget={given if given is not None else budget!r} ({describe(budget)}) is below "
+        f"the least this loader needs on the GPU: {plan.summary()}. Give at least "
+        f"memory_budget='{math.ceil(plan.total_bytes / MIB)}MiB', or lower batch_size or the "
+        f"output size (each staging buffer holds one batch: {describe(plan.slot_bytes)})"
+    )
+
+
+def nvdec_knobs(options: dict, units_decoding: int) -> dict[str, int]:
+    """The knobs a budget lowers, as the NVDEC options and ``units_decoding`` set them (the
+    executor's defaults where an option is not given)."""
+    from ..decoding.nvdec._executor import DEFAULT_FRAME_CACHE_BYTES  # the GPU side: on use
+
+    return {"decoders": int(options["num_decoders"]), "units_decoding": int(units_decoding),
+            "stack_frames": int(options.get("stack_frames", DEFAULT_STACK_FRAMES)),
+            "frame_cache_bytes": int(options.get("frame_cache_bytes", DEFAULT_FRAME_CACHE_BYTES))}
+
+
+def apply_knobs(options: dict, plan: MemoryPlan) -> dict:
+    """``options`` (the executor's) with the plan's decoders, stacks and frame cache."""
+    return {**options, "num_decoders": plan.decoders, "stack_frames": plan.stack_frames,
+            "frame_cache_bytes": plan.frame_cache_bytes}
