@@ -255,9 +255,13 @@ def test_gpu_memory_taken_by_another_tensor_mid_epoch(index, hogs, num_workers):
     assert 1 <= len(seen) // BIG["batch_size"] < len(loader)
     assert loader.stats["skipped_files"] == []
     _settle()
-    if torch.cuda.memory_allocated() - hog_bytes != baseline:
-        print("\n".join(["left alive:", *_holders()]))
-    assert torch.cuda.memory_allocated() - hog_bytes == baseline, caught.value.what
+    # What the loader holds comes in MiBs (a slot 19 MiB, a frame 3 MiB); a few KiB more are
+    # small process-wide constants made lazily on the error's path (36 KiB on the H100,
+    # session10-6: no tensor over 1 MiB was left), which the 50-cycle test bounds too.
+    left = torch.cuda.memory_allocated() - hog_bytes - baseline
+    if left:
+        print("\n".join([f"left alive ({left} bytes):", *_holders()]))
+    assert left < (1 << 20), caught.value.what
     hogs.free()
     assert sorted(seen + _frames(loader)) == _every_frame(index)
     loader.shutdown()

@@ -50,11 +50,12 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 #: NVDEC surfaces per decoder, in pitched pictures of the largest video: decode surfaces
-#: (the stream's DPB and a few more) and the output surfaces of one ``Decode`` call (up to
-#: ``FEED_PACKETS`` = 16). Calibrated on the H100 (``session9-6``): ``nvidia-smi`` 8.65 GiB,
-#: PyTorch reserved 6.96, a CUDA context of about 0.5: some 1.2 GiB for 16 decoders of
-#: 1080p H.264, 75 MiB or 24 pictures each. ``benchmarks/diag/gpu_memory_probe.py`` measures it.
-DECODER_SURFACE_FRAMES = 24
+#: (the stream's DPB and a few more), the output surfaces of one ``Decode`` call (up to
+#: ``FEED_PACKETS`` = 16) and the binding's own frame buffers. Measured on the H100
+#: (``session10-6``, ``gpu_memory_probe.py``): outside PyTorch and the CUDA context, 2.61 GiB
+#: for 16 decoders of 1080p H.264, 167 MiB or 52 pitched pictures each (session 9's first
+#: estimate, 24, came from nvidia-smi minus PyTorch's reserve, with the context guessed).
+DECODER_SURFACE_FRAMES = 52
 #: Row pitch NVDEC's surfaces are allocated with (bytes; widths round up to it).
 SURFACE_PITCH = 256
 
