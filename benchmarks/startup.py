@@ -44,10 +44,17 @@ def _one_loader(index, args) -> dict:
         ready = time.monotonic() - created
         if sampler:
             sampler.phase = "first batch"
-        batch = next(iter(loader))
+        # The iterator is kept until the time is taken: dropped at once (``next(iter(...))``),
+        # its close would drain the units in flight inside the measurement (session10-7's
+        # figures include that drain).
+        batches = iter(loader)
+        batch = next(batches)
         if batch["frames"].is_cuda:
             torch.cuda.synchronize()
         first = time.monotonic() - created
+        if sampler:
+            sampler.phase = "drain"
+        del batches
     finally:
         if sampler:
             sampler.phase = "shutdown"
