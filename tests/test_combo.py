@@ -202,8 +202,8 @@ def test_combo_hands_out_small_units_and_nvdec_gathers_a_batch(dataset, fake, mo
     batches = collect_batches(loader)
     assert sorted(_seen(batches)) == [(v, f) for v, r in enumerate(index) for f in range(r.num_frames)]
     _assert_close(batches, refs)
-    assert _combo.combo_split(3) == (2, 1)  # 2 CPU decoders, 1 demux worker for NVDEC
-    assert max(submitted) == 2  # ceil(6 rows / 3 ways: 2 CPU workers and NVDEC)
+    assert _combo.combo_split(3) == (3, 1)  # 3 CPU decoders, and 1 demux worker for NVDEC
+    assert max(submitted) == 2  # ceil(6 rows / 4 ways: 3 CPU workers and NVDEC)
     assert max(to_gpu) <= 12 and sum(submitted) == index.total_frames  # lookahead 2 × 6 rows
 
 

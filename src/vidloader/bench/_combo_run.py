@@ -60,11 +60,15 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
         warm_batches += 1
     _sync()
     rows0 = _rows(loader)
-    rates, t0 = [], time.monotonic()
+    rates, gaps, t0 = [], [], time.monotonic()
     for _ in range(windows):
         start, frames = time.perf_counter(), 0
+        last = start
         while time.perf_counter() - start < window_s:
             frames += _frames_in(next(it))
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
         _sync()
         rates.append(frames / (time.perf_counter() - start))
     t1 = time.monotonic()
@@ -79,6 +83,8 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
     return {"frames_per_s": statistics.median(rates), "frames_per_s_min": min(rates),
             "frames_per_s_windows": rates, "window_s": window_s, "warmup_batches": warm_batches,
             "first_batch_s": first_batch_s,
+            # how evenly batches come: a combo delivering in bursts shows long gaps
+            "batch_gap_ms": _gap_summary(gaps),
             "rows_by_executor_timed": share,
             "share_by_executor_timed": {k: v / total for k, v in share.items()},
             "cpu_fallback_files": len(stats["cpu_fallback_files"]),
@@ -104,11 +110,26 @@ VARIANTS = {
     "combo-share-0.4": dict(backend="combo", combo_share=0.4),
 }
 
+def _gap_summary(gaps: list[float]) -> dict:
+    """Median, 99th percentile and longest wait between consecutive batches, in ms, and
+    the share of the timed windows spent in waits over 100 ms."""
+    if not gaps:
+        return {}
+    ordered = sorted(gaps)
+    long_s = sum(g for g in gaps if g > 0.1)
+    return {"median": round(1e3 * statistics.median(ordered), 2),
+            "p99": round(1e3 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
+            "max": round(1e3 * ordered[-1], 2),
+            "share_in_waits_over_100ms": round(long_s / sum(gaps), 3)}
+
+
 #: Variants that change one of the combo's constants for their own run (diagnostics).
 PATCHED = {
     "combo-horizon0": ("CPU_HORIZON_SAFETY", 0.0),
     "combo-div2": ("COMBO_DEMUX_DIVISOR", 2),
     "combo-div8": ("COMBO_DEMUX_DIVISOR", 8),
+    # the demux workers out of num_workers, as before session 11
+    "combo-within": ("COMBO_DEMUX_EXTRA", False),
 }
 
 

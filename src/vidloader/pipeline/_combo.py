@@ -1,8 +1,8 @@
 """The combo: CPU worker processes and NVDEC in this process fill batches at once.
 
-The combo's ``num_workers`` processes are of two kinds (:func:`combo_split`): most decode on
-the CPU, the rest demux for NVDEC as in separation mode (:class:`~._pool.SeparationPool`), so
-NVDEC is fed as fast as when it decodes alone. Both sides take units from one queue whenever
+The combo starts processes of two kinds (:func:`combo_split`): ``num_workers`` decode on the
+CPU, at a lower priority, and a quarter as many more demux for NVDEC as in separation mode
+(:class:`~._pool.SeparationPool`), so NVDEC is fed as fast as when it decodes alone. Both sides take units from one queue whenever
 they have room, NVDEC the oldest and a CPU worker the newest (:meth:`ComboPool._take_for_cpu`):
 a CPU worker holds up to :data:`CPU_UNITS_PER_WORKER` units, NVDEC up to
 ``config.units_decoding`` units decoding plus one per demux worker being demuxed. The faster
@@ -58,8 +58,15 @@ BOTH_POLL_SECONDS = 0.002
 #: How often that wait checks that the demux workers are alive.
 DEMUX_CHECK_SECONDS = 1.0
 
-#: One process in this many demuxes for NVDEC (at least one); the rest decode on the CPU.
+#: One demux worker for NVDEC per this many of ``num_workers`` (at least one).
 COMBO_DEMUX_DIVISOR = 4
+
+#: Whether the demux workers come on top of ``num_workers`` CPU decoders (True) or out of
+#: them (False, before session 11). Demuxing is light (NVDEC alone on W4 clips kept 2.3 of
+#: 16 cores busy), and the CPU decoders run niced: taken out of ``num_workers`` they left
+#: cores idle (the combo's CPU side kept 9 of 16 busy, ``session10-7``); on top, the niced
+#: decoders take whatever the NVDEC side leaves.
+COMBO_DEMUX_EXTRA = True
 
 #: A CPU worker takes a unit only if NVDEC, at its measured pace, would need this many times
 #: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
@@ -67,9 +74,11 @@ CPU_HORIZON_SAFETY = 1.5
 
 
 def combo_split(num_workers: int) -> tuple[int, int]:
-    """``(CPU decode workers, demux workers)`` of the combo's ``num_workers`` processes: at
-    least one of each (so ``num_workers=1`` starts two processes)."""
+    """``(CPU decode workers, demux workers)`` the combo starts for ``num_workers``: the
+    CPU decoders, and a quarter as many demux workers (at least one of each)."""
     demux = max(1, num_workers // COMBO_DEMUX_DIVISOR)
+    if COMBO_DEMUX_EXTRA:
+        return max(1, num_workers), demux
     return max(1, num_workers - demux), demux
 
 

@@ -96,8 +96,8 @@ class VideoLoader:
         num_workers (int | None): CPU processes, forked from vidloader's fork server (they
             start in a fraction of a second and never re-run your script). With ``"cpu"`` they
             decode; with ``"nvdec"`` they only demux (separation mode) and this process
-            decodes; with ``"combo"`` a quarter of them (at least one) demux for NVDEC and the
-            rest (at least one) decode on the CPU. 0 does everything in the calling process
+            decodes; with ``"combo"`` they decode on the CPU (at a lower priority) and a quarter
+            as many more (at least one) demux for NVDEC. 0 does everything in the calling process
             (not with ``"combo"``). Default: the number of CPU cores.
         prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
             prefetch − 1)`` staging slots of one batch each, in shared memory (with NVDEC in
