@@ -580,6 +580,72 @@ def test_demux_spans_cover_the_tasks_in_balanced_slices():
     assert demux_spans([], 4) == [(0, 0)]
 
 
+def _bare_separation_pool(*, units_decoding: int, batch_rows: int):
+    """A SeparationPool's unit ordering alone: no workers, no decoder."""
+    import collections
+
+    from vidloader.pipeline._pool import SeparationPool
+
+    pool = object.__new__(SeparationPool)
+    pool.units_decoding, pool._batch_rows = units_decoding, batch_rows
+    pool._ready, pool._parts, pool._units = {}, {}, {}
+    pool._decoding, pool._weights, pool._done = (collections.deque() for _ in range(3))
+    return pool
+
+
+def _task(*parts):
+    """A FillTask of ``(batch_index, row_start, row_stop)`` parts (plans reduced to the
+    fields the pool's counting reads)."""
+    from types import SimpleNamespace
+
+    from vidloader.pipeline._messages import FillTask
+
+    plans = [SimpleNamespace(batch_index=b, batch_size=z - a) for b, a, z in parts]
+    return FillTask([b for b, _, _ in parts], plans, [a for _, a, _ in parts])
+
+
+def test_separation_pool_decodes_the_parts_of_one_batch_as_one_unit(monkeypatch):
+    """The start-up ramp cuts the first batch into a unit per demux worker: those parts count
+    as the one batch they fill against ``units_decoding``, so they all decode at once (counted
+    as units, 16 of them decoded 8 at a time and the decoders idled, session11-2), while
+    units of whole batches still count one each."""
+    import collections
+
+    import vidloader.pipeline._pool as pool_mod
+    from vidloader.pipeline._messages import PacketsDemuxed
+
+    monkeypatch.setattr(pool_mod, "unpack_payloads", lambda light, shared: light)
+    pool = _bare_separation_pool(units_decoding=2, batch_rows=8)
+    parts = {k: _task((0, 2 * k, 2 * k + 2)) for k in range(4)}  # batch 0 in four units
+    whole = {4 + k: _task((1 + k, 0, 8)) for k in range(3)}  # batches 1, 2, 3
+    pool._units = {key: (task, None) for key, task in (parts | whole).items()}
+    pool._order = collections.deque(pool._units)
+    pool._parts = {key: [None] for key in pool._units}
+    arrivals = collections.deque(PacketsDemuxed(key, [key], [], 0, None) for key in pool._units)
+    started = []
+
+    class Unit:
+        def __init__(self, key):
+            self.key = key
+
+        def finish(self):
+            return [("done", self.key)]
+
+    def start(key, bundles, failed):
+        started.append(key)
+        pool._decoding.append(Unit(key))
+
+    pool._next_message = lambda deadline, block: arrivals.popleft() if arrivals else None
+    pool._start = start
+    pool._reserve = lambda key, block: True
+    assert pool.get() == ("done", 0)
+    # the four parts (one batch) and batch 1 were decoding together: two batches' worth
+    assert started[:5] == [0, 1, 2, 3, 4]
+    assert len(started) == 5, started  # batch 2 waits: 3 parts + batch 1 still count 1.75
+    got = [pool.get()[1] for _ in range(6)]
+    assert got == [1, 2, 3, 4, 5, 6] and started == list(range(7))
+
+
 def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_order(monkeypatch):
     """The loader takes batches in order: a unit whose packets arrive first but that was
     submitted later must not be decoded before the older ones (it would wait in its slots
@@ -588,13 +654,11 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
 
     import vidloader.pipeline._pool as pool_mod
     from vidloader.pipeline._messages import PacketsDemuxed
-    from vidloader.pipeline._pool import SeparationPool
 
     monkeypatch.setattr(pool_mod, "unpack_payloads", lambda light, shared: light)
-    pool = object.__new__(SeparationPool)  # the ordering logic alone: no workers, no decoder
-    pool.units_decoding = 2
-    pool._order, pool._ready, pool._parts = collections.deque([0, 4, 8, 12]), {}, {}
-    pool._decoding, pool._done = collections.deque(), collections.deque()
+    pool = _bare_separation_pool(units_decoding=2, batch_rows=4)
+    pool._order = collections.deque([0, 4, 8, 12])
+    pool._units = {key: (_task((key, 0, 4)), None) for key in (0, 4, 8, 12)}  # whole batches
     for key in (0, 4, 8, 12):
         pool._parts[key] = [None, None] if key == 4 else [None]
     arrivals = collections.deque([  # unit 12 first, 4 in two parts around 8, 0 last

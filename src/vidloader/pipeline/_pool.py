@@ -481,7 +481,11 @@ class SeparationPool(WorkerProcesses, BatchPool):
     Decoding is asynchronous (``submit_batch``): units are queued on the decoder threads in
     the order they were submitted, as soon as their packets are here, and up to
     ``units_decoding`` units (the config's; 4 by default) are queued before the oldest is
-    waited for, so the decoders never drain between units.
+    waited for, so the decoders never drain between units. A unit of part of one batch counts
+    as that part (:meth:`_weight`): the first batch is cut into a unit per demux worker (the
+    start-up ramp, :func:`~._units.whole_batch_units`), and counted whole, 16 of them decoded
+    8 at a time, the decoders half idle (``session11-2``: 40% of their samples idle while the
+    first batch was made).
 
     Units start in submission order, not in the order their packets arrive: the loader takes
     batches in order, so a unit decoded ahead of an older one would sit in its slots while the
@@ -512,6 +516,8 @@ class SeparationPool(WorkerProcesses, BatchPool):
         self._order: collections.deque = collections.deque()  # keys not started, as submitted
         self._ready: dict[int, tuple[list, list]] = {}  # key -> its packets, all parts here
         self._decoding: collections.deque = collections.deque()  # UnitMessages in flight
+        self._weights: collections.deque = collections.deque()  # their rows, as counted
+        self._batch_rows = config.batch_size * config.rows_per_sample
         self._done: collections.deque = collections.deque()
         args = [DemuxWorkerStart(i, config.index, config.skips_bad_files, config.cpu_only, config.nvtx)
                 for i in range(config.num_workers)]
@@ -541,7 +547,7 @@ class SeparationPool(WorkerProcesses, BatchPool):
             if error is not None:
                 return error
             if self._decoding:  # the next units decode while the oldest is waited for
-                self._done.extend(self._decoding.popleft().finish())
+                self._done.extend(self._pop_decoding().finish())
         return self._done.popleft()
 
     def poll_filled(self):
@@ -553,18 +559,19 @@ class SeparationPool(WorkerProcesses, BatchPool):
             if error is not None:
                 return error
             if self._decoding and self._decoding[0].ready:
-                self._done.extend(self._decoding.popleft().finish())
+                self._done.extend(self._pop_decoding().finish())
         return self._done.popleft() if self._done else None
 
     def _start_units(self, deadline, *, block: bool = True):
         """Start the oldest submitted units whose packets are here, up to the limit; wait for
         packets only when nothing is decoding (and ``block``). Returns a worker's error
         message, if one came."""
-        while len(self._decoding) < self.units_decoding:
+        while sum(self._weights) < self.units_decoding * self._batch_rows:
             if self._order and self._order[0] in self._ready:
                 if not self._reserve(self._order[0], block=block):
                     return None  # no GPU buffer free: delivered batches will free some
                 key = self._order.popleft()
+                self._weights.append(self._weight(self._units[key][0]))
                 self._start(key, *self._ready.pop(key))
                 continue
             msg = self._next_message(deadline, block=block and not self._decoding)
@@ -643,6 +650,18 @@ class SeparationPool(WorkerProcesses, BatchPool):
             self.assembler, self.slots, task, bundles, failed, decode_tasks=decode_tasks,
         ))
 
+    def _weight(self, task: FillTask) -> int:
+        """The rows a unit counts for against ``units_decoding`` batches: its own if it
+        fills part of one batch, else a whole batch (a unit of several batches is one unit:
+        GPU buffers are bound ``lookahead`` batches per unit, :mod:`._memory`)."""
+        rows = sum(p.batch_size for p in task.plans)
+        one_batch = len({p.batch_index for p in task.plans}) == 1
+        return min(rows, self._batch_rows) if one_batch else self._batch_rows
+
+    def _pop_decoding(self):
+        self._weights.popleft()
+        return self._decoding.popleft()
+
     def _undelivered(self, messages: list) -> None:
         for msg in messages:  # their segments were never mapped: unlink the names
             if isinstance(msg, PacketsDemuxed):
@@ -650,7 +669,7 @@ class SeparationPool(WorkerProcesses, BatchPool):
 
     def shutdown(self) -> None:
         while self._decoding:
-            self._decoding.popleft().cancel()
+            self._pop_decoding().cancel()
         super().shutdown()
         self.assembler.close()
         self.slots = []
