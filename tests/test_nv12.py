@@ -428,6 +428,11 @@ def test_bundle_gop_slices_and_concat(media):
         _check_bundle_decodes(media["hevc"], [task.gops[g]], part)
         assert part.payload.nbytes == int(bundle.sizes[bundle.packet_range(g)].sum())
     assert _same(concat_bundles(parts), bundle)
+    for g in range(bundle.num_gops):  # a task's GOPs after a damaged one (g - 1)
+        assert _same(bundle.gops_from(g), concat_bundles(parts[g:]))
+    empty = bundle.gops_from(bundle.num_gops)
+    assert empty.num_gops == empty.num_packets == empty.payload.nbytes == 0
+    _check_bundle_decodes(media["hevc"], list(task.gops[1:]), bundle.gops_from(1))
 
 
 # ------------------------------------------------------------------------------------------

@@ -184,9 +184,10 @@ def test_loader_decodes_a_concealed_gop_again_on_the_cpu(videos, fake, num_worke
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_loader_skips_a_concealed_gop_without_the_cpu(videos, fake, num_workers):
     """``fallback="error"``, ``on_error="skip"``: the damaged GOP's samples are skipped and
-    counted, every other sample comes exactly once with the right frames. In one process the
-    task goes on after the damaged GOP; from separation mode's packet bundles the rest of the
-    task is skipped too (README: not yet GOP-level there)."""
+    counted, every other sample comes exactly once with the right frames. The task goes on
+    after the damaged GOP: in one process demuxed from the file, from separation mode's
+    packet bundles with the bundle's later GOPs (before, the rest of the task was skipped
+    there)."""
     index, refs = videos
     loader = VideoLoader(index, sampler=SequentialFrames(), batch_size=FRAMES, backend="nvdec",
                          device="cpu", num_workers=num_workers, on_error="skip", fallback="error")
@@ -194,8 +195,7 @@ def test_loader_skips_a_concealed_gop_without_the_cpu(videos, fake, num_workers)
     seen = _seen(batches)
     assert len(seen) == len(set(seen))
     skipped = {(v, f) for v in range(3) for f in range(FRAMES)} - set(seen)
-    lost = set(BAD_GOP) if num_workers == 0 else set(range(BAD_GOP.start, FRAMES))
-    assert skipped == {(BAD_VIDEO, f) for f in lost}
+    assert skipped == {(BAD_VIDEO, f) for f in BAD_GOP}
     _assert_frames_right(batches, refs)
     assert loader.stats["skipped_samples"] == len(skipped)
     assert loader.stats["skipped_files"] == [index[BAD_VIDEO].path]

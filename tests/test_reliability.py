@@ -15,6 +15,7 @@ import vidloader
 from vidloader import PathOutsideRootError, StaleIndexError, VideoIndex, build_index
 from vidloader.synthetic import VideoSpec, make_video
 
+from . import _fake_nvc
 from .media import reference_frames
 
 
@@ -215,6 +216,78 @@ def test_skip_keeps_frames_before_the_damage_and_the_later_gops(damaged, tmp_pat
     assert loader.stats["skipped_files"] == [str(bad)]
 
 
+# ---------------------------------------------------------------- skips on NVDEC (item 5)
+
+@pytest.fixture
+def slice_damaged(tmp_path) -> tuple[Path, VideoIndex, int]:
+    """The intact file, the index of its copy with the slice of picture 14 overwritten (its
+    NAL lengths kept, so the damage reaches the decoder, not the demuxer), and 14. GOP 10, no
+    B-frames: GOPs 0..9 and 20..29 are intact, 10..19 damaged from 14 on."""
+    from .media import damage_slice_data
+
+    good, bad = tmp_path / "good.mp4", tmp_path / "bad.mp4"
+    make_video(good, VideoSpec(width=96, height=64, num_frames=30, gop=10, bframes=0, seed=0))
+    frame = damage_slice_data(good, bad, 12)
+    assert frame == 14
+    return good, build_index(bad, num_workers=0, progress=False), frame
+
+
+def _nvdec_skip_epoch(index, num_workers: int, fallback: str, caplog):
+    """One epoch of the whole file in one batch (one task of three GOPs) on the stand-in
+    NVDEC under ``on_error="skip"``: ``(frame indices, frames, stats)``; asserts the warning
+    names the file once."""
+    import logging
+
+    loader = vidloader.VideoLoader(index, batch_size=30, num_workers=num_workers, backend="nvdec",
+                                   device="cpu", on_error="skip", fallback=fallback,
+                                   sampler=vidloader.SequentialFrames())
+    with caplog.at_level(logging.WARNING, logger="vidloader"):
+        batches = list(loader)
+    warned = [r for r in caplog.records if r.getMessage().startswith("skipping a file")]
+    assert len(warned) == 1 and index[0].path in warned[0].getMessage()
+    delivered = np.concatenate([b["frame_index"].numpy() for b in batches])
+    return list(delivered), np.concatenate([b["frames"].numpy() for b in batches]), loader.stats
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_nvdec_cpu_fallback_skips_only_the_damaged_gop(slice_damaged, fake_nvdec, num_workers, caplog):
+    """``fallback="cpu"``: NVDEC reports the damaged GOP (the stand-in is told to, as the
+    device's NVDEC printed its decode error for such a slice), the file goes to the CPU, whose
+    decode stops at the damaged picture and goes on with the GOP after it: frames before the
+    damage and the later GOP are delivered, bit-exact (all from the CPU), only the damaged
+    GOP's rest is skipped. In one process and from separation mode's bundles alike. Before,
+    the CPU decode stopped at the damage and the later GOP was skipped too."""
+    good, index, frame = slice_damaged
+    fake_nvdec.conceal = [_fake_nvc.packet_of(index[0], frame)]
+    delivered, frames, stats = _nvdec_skip_epoch(index, num_workers, "cpu", caplog)
+    kept = list(range(frame)) + list(range(20, 30))
+    assert delivered == kept
+    np.testing.assert_array_equal(frames, reference_frames(good)[kept])
+    assert stats["skipped_samples"] == 20 - frame
+    assert stats["skipped_files"] == [index[0].path]
+    assert list(stats["cpu_fallback_files"]) == [index[0].path]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_nvdec_without_fallback_skips_only_the_damaged_gop(slice_damaged, fake_nvdec, num_workers, caplog):
+    """``fallback="error"``: NVDEC's suspect GOP is skipped whole (none of its frames is
+    trusted), the GOPs before and after it are delivered: in one process (demuxed from the
+    file) and in separation mode, where the GOPs after it are decoded from the tail of the
+    demux worker's packet bundle. Before, separation mode skipped the rest of the task. The
+    stand-in's NV12 to RGB differs from swscale by a few levels (``test_combo.py``'s
+    tolerance), so the pixels are compared within it; concealed frames are far off."""
+    good, index, frame = slice_damaged
+    fake_nvdec.conceal = [_fake_nvc.packet_of(index[0], frame)]
+    delivered, frames, stats = _nvdec_skip_epoch(index, num_workers, "error", caplog)
+    kept = list(range(10)) + list(range(20, 30))
+    assert delivered == kept
+    diff = np.abs(frames.astype(int) - reference_frames(good)[kept].astype(int))
+    assert diff.max() <= 6 and diff.mean() < 2.0
+    assert stats["skipped_samples"] == 10
+    assert stats["skipped_files"] == [index[0].path]
+    assert stats["cpu_fallback_files"] == {}
+
+
 # ---------------------------------------------------------------- NVDEC path (item 7)
 
 def test_nvdec_demux_refuses_a_file_replaced_by_a_smaller_video(two_videos):
@@ -348,8 +421,6 @@ def test_cpu_refuses_pictures_of_another_size(swapped):
 
 @pytest.fixture
 def fake_nvdec(monkeypatch):
-    from . import _fake_nvc
-
     return _fake_nvc.install_on_cpu(monkeypatch)
 
 

@@ -41,12 +41,13 @@ def mark_failed(plans, results, video: int, path: str, message: str,
             res.errors.append((path, message))
 
 
-def _gops_after_failure(task, delivered: set[int]) -> tuple:
-    """The GOPs of ``task`` after the first one with a wanted frame not ``delivered``."""
+def _after_failure(task, delivered: set[int]) -> int:
+    """Position in ``task.gops`` of the GOP after the first one with a wanted frame not
+    ``delivered`` (``len(task.gops)`` if there is none)."""
     for g, gop in enumerate(task.gops):
         if not delivered.issuperset(gop.frames.tolist()):
-            return task.gops[g + 1:]
-    return ()
+            return g + 1
+    return len(task.gops)
 
 
 def recording(sink, delivered: set[int]):
@@ -321,8 +322,12 @@ class BatchAssembler:
             self.fallbacks[path] = why
             log.info("decoding %s on the %s executor: %s", path, self.fallback.name, why)
         delivered: set[int] = set()
+        sink = recording(sink, delivered)
         try:
-            self.fallback.decode(task, recording(sink, delivered))
+            if self.skips_bad_files:  # the GOPs after a damaged one are still delivered
+                self._decode_past_damage(self.fallback, task, sink, delivered)
+            else:
+                self.fallback.decode(task, sink)
         except MediaError as exc:
             if not self.skips_bad_files:
                 raise
@@ -339,14 +344,15 @@ class BatchAssembler:
 
     def redo_task_by_task(self, unit: UnitFill) -> None:
         """Decode a unit's tasks one by one, marking the samples of the files that fail (or,
-        with a fallback executor, retrying each failed file once on it)."""
+        with a fallback executor, retrying each failed file once on it: the whole task, so
+        NVDEC is tried once per file and the fallback goes past the damage itself)."""
         for k, task in enumerate(unit.tasks):
             delivered: set[int] = set()
             sink = recording(unit.sinks[k], delivered)
             bundle = None if unit.bundles is None else unit.bundles[k]
             try:
-                if self.skips_bad_files and self.fallback is None and bundle is None:
-                    self._decode_past_damage(task, sink, delivered)
+                if self.skips_bad_files and self.fallback is None:
+                    self._decode_past_damage(self.executor, task, sink, delivered, bundle)
                 else:
                     self._decode_one(task, sink, bundle)
             except MediaError as exc:
@@ -359,20 +365,34 @@ class BatchAssembler:
                 self._mark_failed(unit.plans, unit.results, task.video_index, exc.path, str(exc),
                                   delivered)
 
-    def _decode_past_damage(self, task, sink, delivered: set[int]) -> None:
-        """Decode ``task``; after a damaged GOP, go on with the GOPs after it (closed GOPs
-        decode alone), then raise the first error so the lost samples are counted. A file
-        that is gone, stale or undecodable as a whole fails once, as before."""
+    @staticmethod
+    def _decode_past_damage(executor: Executor, task, sink, delivered: set[int],
+                            bundle=None) -> None:
+        """Decode ``task`` on ``executor`` (from ``bundle``, separation mode's packets, when
+        given); after a damaged GOP, go on with the GOPs after it (closed GOPs decode alone),
+        then raise the first error so the lost samples are counted. A file that is gone,
+        stale or undecodable as a whole fails once, as before.
+
+        A bundle holds the task's GOPs in order, so the rest of the task decodes from the
+        bundle's tail (:meth:`PacketBundle.gops_from`): the packets are here already, and
+        demuxing them again from the file would read it a second time in this process, which
+        separation mode keeps demux off."""
         first: MediaError | None = None
         while task.gops:
             try:
-                self.executor.decode(task, sink)
+                if bundle is None:
+                    executor.decode(task, sink)
+                else:
+                    executor.decode_bundle(task, bundle, sink)
                 break
             except CorruptVideoError as exc:
                 first = first or exc
                 if isinstance(exc, StaleIndexError):
                     break
-                task = dataclasses.replace(task, gops=_gops_after_failure(task, delivered))
+                after = _after_failure(task, delivered)
+                task = dataclasses.replace(task, gops=task.gops[after:])
+                if bundle is not None:
+                    bundle = bundle.gops_from(after)
         if first is not None:
             raise first
 

@@ -103,6 +103,25 @@ class PacketBundle:
             gop_last=self.gop_last[g : g + 1].copy(),
         )
 
+    def gops_from(self, g: int) -> PacketBundle:
+        """A bundle holding GOPs ``g`` onwards, renumbered from 0 (views into this one's
+        arrays: it lives no longer than this bundle is used). What a task restricted to its
+        GOPs after a damaged one decodes (``BatchAssembler._decode_past_damage``)."""
+        first = int(np.searchsorted(self.gop_id, g))
+        start = int(self.offsets[first]) if first < self.num_packets else self.payload.nbytes
+        return PacketBundle(
+            self.path, self.codec,
+            payload=self.payload[start:],
+            offsets=self.offsets[first:] - start,
+            sizes=self.sizes[first:],
+            pts=self.pts[first:],
+            is_key=self.is_key[first:],
+            is_nonref=self.is_nonref[first:],
+            gop_id=self.gop_id[first:] - g,
+            gop_keyframes=self.gop_keyframes[g:],
+            gop_last=self.gop_last[g:],
+        )
+
     # --- flat layout for shared memory -------------------------------------------------------
 
     def _strings(self) -> tuple[bytes, bytes]:
