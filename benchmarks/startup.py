@@ -68,6 +68,19 @@ def _one_loader(index, args) -> dict:
     return out
 
 
+def _patch(item: str) -> None:
+    """Set ``module.NAME`` to ``VALUE`` (a Python literal)."""
+    import ast
+    import importlib
+
+    target, value = item.split("=", 1)
+    module, name = target.rsplit(".", 1)
+    mod = importlib.import_module(module)
+    if not hasattr(mod, name):
+        raise SystemExit(f"--patch {item}: {module} has no {name}")
+    setattr(mod, name, ast.literal_eval(value))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="cpu", choices=["cpu", "nvdec", "combo"])
@@ -82,7 +95,12 @@ def main(argv=None) -> int:
     p.add_argument("--profile-interval", type=float, default=0.01, help="seconds between samples")
     p.add_argument("--hang-dump", type=float, default=0.0,
                    help="after this many seconds, print every thread's stack and exit (0: off)")
+    p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                   help="set a module constant for this run (A/B of a change), e.g. "
+                        "vidloader.pipeline._pool.PARTS_COUNT_AS_ROWS=False")
     args = p.parse_args(argv)
+    for item in args.patch:
+        _patch(item)
     if args.hang_dump > 0:  # a run that hangs says where (faulthandler's own thread)
         import faulthandler
 
@@ -94,7 +112,7 @@ def main(argv=None) -> int:
     index = load_index(prepare_dataset("W1", args.scale, data_dir=args.data_dir, progress=True))
     result = {"command": " ".join(sys.argv), "machine": describe_machine(),
               "dataset": f"W1-{args.scale} ({len(index)} videos)", "backend": args.backend,
-              "workers": args.workers, "load_avg_before": load_average(), "loaders": []}
+              "workers": args.workers, "patches": args.patch, "load_avg_before": load_average(), "loaders": []}
     for k in range(args.loaders):
         result["loaders"].append(_one_loader(index, args))
         print(f"loader {k}: " + json.dumps({key: v for key, v in result["loaders"][-1].items()

@@ -130,6 +130,8 @@ PATCHED = {
     "combo-div8": ("COMBO_DEMUX_DIVISOR", 8),
     # the demux workers out of num_workers, as before session 11
     "combo-within": ("COMBO_DEMUX_EXTRA", False),
+    # units of at least 8 rows (a whole W4 batch) instead of one clip
+    "combo-unit8": ("COMBO_MIN_UNIT_ROWS", 8),
 }
 
 

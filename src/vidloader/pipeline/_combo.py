@@ -68,6 +68,11 @@ COMBO_DEMUX_DIVISOR = 4
 #: decoders take whatever the NVDEC side leaves.
 COMBO_DEMUX_EXTRA = True
 
+#: The fewest rows in a unit (a batch is cut into about one unit per executor). On W4 clips
+#: (batch 8) a unit is one clip, decoded from its keyframe; in the combo the CPU workers
+#: delivered about half of what they did alone at the same CPU use (``session11-2``).
+COMBO_MIN_UNIT_ROWS = 1
+
 #: A CPU worker takes a unit only if NVDEC, at its measured pace, would need this many times
 #: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
 CPU_HORIZON_SAFETY = 1.5
@@ -156,7 +161,7 @@ class ComboPool(BatchPool):
         time NVDEC takes for a batch, so batches taken in order rarely wait on a CPU unit.
         NVDEC gathers consecutive units up to a batch (:meth:`_gather`), keeping its
         per-call batching."""
-        return max(1, math.ceil(self._batch_rows / self.ways))
+        return max(COMBO_MIN_UNIT_ROWS, math.ceil(self._batch_rows / self.ways))
 
     @property
     def _batch_rows(self) -> int:

@@ -474,6 +474,12 @@ def demux_spans(tasks: list, num_workers: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [(0, len(tasks))]
 
 
+#: Whether a unit filling part of one batch counts as that part against ``units_decoding``
+#: (see :class:`SeparationPool`); False counts every unit whole, as before session 11 (kept
+#: for A/B runs of the start-up, ``benchmarks/startup.py --patch``).
+PARTS_COUNT_AS_ROWS = True
+
+
 class SeparationPool(WorkerProcesses, BatchPool):
     """NVIDIA's separation mode: CPU workers demux GOPs to Annex-B packet bundles; this
     process decodes them on the GPU (NVDEC) into GPU staging slots. Workers never touch CUDA.
@@ -656,7 +662,9 @@ class SeparationPool(WorkerProcesses, BatchPool):
         GPU buffers are bound ``lookahead`` batches per unit, :mod:`._memory`)."""
         rows = sum(p.batch_size for p in task.plans)
         one_batch = len({p.batch_index for p in task.plans}) == 1
-        return min(rows, self._batch_rows) if one_batch else self._batch_rows
+        if one_batch and PARTS_COUNT_AS_ROWS:
+            return min(rows, self._batch_rows)
+        return self._batch_rows
 
     def _pop_decoding(self):
         self._weights.popleft()
