@@ -90,6 +90,18 @@ def damage_slice_data(src: Path, dst: Path, which: int) -> int:
     return all_pts.index(pts)
 
 
+def break_nal_length(src: Path, dst: Path, which: int, length: int = 1) -> None:
+    """Copy ``src`` to ``dst`` with the 4-byte length prefix of the first NAL unit of its
+    ``which``-th packet (decode order) overwritten with ``length``. The Annex B filter, and
+    so NVDEC's demux, refuses that packet; FFmpeg's CPU decoder, reading the MP4 packets as
+    they are, decodes all its pictures (with ``length=1``, on an H.264 file without B-frames)."""
+    with av.open(str(src)) as c:
+        pos = [p.pos for p in c.demux(c.streams.video[0]) if p.size][which]
+    data = bytearray(src.read_bytes())
+    data[pos:pos + 4] = length.to_bytes(4, "big")
+    dst.write_bytes(bytes(data))
+
+
 def collect_batches(loader, limit: int | None = None) -> list[dict]:
     """The batches of one pass over ``loader`` (the first ``limit`` when given)."""
     out = []

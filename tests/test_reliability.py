@@ -288,6 +288,84 @@ def test_nvdec_without_fallback_skips_only_the_damaged_gop(slice_damaged, fake_n
     assert stats["cpu_fallback_files"] == {}
 
 
+@pytest.fixture
+def prefix_broken(tmp_path) -> tuple[Path, VideoIndex]:
+    """The intact file and the index of its copy with the NAL length prefix of picture 15
+    (GOP 10..19 of three) overwritten: NVDEC's demux refuses GOP 10..19, the CPU decodes the
+    whole file bit-exact."""
+    from .media import break_nal_length
+
+    good, bad = tmp_path / "good.mp4", tmp_path / "bad.mp4"
+    make_video(good, VideoSpec(width=96, height=64, num_frames=30, gop=10, bframes=0, seed=0))
+    break_nal_length(good, bad, 15)
+    return good, build_index(bad, num_workers=0, progress=False)
+
+
+def _nvdec_epoch(index, num_workers: int, **options):
+    """One epoch in batches of 8 on the stand-in NVDEC: ``(frame indices, frames, stats)``."""
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=num_workers, backend="nvdec",
+                                   device="cpu", sampler=vidloader.SequentialFrames(), **options)
+    batches = list(loader)
+    delivered = np.concatenate([b["frame_index"].numpy() for b in batches])
+    return list(delivered), np.concatenate([b["frames"].numpy() for b in batches]), loader.stats
+
+
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_separation_mode_decodes_a_file_nvdec_cannot_demux_on_the_cpu(prefix_broken, fake_nvdec,
+                                                                      on_error, caplog):
+    """A GOP whose demux fails in a separation-mode worker (the Annex B filter refuses a NAL
+    length prefix) sends the task to the CPU fallback in the loader's process, as one process
+    does: every frame once, the same as in one process (those of the file's CPU tasks
+    bit-exact), the file counted and logged once. Before, the worker
+    failed the task: its samples skipped under "skip", a WorkerError under "raise"."""
+    import logging
+
+    good, index = prefix_broken
+    one, one_frames, _ = _nvdec_epoch(index, 0, on_error=on_error)
+    with caplog.at_level(logging.INFO, logger="vidloader"):
+        delivered, frames, stats = _nvdec_epoch(index, 2, on_error=on_error)
+    assert delivered == one == list(range(30))
+    np.testing.assert_array_equal(frames, one_frames)
+    # Batches of 8: the tasks of frames 8..23 (GOP 10..19's) come from the CPU, bit-exact;
+    # the others from the stand-in, within its NV12 to RGB's tolerance (see above).
+    np.testing.assert_array_equal(frames[8:24], reference_frames(good)[8:24])
+    diff = np.abs(frames.astype(int) - reference_frames(good).astype(int))
+    assert diff.max() <= 6 and diff.mean() < 2.0
+    assert list(stats["cpu_fallback_files"]) == [index[0].path]
+    assert stats["skipped_samples"] == 0
+    logged = [r for r in caplog.records if r.getMessage().startswith(f"decoding {index[0].path}")]
+    assert len(logged) == 1
+
+
+def test_separation_mode_without_fallback_skips_only_the_gop_that_fails_to_demux(prefix_broken,
+                                                                                fake_nvdec):
+    """``fallback="error"``, ``on_error="skip"``: the worker demuxes the failed task's GOPs one
+    by one and keeps those that demux, so only GOP 10..19's samples are skipped, as in one
+    process. Before, the whole task (the file's 30 frames) was skipped."""
+    good, index = prefix_broken
+    one, _, one_stats = _nvdec_epoch(index, 0, on_error="skip", fallback="error")
+    delivered, frames, stats = _nvdec_epoch(index, 2, on_error="skip", fallback="error")
+    kept = list(range(10)) + list(range(20, 30))
+    assert delivered == one == kept
+    diff = np.abs(frames.astype(int) - reference_frames(good)[kept].astype(int))
+    assert diff.max() <= 6 and diff.mean() < 2.0  # the stand-in's NV12 to RGB (see above)
+    assert stats["skipped_samples"] == one_stats["skipped_samples"] == 10
+    assert stats["skipped_files"] == [index[0].path]
+    assert stats["cpu_fallback_files"] == {}
+
+
+def test_separation_mode_still_fails_a_stale_file_whole(prefix_broken, fake_nvdec):
+    """A stale file is not retried on the CPU: skipped whole under "skip", as before."""
+    _, index = prefix_broken
+    path = Path(index[0].path)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    loader = vidloader.VideoLoader(index, batch_size=8, num_workers=2, backend="nvdec",
+                                   device="cpu", on_error="skip", sampler=vidloader.SequentialFrames())
+    assert list(loader) == []
+    assert loader.stats["skipped_samples"] == 30
+    assert loader.stats["cpu_fallback_files"] == {}
+
+
 # ---------------------------------------------------------------- NVDEC path (item 7)
 
 def test_nvdec_demux_refuses_a_file_replaced_by_a_smaller_video(two_videos):

@@ -19,6 +19,7 @@ from ..index import VideoIndex
 from ..planning import plan_tasks
 from ..processing import Geometry, Process, apply_window, geometry, sample_transform, upright
 from ..sampling import BatchPlan
+from ._messages import DemuxFailed
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,8 @@ class BatchAssembler:
             plans, stagings: the batches and their staging buffers.
             bundles: separation mode: the packets of each task (in ``plan_tasks`` order),
                 demuxed by a CPU worker; ``None`` for a task whose demux failed.
-            failed: ``(video, path, message)`` for each task whose demux failed.
+            failed: a :class:`~._messages.DemuxFailed` (or ``(video, path, message)``) for
+                each task whose demux failed (see :meth:`_demux_failures`).
         """
         return self.start_unit(plans, stagings, bundles, failed).finish()
 
@@ -267,9 +269,9 @@ class BatchAssembler:
         slots = slots_by_frame(plans)
         transforms = [self._sample_transforms(plan) for plan in plans]
         results = [FillResult(np.ones(p.batch_size, bool), []) for p in plans]
-        for video, path, message in failed:
-            self._mark_failed(plans, results, video, path, message)
         tasks = plan_tasks(plans, self.index) if tasks is None else tasks
+        tasks, bundles = self._demux_failures(tasks, bundles, failed, plans, results, slots,
+                                              transforms, stagings)
         tasks, bundles = self._decode_routed(tasks, bundles, plans, results, slots, transforms, stagings)
         if bundles is not None:  # demux failures were reported in `failed`
             kept = [i for i, b in enumerate(bundles) if b is not None]
@@ -301,6 +303,40 @@ class BatchAssembler:
     def redoes_failures(self) -> bool:
         """Whether a failed unit is redone task by task (to skip or fall back per file)."""
         return self.skips_bad_files or self.fallback is not None
+
+    def _demux_failures(self, tasks, bundles, failed, plans, results, slots, transforms, stagings):
+        """Separation mode's failed demuxes (:class:`~._messages.DemuxFailed`, or a
+        ``(video, path, message)`` tuple: the task lost whole): a task the worker sent to the
+        CPU is decoded on the fallback here, now (as one process retries a file NVDEC failed);
+        a task of which only some GOPs demuxed keeps those (its bundle holds their packets)
+        and loses the samples of the others; any other loses all its samples. Returns the
+        tasks and bundles left for the executor (a failed task's bundle stays ``None``)."""
+        if not failed:
+            return tasks, bundles
+        by_video = {}
+        for f in failed:
+            if isinstance(f, tuple):
+                f = DemuxFailed(*f)
+            by_video[f.video] = f
+        tasks = list(tasks)
+        for k, task in enumerate(tasks):
+            f = by_video.pop(task.video_index, None)
+            if f is None:
+                continue
+            if f.on_cpu and self.fallback is not None:
+                sink = self._sink(task.video_index, slots, transforms, stagings)
+                self._decode_on_fallback(task, sink, plans, results,
+                                         why=f"demux for {self.executor.name} failed: {f.message}")
+                continue
+            gops = [task.gops[g] for g in f.kept]
+            if len(gops) < len(task.gops):
+                frames = {int(i) for gop in gops for i in gop.frames.tolist()}
+                self._mark_failed(plans, results, f.video, f.path, f.message, frames)
+            if gops and bundles is not None and bundles[k] is not None:
+                tasks[k] = dataclasses.replace(task, gops=gops)
+        for f in by_video.values():  # not a task of this unit (cannot happen): lose its samples
+            self._mark_failed(plans, results, f.video, f.path, f.message)
+        return tasks, bundles
 
     def _decode_routed(self, tasks, bundles, plans, results, slots, transforms, stagings):
         """Decode the tasks of videos routed to the fallback (here, now); return the rest."""

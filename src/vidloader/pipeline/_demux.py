@@ -14,9 +14,9 @@ import traceback
 
 from .._utils._nvtx import NO_RANGES, Ranges
 from ..decoding.nvdec import ContainerCache, demux_gops
-from ..errors import MediaError
+from ..errors import MediaError, StaleIndexError, VideoNotFoundError
 from ..planning import plan_tasks
-from ._messages import STOP, DemuxWorkerStart, Failure, PacketsDemuxed, Ready
+from ._messages import STOP, DemuxFailed, DemuxWorkerStart, Failure, PacketsDemuxed, Ready
 from ._payloads import pack_payloads
 
 
@@ -40,7 +40,8 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
                 # Every part re-plans the unit (cheap) and demuxes its own slice of the tasks.
                 tasks = plan_tasks(task.plans, start.index)[task.start:task.stop]
                 bundles, failed = demux_tasks(tasks, containers, start.skips_bad_files,
-                                              start.cpu_only, ranges)
+                                              start.cpu_only, ranges,
+                                              falls_back=start.falls_back)
                 segment, light = pack_payloads(bundles)
             except BaseException as exc:
                 result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
@@ -51,10 +52,19 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
         containers.close()
 
 
-def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=NO_RANGES):
+def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=NO_RANGES, *,
+                falls_back: bool = False):
     """Bundles of the tasks, ``None`` for a task routed to the CPU (NVDEC cannot decode its
     file: the loader's process decodes it there) or whose demux failed (listed in ``failed``
-    as ``(video, path, message)``)."""
+    as a :class:`DemuxFailed`).
+
+    A failed demux (a NAL length prefix the Annex B filter refuses, say) of a file that is
+    neither gone nor stale goes, with ``falls_back``, to the loader's CPU fallback whatever
+    ``skips_bad_files`` says, as in one process (the CPU decoder may read what the filter
+    refused). Without it and with ``skips_bad_files``, the task's GOPs are demuxed one by
+    one and those that demux are kept (its bundle), so only the samples of the others are
+    skipped. A gone or stale file fails whole: raised, or skipped with ``skips_bad_files``.
+    """
     bundles, failed = [], []
     for task in tasks:
         if cpu_only is not None and cpu_only[task.video_index]:
@@ -64,8 +74,29 @@ def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=
             with ranges("vidloader.demux", task.record.path):
                 bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
         except MediaError as exc:
+            whole = isinstance(exc, (StaleIndexError, VideoNotFoundError))
+            if falls_back and not whole:
+                bundles.append(None)
+                failed.append(DemuxFailed(task.video_index, exc.path, str(exc), on_cpu=True))
+                continue
             if not skips_bad_files:
                 raise
-            bundles.append(None)
-            failed.append((task.video_index, exc.path, str(exc)))
+            kept = () if whole else _demuxable_gops(task, containers)
+            bundles.append(demux_gops(task.record, [task.gops[g] for g in kept],
+                                      container_cache=containers) if kept else None)
+            failed.append(DemuxFailed(task.video_index, exc.path, str(exc), kept=kept))
     return bundles, failed
+
+
+def _demuxable_gops(task, containers) -> tuple[int, ...]:
+    """Positions of ``task``'s GOPs that demux alone (after the task's demux failed)."""
+    kept = []
+    for g, gop in enumerate(task.gops):
+        try:
+            demux_gops(task.record, [gop], container_cache=containers)
+        except MediaError as exc:
+            if isinstance(exc, (StaleIndexError, VideoNotFoundError)):
+                return ()
+            continue
+        kept.append(g)
+    return tuple(kept)

@@ -42,6 +42,10 @@ class DemuxWorkerStart:
     skips_bad_files: bool
     cpu_only: np.ndarray | None
     nvtx: bool = False
+    #: The loader's process has a CPU fallback executor (``fallback="cpu"``): a task whose
+    #: demux fails with a media error (not a missing or stale file) is reported, not raised,
+    #: whatever ``on_error`` says, so the loader's process decodes its file on the CPU.
+    falls_back: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +100,26 @@ class RowsFilled:
 
 
 @dataclasses.dataclass(frozen=True)
+class DemuxFailed:
+    """A task of a demux part whose demux failed (the file's :class:`MediaError`).
+
+    ``on_cpu``: the file is not gone or stale, and the loader's process has a CPU fallback:
+    it decodes the task there (its bundle is ``None``). Else the task's samples are skipped
+    (``on_error="skip"``) except those of ``kept``: positions in the task's GOPs that
+    demuxed alone, whose packets are its bundle (``None`` when there are none)."""
+
+    video: int
+    path: str
+    message: str
+    on_cpu: bool = False
+    kept: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class PacketsDemuxed:
     """A demux part's bundles: payloads in the shared-memory segment ``segment`` (``None``
     when there is no byte), the bundles without them in ``light`` (see
-    ``_payloads.pack_payloads``), and ``(video, path, message)`` per failed task."""
+    ``_payloads.pack_payloads``), and a :class:`DemuxFailed` per failed task."""
 
     key: int
     light: list

@@ -525,7 +525,9 @@ class SeparationPool(WorkerProcesses, BatchPool):
         self._weights: collections.deque = collections.deque()  # their rows, as counted
         self._batch_rows = config.batch_size * config.rows_per_sample
         self._done: collections.deque = collections.deque()
-        args = [DemuxWorkerStart(i, config.index, config.skips_bad_files, config.cpu_only, config.nvtx)
+        falls_back = assembler.fallback is not None  # the loader's process retries on the CPU
+        args = [DemuxWorkerStart(i, config.index, config.skips_bad_files, config.cpu_only, config.nvtx,
+                                 falls_back)
                 for i in range(config.num_workers)]
         # The demux server: workers without torch (~190 MiB of RSS each saved).
         super().__init__(demux_worker_main, args, config.num_workers, server="demux")
