@@ -19,7 +19,6 @@ from ..index import VideoIndex
 from ..planning import plan_tasks
 from ..processing import Geometry, Process, apply_window, geometry, sample_transform, upright
 from ..sampling import BatchPlan
-from ._messages import DemuxFailed
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +244,8 @@ class BatchAssembler:
             plans, stagings: the batches and their staging buffers.
             bundles: separation mode: the packets of each task (in ``plan_tasks`` order),
                 demuxed by a CPU worker; ``None`` for a task whose demux failed.
-            failed: a :class:`~._messages.DemuxFailed` (or ``(video, path, message)``) for
-                each task whose demux failed (see :meth:`_demux_failures`).
+            failed: a :class:`~._messages.DemuxFailed` for each task whose demux failed
+                (see :meth:`_demux_failures`).
         """
         return self.start_unit(plans, stagings, bundles, failed).finish()
 
@@ -305,19 +304,14 @@ class BatchAssembler:
         return self.skips_bad_files or self.fallback is not None
 
     def _demux_failures(self, tasks, bundles, failed, plans, results, slots, transforms, stagings):
-        """Separation mode's failed demuxes (:class:`~._messages.DemuxFailed`, or a
-        ``(video, path, message)`` tuple: the task lost whole): a task the worker sent to the
-        CPU is decoded on the fallback here, now (as one process retries a file NVDEC failed);
+        """Separation mode's failed demuxes (:class:`~._messages.DemuxFailed`): a task the
+        worker sent to the CPU is decoded on the fallback here, now (as one process retries a file NVDEC failed);
         a task of which only some GOPs demuxed keeps those (its bundle holds their packets)
         and loses the samples of the others; any other loses all its samples. Returns the
         tasks and bundles left for the executor (a failed task's bundle stays ``None``)."""
         if not failed:
             return tasks, bundles
-        by_video = {}
-        for f in failed:
-            if isinstance(f, tuple):
-                f = DemuxFailed(*f)
-            by_video[f.video] = f
+        by_video = {f.video: f for f in failed}
         tasks = list(tasks)
         for k, task in enumerate(tasks):
             f = by_video.pop(task.video_index, None)

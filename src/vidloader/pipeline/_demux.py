@@ -13,7 +13,7 @@ import signal
 import traceback
 
 from .._utils._nvtx import NO_RANGES, Ranges
-from ..decoding.nvdec import ContainerCache, demux_gops
+from ..decoding.nvdec import ContainerCache, concat_bundles, demux_gops
 from ..errors import MediaError, StaleIndexError, VideoNotFoundError
 from ..planning import plan_tasks
 from ._messages import STOP, DemuxFailed, DemuxWorkerStart, Failure, PacketsDemuxed, Ready
@@ -81,22 +81,22 @@ def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=
                 continue
             if not skips_bad_files:
                 raise
-            kept = () if whole else _demuxable_gops(task, containers)
-            bundles.append(demux_gops(task.record, [task.gops[g] for g in kept],
-                                      container_cache=containers) if kept else None)
+            kept, bundle = ((), None) if whole else _demuxable_gops(task, containers)
+            bundles.append(bundle)
             failed.append(DemuxFailed(task.video_index, exc.path, str(exc), kept=kept))
     return bundles, failed
 
 
-def _demuxable_gops(task, containers) -> tuple[int, ...]:
-    """Positions of ``task``'s GOPs that demux alone (after the task's demux failed)."""
-    kept = []
+def _demuxable_gops(task, containers) -> tuple[tuple[int, ...], object]:
+    """Positions of ``task``'s GOPs that demux alone (after the task's demux failed), and
+    their packets as one bundle (``None`` when none demuxes)."""
+    kept, parts = [], []
     for g, gop in enumerate(task.gops):
         try:
-            demux_gops(task.record, [gop], container_cache=containers)
+            parts.append(demux_gops(task.record, [gop], container_cache=containers))
         except MediaError as exc:
             if isinstance(exc, (StaleIndexError, VideoNotFoundError)):
-                return ()
+                return (), None
             continue
         kept.append(g)
-    return tuple(kept)
+    return tuple(kept), concat_bundles(parts) if parts else None

@@ -16,13 +16,15 @@ from ..._utils._lazy import lazy_exports
 
 _HOMES = {
     **dict.fromkeys(["ContainerCache", "demux_gops"], "._annexb"),
+    "concat_bundles": "._bundle",
     **dict.fromkeys(["CodecCaps", "NvdecCaps", "needed_queries", "nvdec_decodability",
                      "query_nvdec_caps", "table_nvdec_caps"], "._caps"),
     "NvdecExecutor": "._executor",
 }
 
 __all__ = [
-    "CodecCaps", "ContainerCache", "NvdecCaps", "NvdecExecutor", "demux_gops", "needed_queries",
+    "CodecCaps", "ContainerCache", "NvdecCaps", "NvdecExecutor", "concat_bundles", "demux_gops",
+    "needed_queries",
     "nvdec_decodability", "query_nvdec_caps", "table_nvdec_caps",
 ]
 
