@@ -593,6 +593,30 @@ def _bare_separation_pool(*, units_decoding: int, batch_rows: int):
     return pool
 
 
+def _run_units_as_fakes(pool, arrivals) -> list:
+    """Make ``pool`` take its messages from ``arrivals`` and start each unit as a fake that
+    finishes at once as ``("done", key)``, with every GPU staging buffer free (those:
+    tests/test_memory_budget.py). Returns the list of ``(key, bundles)`` it starts, filled
+    as it goes."""
+    started = []
+
+    class Unit:
+        def __init__(self, key):
+            self.key = key
+
+        def finish(self):
+            return [("done", self.key)]
+
+    def start(key, bundles, failed):
+        started.append((key, bundles))
+        pool._decoding.append(Unit(key))
+
+    pool._next_message = lambda deadline, block: arrivals.popleft() if arrivals else None
+    pool._start = start
+    pool._reserve = lambda key, block: True
+    return started
+
+
 def _task(*parts):
     """A FillTask of ``(batch_index, row_start, row_stop)`` parts (plans reduced to the
     fields the pool's counting reads)."""
@@ -622,28 +646,14 @@ def test_separation_pool_decodes_the_parts_of_one_batch_as_one_unit(monkeypatch)
     pool._order = collections.deque(pool._units)
     pool._parts = {key: [None] for key in pool._units}
     arrivals = collections.deque(PacketsDemuxed(key, [key], [], 0, None) for key in pool._units)
-    started = []
-
-    class Unit:
-        def __init__(self, key):
-            self.key = key
-
-        def finish(self):
-            return [("done", self.key)]
-
-    def start(key, bundles, failed):
-        started.append(key)
-        pool._decoding.append(Unit(key))
-
-    pool._next_message = lambda deadline, block: arrivals.popleft() if arrivals else None
-    pool._start = start
-    pool._reserve = lambda key, block: True
+    starts = _run_units_as_fakes(pool, arrivals)
     assert pool.get() == ("done", 0)
+    started = [key for key, _ in starts]
     # the four parts (one batch) and batch 1 were decoding together: two batches' worth
     assert started[:5] == [0, 1, 2, 3, 4]
     assert len(started) == 5, started  # batch 2 waits: 3 parts + batch 1 still count 1.75
     got = [pool.get()[1] for _ in range(6)]
-    assert got == [1, 2, 3, 4, 5, 6] and started == list(range(7))
+    assert got == [1, 2, 3, 4, 5, 6] and [key for key, _ in starts] == list(range(7))
 
 
 def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_order(monkeypatch):
@@ -666,22 +676,7 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
         PacketsDemuxed(8, ["b8"], [], 0, None), PacketsDemuxed(4, ["b4b"], [], 1, None),
         PacketsDemuxed(0, ["b0"], [], 0, None),
     ])
-    started = []
-
-    class Unit:
-        def __init__(self, key):
-            self.key = key
-
-        def finish(self):
-            return [("done", self.key)]
-
-    def start(key, bundles, failed):
-        started.append((key, bundles))
-        pool._decoding.append(Unit(key))
-
-    pool._next_message = lambda deadline, block: arrivals.popleft() if arrivals else None
-    pool._start = start
-    pool._reserve = lambda key, block: True  # GPU staging buffers: tests/test_memory_budget.py
+    started = _run_units_as_fakes(pool, arrivals)
     got = [pool.get()[1] for _ in range(4)]
     assert got == [0, 4, 8, 12]
     assert started == [(0, ["b0"]), (4, ["b4a", "b4b"]), (8, ["b8"]), (12, ["b12"])]
