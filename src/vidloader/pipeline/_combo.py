@@ -2,12 +2,12 @@
 
 The combo starts processes of two kinds (:func:`combo_split`): ``num_workers`` decode on the
 CPU, at a lower priority, and a quarter as many more demux for NVDEC as in separation mode
-(:class:`~._pool.SeparationPool`), so NVDEC is fed as fast as when it decodes alone. Both sides take units from one queue whenever
-they have room, NVDEC the oldest and a CPU worker the newest (:meth:`ComboPool._take_for_cpu`):
-a CPU worker holds up to :data:`CPU_UNITS_PER_WORKER` units, NVDEC up to
-``config.units_decoding`` units decoding plus one per demux worker being demuxed. The faster
-side frees up sooner and so takes more units, with nothing to tune. Units mostly
-of videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a
+(:class:`~._pool.SeparationPool`), so NVDEC is fed as fast as when it decodes alone. Both
+sides take units from one queue whenever they have room, NVDEC the oldest and a CPU worker
+the newest (:meth:`ComboPool._take_for_cpu`): a CPU worker holds up to
+:data:`CPU_UNITS_PER_WORKER` units, NVDEC up to ``config.units_decoding`` units decoding plus
+one per demux worker being demuxed. The faster side frees up sooner and so takes more units,
+with nothing to tune. Units mostly of videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a
 fixed share of units to NVDEC (seed 000's static split, kept for comparison).
 
 Measured on the H100 (16 cores, 1080p random frames, ``benchmarks/results/gpu/combo-3`` and
