@@ -108,6 +108,15 @@ VARIANTS = {
     "combo": dict(backend="combo"),
     "combo-share-0.5": dict(backend="combo", combo_share=0.5),
     "combo-share-0.4": dict(backend="combo", combo_share=0.4),
+    # a longer window of staging slots (the default prefetch is 2): a batch waiting on a slow
+    # CPU unit holds every later one back, and the combo's sides idle once the slots are full
+    "cpu-pf16": dict(backend="cpu", prefetch=16),
+    "combo-pf16": dict(backend="combo", prefetch=16),
+    "combo-pf32": dict(backend="combo", prefetch=32),
+    "combo-h0-pf16": dict(backend="combo", prefetch=16),
+    "combo-h0-pf32": dict(backend="combo", prefetch=32),
+    "combo-1unit": dict(backend="combo"),
+    "combo-h0-1unit": dict(backend="combo"),
 }
 
 def _gap_summary(gaps: list[float]) -> dict:
@@ -125,13 +134,18 @@ def _gap_summary(gaps: list[float]) -> dict:
 
 #: Variants that change one of the combo's constants for their own run (diagnostics).
 PATCHED = {
-    "combo-horizon0": ("CPU_HORIZON_SAFETY", 0.0),
-    "combo-div2": ("COMBO_DEMUX_DIVISOR", 2),
-    "combo-div8": ("COMBO_DEMUX_DIVISOR", 8),
+    "combo-horizon0": {"CPU_HORIZON_SAFETY": 0.0},
+    "combo-h0-pf16": {"CPU_HORIZON_SAFETY": 0.0},
+    "combo-h0-pf32": {"CPU_HORIZON_SAFETY": 0.0},
+    "combo-div2": {"COMBO_DEMUX_DIVISOR": 2},
+    "combo-div8": {"COMBO_DEMUX_DIVISOR": 8},
     # the demux workers out of num_workers, as before session 11
-    "combo-within": ("COMBO_DEMUX_EXTRA", False),
+    "combo-within": {"COMBO_DEMUX_EXTRA": False},
     # units of at least 8 rows (a whole W4 batch) instead of one clip
-    "combo-unit8": ("COMBO_MIN_UNIT_ROWS", 8),
+    "combo-unit8": {"COMBO_MIN_UNIT_ROWS": 8},
+    # a CPU worker holds one unit at a time (half the wait of a unit handed out behind another)
+    "combo-1unit": {"CPU_UNITS_PER_WORKER": 1},
+    "combo-h0-1unit": {"CPU_UNITS_PER_WORKER": 1, "CPU_HORIZON_SAFETY": 0.0},
 }
 
 
@@ -162,17 +176,18 @@ def main(argv=None) -> None:
             from vidloader.pipeline import _combo
 
             extra = VARIANTS.get(label, VARIANTS["combo"])
-            name_value = PATCHED.get(label)
-            saved = getattr(_combo, name_value[0]) if name_value else None
-            if name_value:
-                setattr(_combo, *name_value)
+            patches = PATCHED.get(label, {})
+            saved = {k: getattr(_combo, k) for k in patches}
+            for k, v in patches.items():
+                setattr(_combo, k, v)
             row[label] = _measure(
                 # persistent workers: a small dataset's epochs must not restart 16 processes
                 lambda extra=extra: VideoLoader(index, num_workers=args.workers, device=args.device,
                                                 persistent_workers=True, **kwargs, **extra),
                 warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s)
-            if name_value:
-                setattr(_combo, name_value[0], saved)
+            for k, v in saved.items():
+                setattr(_combo, k, v)
+            row[label]["settings"] = {**{k: v for k, v in extra.items() if k != "backend"}, **patches}
             print(name, label, json.dumps(row[label]), flush=True)
         if {"cpu", "nvdec"} <= row.keys():
             total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"]
