@@ -176,6 +176,22 @@ def isolation_report_worker(start, task_q, result_q) -> None:
     task_q.get()
 
 
+def streaming_worker(start, task_q, result_q) -> None:
+    """A worker for pool tests: ``start = (worker_id, count, size)``; on its first task, sends
+    ``count`` messages ``(worker_id, k, payload of size bytes)`` at once (each larger than a
+    pipe holds, so its queue's feeder is nearly always mid-message), then serves tasks until
+    STOP."""
+    from vidloader.pipeline._messages import Ready
+
+    worker_id, count, size = start
+    result_q.put(Ready(worker_id))
+    task_q.get()
+    for k in range(count):
+        result_q.put((worker_id, k, bytes(size)))
+    while task_q.get() is not None:
+        pass
+
+
 def flooding_worker(start, task_q, result_q) -> None:
     """A worker for pool tests that, once started, sends ``start`` messages of 1 MiB each (more
     than a pipe holds, as a demux worker's packets can be) and then serves tasks until STOP."""

@@ -168,3 +168,52 @@ def test_shutdown_with_unread_large_results_neither_hangs_nor_kills_workers():
     thread.start()
     assert done.wait(60), "shutdown hung"
     assert [p.exitcode for p in pool.procs] == [0, 0]  # exited, not terminated
+
+
+def test_a_worker_killed_mid_message_ends_only_its_own_results():
+    """A worker killed while it writes a result: the pool reports it dead within seconds,
+    and every result of the other worker still arrives whole. With one result queue shared
+    by all workers, the killed worker could leave the queue's write lock held or half a
+    message in the pipe, and the reader waited for good (the combo hung in about 1 of 7
+    runs of its killed-worker test)."""
+    import collections
+    import signal
+    import threading
+
+    from vidloader.pipeline._pool import WorkerDied, WorkerProcesses
+
+    from .media import streaming_worker
+
+    count, size = 30, 2 << 20
+    pool = WorkerProcesses(streaming_worker, [(0, count, size), (1, count, size)], 2, server="demux")
+    got: dict[int, list] = collections.defaultdict(list)
+    deaths: list = []
+    killed: list = []
+    done = threading.Event()
+
+    def read() -> None:
+        while len(got[1]) < count or not deaths:
+            try:
+                worker, k, payload = pool.get()
+            except WorkerDied as dead:
+                deaths.append(dead.worker)
+                pool.retire(dead.worker)
+                continue
+            assert len(payload) == size
+            got[worker].append(k)
+            if len(got[0]) == 2 and not killed:  # its feeder is writing the third
+                killed.append(os.kill(pool.procs[0].pid, signal.SIGKILL))
+        done.set()
+
+    thread = threading.Thread(target=read, daemon=True)
+    try:
+        pool.put(0, "go")
+        pool.put(1, "go")
+        thread.start()
+        assert done.wait(60), f"reading hung: {dict(got)}, deaths {deaths}"
+        assert deaths == [0]
+        assert got[1] == list(range(count))  # the other worker's results, every one, whole
+        assert got[0] == list(range(len(got[0]))) and len(got[0]) < count
+    finally:
+        pool.shutdown()
+    assert not any(p.is_alive() for p in pool.procs)

@@ -9,12 +9,14 @@ batches in flight.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import dataclasses
 import itertools
 import math
 import queue
+import struct
 import time
 from multiprocessing.connection import wait
 
@@ -209,7 +211,7 @@ class WorkerProcesses:
     """``num_workers`` processes forked from one of vidloader's fork servers
     (:mod:`.._utils._procs`: a clean interpreter that imported numpy and PyAV once, torch too
     unless it is the ``"demux"`` server, never CUDA, and never runs the user's main module),
-    each with its own task queue and one shared result queue. ``get`` never hangs: it notices
+    each with its own task queue and its own result queue. ``get`` never hangs: it notices
     a dead worker and raises :class:`WorkerError`.
 
     A worker's arguments (the index, the staging slots) travel as the first message of its task
@@ -217,28 +219,41 @@ class WorkerProcesses:
     child reads only once it runs, so when they passed the pipe's 64 KiB the parent waited for
     each child in turn (with spawned workers importing torch, 45 s for 16 workers on the H200);
     through the queue, a feeder thread per worker writes them while the workers start.
+
+    Each worker has a result queue of its own, and this process closes its copy of each
+    queue's write end once the workers started. With one queue shared by all workers, a
+    worker killed while it wrote a result (SIGKILL, the OOM killer) could leave the queue's
+    write lock held, so no other worker's result came through again, or leave half a message
+    that the reader waited on for good: the combo hung in about 1 of 7 runs of a test that
+    kills a CPU worker. Now such a worker's queue alone ends, in an end-of-file.
     """
 
     def __init__(self, target, args: list, num_workers: int, *, server: str = "full") -> None:
         ctx = worker_context(server)
         self.num_workers = num_workers
-        self.result_q = ctx.Queue()
+        self.result_qs = [ctx.Queue() for _ in range(num_workers)]
         self._backlog: collections.deque = collections.deque()
         self.task_qs = [ctx.Queue() for _ in range(num_workers)]
         self.procs = [
             ctx.Process(
-                target=bootstrap, args=(target, self.task_qs[i], self.result_q),
+                target=bootstrap, args=(target, self.task_qs[i], self.result_qs[i]),
                 daemon=True, name=f"vidloader-worker-{i}",
             )
             for i in range(num_workers)
         ]
         self._closed = False
         self.retired: set[int] = set()  # dead workers a pool chose to carry on without
+        self._ended: set[int] = set()  # workers whose result queue reached its end
+        self._last_read = -1  # the worker read last: the next read starts after it
         try:
             for q, a in zip(self.task_qs, args):
                 q.put(a)
             for p in self.procs:
                 p.start()
+            # The workers hold their own copies of the write ends (the fork server passed
+            # them on at start): with this process's closed, a worker's exit ends its queue.
+            for q in self.result_qs:
+                q._writer.close()
             self._wait_ready()
         except BaseException:
             self.shutdown()
@@ -265,27 +280,43 @@ class WorkerProcesses:
         if self._backlog:
             return self._backlog.popleft()
         while True:
-            try:
-                msg = self.result_q.get(timeout=QUEUE_POLL_SECONDS)
-            except queue.Empty:
-                self._check_alive()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise WorkerError(f"workers did not start within {WORKER_START_SECONDS:.0f} s") from None
-                continue
-            return self._unpack(msg)
+            msg = self._next_result(QUEUE_POLL_SECONDS)
+            if msg is not None:
+                return msg
+            self._check_alive()
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkerError(f"workers did not start within {WORKER_START_SECONDS:.0f} s") from None
 
     def poll(self, timeout: float = 0.0):
         """The next message if one is here (or comes within ``timeout`` seconds), else
         ``None``. With a timeout, a dead worker raises :class:`WorkerDied` as in :meth:`get`."""
         if self._backlog:
             return self._backlog.popleft()
-        try:
-            msg = self.result_q.get(timeout=timeout) if timeout > 0 else self.result_q.get_nowait()
-        except queue.Empty:
-            if timeout > 0:
-                self._check_alive()
+        msg = self._next_result(timeout)
+        if msg is None and timeout > 0:
+            self._check_alive()
+        return msg
+
+    def _next_result(self, timeout: float):
+        """A message from whichever worker has one (taking turns when several have), waiting
+        up to ``timeout`` seconds; ``None`` if none came. A queue that ends (its worker exited,
+        perhaps mid-message) is read no more: :meth:`_check_alive` reports its worker."""
+        readers = {self.result_qs[i]._reader: i for i in range(self.num_workers) if i not in self._ended}
+        if not readers:
+            time.sleep(timeout)
             return None
-        return self._unpack(msg)
+        ready = sorted(readers[r] for r in wait(list(readers), timeout))
+        for i in ready[bisect.bisect_right(ready, self._last_read):] + ready:
+            self._last_read = i
+            try:
+                msg = self.result_qs[i].get_nowait()
+            except queue.Empty:
+                continue
+            except (EOFError, OSError, struct.error):
+                self._ended.add(i)
+                continue
+            return self._unpack(msg)
+        return None
 
     def check_alive(self) -> None:
         """Raise :class:`WorkerDied` if a worker that was not retired has died."""
@@ -300,7 +331,14 @@ class WorkerProcesses:
 
     def _check_alive(self) -> None:
         for i, p in enumerate(self.procs):
-            if i not in self.retired and not p.is_alive():
+            if i in self.retired:
+                continue
+            if i in self._ended and p.is_alive():
+                p.join(WORKER_JOIN_SECONDS)  # its queue ended: it is exiting, or must go
+                if p.is_alive():
+                    p.kill()
+                    p.join(WORKER_JOIN_SECONDS)
+            if not p.is_alive():
                 code = p.exitcode
                 how = f"was killed by signal {-code}" if code and code < 0 else f"exited with code {code}"
                 raise WorkerDied(
@@ -315,7 +353,8 @@ class WorkerProcesses:
     def retire(self, worker: int) -> None:
         """Carry on without dead worker ``worker``: :meth:`get` no longer raises for it. The
         process is killed and joined too: "dead" can also mean its status pipe broke (the
-        fork server died) while it still runs, and it must not write into slots any more."""
+        fork server died) while it still runs, and it must not write into slots any more.
+        What it sent before is still read (:meth:`drain_ready`)."""
         self.retired.add(worker)
         proc = self.procs[worker]
         with contextlib.suppress(Exception):
@@ -323,7 +362,7 @@ class WorkerProcesses:
             proc.join(WORKER_JOIN_SECONDS)
 
     def drain_ready(self) -> list:
-        """Every message already in the result queue, without blocking (after a worker died:
+        """Every message already in the result queues, without blocking (after a worker died:
         what it sent before dying)."""
         out = []
         while (msg := self.poll()) is not None:
@@ -340,12 +379,9 @@ class WorkerProcesses:
                 # A closed or broken queue: terminate() below handles that worker.
                 with contextlib.suppress(Exception):
                     q.put(STOP)
-        # This process never writes results, yet holds the result pipe's write end: while it
-        # does, a message a killed worker left half-written is read by waiting for the rest
-        # forever (seen on the H100: a loader dropped after its first batch hung in its
-        # shutdown). Closed, such a read ends in EOF once the workers are gone.
-        with contextlib.suppress(Exception):
-            self.result_q._writer.close()
+        for q in self.result_qs:  # closed already, unless the workers failed to start
+            with contextlib.suppress(Exception):
+                q._writer.close()
         undelivered = self._read_while_workers_exit(time.monotonic() + WORKER_JOIN_SECONDS)
         for p in self.procs:
             if p.is_alive():
@@ -358,7 +394,7 @@ class WorkerProcesses:
             undelivered += self.drain_ready()
         with contextlib.suppress(Exception):
             self._undelivered(undelivered)
-        for q in [*self.task_qs, self.result_q]:
+        for q in [*self.task_qs, *self.result_qs]:
             q.cancel_join_thread()
             q.close()
 
@@ -371,13 +407,13 @@ class WorkerProcesses:
         returned (for :meth:`_undelivered`)."""
         out: list = []
         sentinels = {p.sentinel: p for p in self.procs if p.pid is not None}
-        reader = self.result_q._reader  # the queue's receiving Connection
         while sentinels and (left := deadline - time.monotonic()) > 0:
-            ready = wait([reader, *sentinels], timeout=left)
+            readers = [self.result_qs[i]._reader for i in range(self.num_workers) if i not in self._ended]
+            ready = wait([*readers, *sentinels], timeout=left)
             for s in ready:
                 sentinels.pop(s, None)
-            if reader in ready:
-                with contextlib.suppress(Exception):  # from live writers: whole messages
+            if any(r in ready for r in readers):
+                with contextlib.suppress(Exception):  # whole messages, or a queue's end
                     out += self.drain_ready()
         for p in self.procs:
             if p.pid is not None and not p.is_alive():
