@@ -95,6 +95,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile-interval", type=float, default=0.01, help="seconds between samples")
     p.add_argument("--hang-dump", type=float, default=0.0,
                    help="after this many seconds, print every thread's stack and exit (0: off)")
+    p.add_argument("--cuda-first", action="store_true",
+                   help="start CUDA before the first loader, as a training script that moved its "
+                        "model to the GPU has (its cost is then not the loader's)")
     p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
                    help="set a module constant for this run (A/B of a change), e.g. "
                         "vidloader.pipeline._pool.PARTS_COUNT_AS_ROWS=False")
@@ -110,9 +113,19 @@ def main(argv=None) -> int:
     from vidloader.bench._datasets import load_index, prepare_dataset
 
     index = load_index(prepare_dataset("W1", args.scale, data_dir=args.data_dir, progress=True))
+    cuda_s = None
+    if args.cuda_first:
+        import torch
+
+        t = time.monotonic()
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+        cuda_s = round(time.monotonic() - t, 3)
+        print(f"CUDA started before the loaders in {cuda_s} s", flush=True)
     result = {"command": " ".join(sys.argv), "machine": describe_machine(),
               "dataset": f"W1-{args.scale} ({len(index)} videos)", "backend": args.backend,
-              "workers": args.workers, "patches": args.patch, "load_avg_before": load_average(), "loaders": []}
+              "workers": args.workers, "patches": args.patch, "cuda_first_s": cuda_s,
+              "env": {k: v for k, v in os.environ.items() if k.startswith("VIDLOADER_")}, "load_avg_before": load_average(), "loaders": []}
     for k in range(args.loaders):
         result["loaders"].append(_one_loader(index, args))
         print(f"loader {k}: " + json.dumps({key: v for key, v in result["loaders"][-1].items()

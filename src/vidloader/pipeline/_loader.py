@@ -58,6 +58,8 @@ from ._units import has_block_units, max_unit_batches
 
 log = logging.getLogger(__name__)
 _LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
+#: The fork servers each backend's workers come from (:mod:`.._utils._procs`).
+_SERVERS_BY_BACKEND = {"nvdec": ("demux",), "combo": ("full", "demux")}
 
 
 @atexit.register
@@ -190,6 +192,14 @@ class VideoLoader:
             persistent_workers=persistent_workers, decoder_threads=decoder_threads,
             nvdec_decoders=nvdec_decoders, nvdec_options=nvdec_options, nvtx=nvtx,
             memory_budget=memory_budget)
+        if num_workers is None or num_workers > 0:
+            # The workers start at the first batch; the fork server they come from imports
+            # torch and PyAV meanwhile (once per program), while this constructor asks the
+            # driver about the GPU (CUDA's start-up: 0.5 s on the H200) and the caller builds
+            # its model. NVDEC's demux workers come from the server without torch
+            # (``make_pool``); the combo has workers of both kinds.
+            for server in _SERVERS_BY_BACKEND.get(backend, ("full",)):
+                start_server(server)
         device = resolve_device(device)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
@@ -237,11 +247,6 @@ class VideoLoader:
         self._scheduler: Scheduler | None = None
         self._collector = Collector(self.config)
         _LIVE_LOADERS.add(self)
-        if self.config.num_workers > 0:
-            # The workers start at the first batch; the fork server they come from imports
-            # torch and PyAV meanwhile (once per program), while the caller builds its model.
-            # NVDEC's demux workers come from the server without torch (``make_pool``).
-            start_server("demux" if self.config.backend == "nvdec" else "full")
 
     # -- the resolved options, by name -------------------------------------------------
 
