@@ -27,6 +27,7 @@ With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -362,10 +363,8 @@ class NvdecExecutor(Executor):
         except Exception as exc:  # the first real GOP meets it again, and reports it
             log.debug("NVDEC warm-up on %s failed: %r", job.record.path, exc)
         finally:
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 together.wait(timeout=WARM_UP_WAIT_SECONDS)
-            except threading.BrokenBarrierError:
-                pass
 
     def close(self) -> None:
         if self._pool is not None:
