@@ -529,46 +529,6 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
         pool.shutdown()
 
 
-def test_separation_pool_starts_every_decoder_session_while_the_workers_start(media, fake):
-    """NVDEC creates a session at a decoder's first frame, one at a time in the driver (0.9 s
-    for 16 on the H200): the pool has each decoder thread decode one frame of the dataset's
-    most common kind of video as the demux workers start, so every thread holds a flushed
-    decoder of that kind before the first unit is submitted; VIDLOADER_NVDEC_WARM_UP=0 turns
-    it off."""
-    import time
-
-    from vidloader import Process
-    from vidloader.index import VideoIndex
-    from vidloader.pipeline._assemble import BatchAssembler
-    from vidloader.pipeline._config import LoaderConfig
-    from vidloader.pipeline._pool import SeparationPool
-
-    index = VideoIndex([record_of(media[n]) for n in ("hevc", "h264", "h264_small")])
-    outputs = {"x": Process(size=(40, 40))}
-
-    def started(wait_s: float):
-        ex = NvdecExecutor(num_decoders=3, frame_cache_bytes=0, packet_cache_bytes=0)
-        config = LoaderConfig(
-            index=index, outputs=outputs, backend="nvdec", on_error="raise", batch_size=5,
-            rows_per_sample=1, shapes={"x": (5, 1, 40, 40, 3)}, num_workers=1, prefetch=1,
-            lookahead=None, persistent_workers=False, cpu_options={},
-            nvdec_options={"device": 0}, units_decoding=2, device=None, pin_memory=False)
-        pool = SeparationPool(config, BatchAssembler(index, outputs, ex), num_slots=4, device="cpu")
-        try:
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline and not (
-                    len(ex.slots) == 3 and all(s._decoders for s in ex.slots)):
-                time.sleep(0.05)
-            return [sorted(s._decoders) for s in ex.slots]
-        finally:
-            pool.shutdown()
-
-    assert started(20) == [[("h264", False)]] * 3  # two of the three videos are 8-bit H.264
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VIDLOADER_NVDEC_WARM_UP", "0")
-        assert started(1) == []  # no thread made a slot: nothing was submitted
-
-
 def test_nvdec_loader_demux_workers_are_torch_free_and_leave_no_shared_memory(media, fake, monkeypatch):
     """backend="nvdec" with workers (separation mode, fake NVDEC): the demux workers map no
     libtorch (they come from the demux fork server), and neither a full epoch nor a break

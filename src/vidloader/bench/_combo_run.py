@@ -116,6 +116,8 @@ VARIANTS = {
     "combo-h0-pf16": dict(backend="combo", prefetch=16),
     "combo-h0-pf32": dict(backend="combo", prefetch=32),
     "combo-1unit": dict(backend="combo"),
+    "combo-h0-div2": dict(backend="combo"),
+    "combo-h0-div1": dict(backend="combo"),
     "combo-h0-1unit": dict(backend="combo"),
 }
 
@@ -146,6 +148,9 @@ PATCHED = {
     # a CPU worker holds one unit at a time (half the wait of a unit handed out behind another)
     "combo-1unit": {"CPU_UNITS_PER_WORKER": 1},
     "combo-h0-1unit": {"CPU_UNITS_PER_WORKER": 1, "CPU_HORIZON_SAFETY": 0.0},
+    # more demux workers for NVDEC: half as many as num_workers, or as many
+    "combo-h0-div2": {"COMBO_DEMUX_DIVISOR": 2, "CPU_HORIZON_SAFETY": 0.0},
+    "combo-h0-div1": {"COMBO_DEMUX_DIVISOR": 1, "CPU_HORIZON_SAFETY": 0.0},
 }
 
 

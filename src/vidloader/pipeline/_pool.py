@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import itertools
 import math
-import os
 import queue
 import struct
 import time
@@ -511,26 +510,6 @@ def demux_spans(tasks: list, num_workers: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [(0, len(tasks))]
 
 
-#: Videos looked at to choose the one NVDEC's sessions are started on (:func:`warm_up_nvdec`).
-WARM_UP_SAMPLE = 1000
-
-
-def warm_up_nvdec(executor, config: LoaderConfig) -> None:
-    """Have ``executor`` (NVDEC, or a lazy stand-in) start its decoders' sessions in the
-    background (:meth:`~vidloader.decoding.nvdec.NvdecExecutor.warm_up`), on a video of the
-    kind (codec, 8-bit or deeper) most of the first :data:`WARM_UP_SAMPLE` videos NVDEC
-    decodes are: a decoder is per kind. ``VIDLOADER_NVDEC_WARM_UP=0`` turns it off."""
-    if os.environ.get("VIDLOADER_NVDEC_WARM_UP", "1") == "0" or not hasattr(executor, "warm_up"):
-        return
-    index, cpu_only = config.index, config.cpu_only
-    picks = [k for k in range(min(len(index), WARM_UP_SAMPLE)) if cpu_only is None or not cpu_only[k]]
-    if not picks:
-        return
-    kinds = collections.Counter((index[k].codec, index[k].bit_depth > 8) for k in picks)
-    kind = kinds.most_common(1)[0][0]
-    executor.warm_up(next(index[k] for k in picks if (index[k].codec, index[k].bit_depth > 8) == kind))
-
-
 #: Whether a unit filling part of one batch counts as that part against ``units_decoding``
 #: (see :class:`SeparationPool`); False counts every unit whole, as before session 11 (kept
 #: for A/B runs of the start-up, ``benchmarks/startup.py --patch``).
@@ -582,11 +561,6 @@ class SeparationPool(WorkerProcesses, BatchPool):
         self._weights: collections.deque = collections.deque()  # their rows, as counted
         self._batch_rows = config.batch_size * config.rows_per_sample
         self._done: collections.deque = collections.deque()
-        # Before the workers start: the decoder threads bring NVDEC's sessions up (one at a
-        # time in the driver, 0.9 s for 16) while the workers start and demux the first
-        # units. CUDA in this process first is safe: the workers are forks of the demux
-        # fork server, never of this process.
-        warm_up_nvdec(assembler.executor, config)
         falls_back = assembler.fallback is not None  # the loader's process retries on the CPU
         args = [DemuxWorkerStart(i, config.index, config.skips_bad_files, config.cpu_only, config.nvtx,
                                  falls_back)

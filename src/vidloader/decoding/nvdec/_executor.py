@@ -27,7 +27,6 @@ With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -91,20 +90,6 @@ def check_nvdec_supported(record: VideoRecord, caps: NvdecCaps) -> None:
     ok, reasons = nvdec_decodability([record], caps)
     if not ok[0]:
         raise UnsupportedCodecError(record.path, f"{reasons[0]}; use backend='cpu' for it")
-
-
-#: How long a decoder thread done with its warm-up waits for the others (see
-#: :meth:`NvdecExecutor.warm_up`); past it, the threads go on to the real work.
-WARM_UP_WAIT_SECONDS = 5.0
-
-
-def _drop(i: int, nv12) -> None:
-    """A warm-up's frame sink: nothing is kept."""
-
-
-def _none(i: int) -> bool:
-    """A warm-up wants no frame (they are counted, never viewed)."""
-    return False
 
 
 @dataclasses.dataclass(eq=False)
@@ -328,43 +313,6 @@ class NvdecExecutor(Executor):
             return PendingBatch(self, jobs, results, consumer)
         futures = [self._pool.submit(self._deliver_gop, job, sink, ready, consumer) for job in jobs]
         return PendingBatch(self, jobs, futures, consumer)
-
-    def warm_up(self, record: VideoRecord) -> None:
-        """Start every decoder thread's NVDEC session now, in the background: each thread
-        decodes the first frame of ``record`` once and drops it. Returns at once.
-
-        NVDEC creates a decoder's session at its first frame, and the driver creates them
-        one after the other: of 16 decoders started together, the last reached its first
-        frame after 0.90 s, one alone after 0.11 s (H200, ``session11-2/session_init.json``).
-        Started while the loader's workers start and demux the first units, that wait
-        overlaps theirs instead of coming after it. The decoders stay (flushed, as after any
-        GOP) for the frames that follow. A warm-up that fails costs nothing but its time:
-        the first real GOP meets the same error and reports it.
-        """
-        pool = self._pool
-        if pool is None:  # one decoder, on the caller's thread: nothing to overlap
-            return
-        try:
-            jobs = self._jobs([DecodeTask.for_frames(-1, record, [0])], None, count=False)
-        except UnsupportedCodecError:
-            return
-        # One job per thread: a thread done with its own waits for the others, so none
-        # takes a second one while another thread gets none.
-        together = threading.Barrier(pool.num_decoders)
-        for _ in range(pool.num_decoders):
-            pool.submit(self._start_session, jobs[0], together)
-
-    def _start_session(self, slot: DecoderSlot, containers: ContainerCache, job: _Job,
-                       together: threading.Barrier) -> None:
-        try:
-            with torch.cuda.device(slot.device), torch.cuda.stream(slot.stream):
-                bundle, g = self._packets(job, containers)
-                slot.decode_gop(job.record, bundle, g, job.gop.frames, _drop, wants=_none)
-        except Exception as exc:  # the first real GOP meets it again, and reports it
-            log.debug("NVDEC warm-up on %s failed: %r", job.record.path, exc)
-        finally:
-            with contextlib.suppress(threading.BrokenBarrierError):
-                together.wait(timeout=WARM_UP_WAIT_SECONDS)
 
     def close(self) -> None:
         if self._pool is not None:
