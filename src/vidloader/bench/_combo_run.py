@@ -116,6 +116,7 @@ VARIANTS = {
     "combo-h0-pf16": dict(backend="combo", prefetch=16),
     "combo-h0-pf32": dict(backend="combo", prefetch=32),
     "combo-1unit": dict(backend="combo"),
+    "combo-pf32-1unit": dict(backend="combo", prefetch=32),
     "combo-h0-div2": dict(backend="combo"),
     "combo-h0-div1": dict(backend="combo"),
     "combo-h0-1unit": dict(backend="combo"),
@@ -148,6 +149,9 @@ PATCHED = {
     # a CPU worker holds one unit at a time (half the wait of a unit handed out behind another)
     "combo-1unit": {"CPU_UNITS_PER_WORKER": 1},
     "combo-h0-1unit": {"CPU_UNITS_PER_WORKER": 1, "CPU_HORIZON_SAFETY": 0.0},
+    # a long window and one unit per CPU worker: the horizon rule needs the CPU to take units
+    # NVDEC's pace x the CPU's latency ahead of NVDEC, which a short window does not hold
+    "combo-pf32-1unit": {"CPU_UNITS_PER_WORKER": 1},
     # more demux workers for NVDEC: half as many as num_workers, or as many
     "combo-h0-div2": {"COMBO_DEMUX_DIVISOR": 2, "CPU_HORIZON_SAFETY": 0.0},
     "combo-h0-div1": {"COMBO_DEMUX_DIVISOR": 1, "CPU_HORIZON_SAFETY": 0.0},

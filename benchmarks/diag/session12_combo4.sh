@@ -1,0 +1,21 @@
+#!/bin/bash
+# Session 12, call 4, combo part: W4 clips at the gpu scale, the horizon rule on, with a long
+# window of staging slots (prefetch 32: 204 batches against 84) and with one unit per CPU
+# worker too (half the CPU's latency). In call 3 (15 s windows) the combo without the rule
+# reached 0.76 of the sum with its CPU side idle 17.6 s for want of units and NVDEC 36%
+# busy against 72% alone: NVDEC catches up with the CPU's units and waits behind them, and
+# the rule, which keeps the CPU far enough ahead, needs a window longer than NVDEC's pace
+# times the CPU's latency (~900 rows/s x 1-2 s x 1.5: 170-340 batches of 8 clips) (issue 13).
+set -u
+timeout 280 python3 -m vidloader.bench._combo_run --workloads W4-clips --scale gpu \
+  --variants cpu,nvdec,combo-pf32,combo-pf32-1unit \
+  --warmup-s 8 --window-s 12 --windows 3 \
+  --out $OUT/combo_w4.json 2>&1 | grep -v "^Svt" > $OUT/combo_w4.log
+grep -E "over" $OUT/combo_w4.log
+python3 - $OUT/combo_w4.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["results"]["W4-clips"]
+for k, v in d.items():
+    print(f"{k:16s} {v['frames_per_s']:7.0f} windows {[round(x) for x in v['frames_per_s_windows']]} share {v['share_by_executor_timed']} "
+          f"idle {v['combo_cpu_idle_s']} cpu {v.get('cpu_util_pct', 0):.0f}% nvdec {v.get('nvdec_util_pct', 0):.0f}% host {v.get('peak_host_memory_bytes', 0)/2**30:.2f} GiB")
+PY
