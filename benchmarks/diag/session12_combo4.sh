@@ -1,15 +1,19 @@
 #!/bin/bash
 # Session 12, call 4, combo part: W4 clips at the gpu scale, the horizon rule on, with a long
-# window of staging slots (prefetch 32: 204 batches against 84) and with one unit per CPU
-# worker too (half the CPU's latency). In call 3 (15 s windows) the combo without the rule
+# window of staging slots (prefetch 32 and 64: 204 and 332 batches against 84), and with one
+# unit per CPU worker too (half the CPU's latency). In call 3 (15 s windows) the combo without the rule
 # reached 0.76 of the sum with its CPU side idle 17.6 s for want of units and NVDEC 36%
 # busy against 72% alone: NVDEC catches up with the CPU's units and waits behind them, and
 # the rule, which keeps the CPU far enough ahead, needs a window longer than NVDEC's pace
 # times the CPU's latency (~900 rows/s x 1-2 s x 1.5: 170-340 batches of 8 clips) (issue 13).
 set -u
-timeout 280 python3 -m vidloader.bench._combo_run --workloads W4-clips --scale gpu \
-  --variants cpu,nvdec,combo-pf32,combo-pf32-1unit \
-  --warmup-s 8 --window-s 12 --windows 3 \
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > $OUT/gpu.txt
+timeout 150 python3 -c "from vidloader.bench import prepare_dataset as p; p('W4', 'gpu', data_dir='/tmp/bench-data')" > $OUT/prepare_W4.log 2>&1
+echo "prepared rc $?"
+timeout 330 python3 -m vidloader.bench._combo_run --workloads W4-clips --scale gpu \
+  --variants cpu,nvdec,combo-pf32,combo-pf64,combo-pf64-1unit \
+  --warmup-s 8 --window-s 10 --windows 3 \
   --out $OUT/combo_w4.json 2>&1 | grep -v "^Svt" > $OUT/combo_w4.log
 grep -E "over" $OUT/combo_w4.log
 python3 - $OUT/combo_w4.json <<'PY'

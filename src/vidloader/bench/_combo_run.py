@@ -117,6 +117,8 @@ VARIANTS = {
     "combo-h0-pf32": dict(backend="combo", prefetch=32),
     "combo-1unit": dict(backend="combo"),
     "combo-pf32-1unit": dict(backend="combo", prefetch=32),
+    "combo-pf64": dict(backend="combo", prefetch=64),
+    "combo-pf64-1unit": dict(backend="combo", prefetch=64),
     "combo-h0-div2": dict(backend="combo"),
     "combo-h0-div1": dict(backend="combo"),
     "combo-h0-1unit": dict(backend="combo"),
@@ -152,6 +154,7 @@ PATCHED = {
     # a long window and one unit per CPU worker: the horizon rule needs the CPU to take units
     # NVDEC's pace x the CPU's latency ahead of NVDEC, which a short window does not hold
     "combo-pf32-1unit": {"CPU_UNITS_PER_WORKER": 1},
+    "combo-pf64-1unit": {"CPU_UNITS_PER_WORKER": 1},
     # more demux workers for NVDEC: half as many as num_workers, or as many
     "combo-h0-div2": {"COMBO_DEMUX_DIVISOR": 2, "CPU_HORIZON_SAFETY": 0.0},
     "combo-h0-div1": {"COMBO_DEMUX_DIVISOR": 1, "CPU_HORIZON_SAFETY": 0.0},
