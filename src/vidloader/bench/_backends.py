@@ -17,13 +17,16 @@ PEERS = {
     "torchcodec-approx": ("_peers_cpu", "TorchcodecApproxPeer"),
     "pynvc-simple": ("_peers_gpu", "PynvcSimplePeer"),
     "pynvc-threads": ("_peers_gpu", "PynvcThreadsPeer"),
+    "spdl": ("_peers_gpu", "SpdlPeer"),
+    "pyav-nvdec": ("_peers_gpu", "PyavNvdecPeer"),
     "dali": ("_peers_gpu", "DaliPeer"),
 }
 
 #: Names that expand to several backends on the command line.
 BACKEND_ALIASES = {
     "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec", "torchcodec-tuned"],
-    "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads"],
+    "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads", "spdl",
+            "pyav-nvdec"],
 }
 
 
