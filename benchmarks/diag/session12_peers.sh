@@ -40,7 +40,7 @@ PY
 # whose own libavformat.so.63 / libavutil.so.61 would otherwise serve SPDL as well.
 timeout 200 python3 -c "from vidloader.bench import prepare_dataset as p; p('W1', 'gpu-quick', data_dir='/tmp/bench-data')" > "$OUT/prepare_W1.log" 2>&1 &
 P1=$!
-VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 170 python3 -c \
+VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout ${TESTS_S:-170} python3 -c \
   "import sys, pytest, spdl.io.utils as u; u.get_ffmpeg_versions(); sys.exit(pytest.main(sys.argv[1:]))" \
   -q -p no:cacheprovider -m cuda tests/test_bench_gpu_peers.py 2>&1 | grep -v "^Svt" > "$OUT/cuda_tests.log"
 grep -E "^FAILED|^ERROR|passed|failed" "$OUT/cuda_tests.log" | head -12
@@ -56,14 +56,14 @@ bench() {  # workload backend time-limit timed-batches
     --max-seconds 8 --timeout "$t" --workload "$1" --backends "$2" 2>&1 | grep -v "^Svt" >> "$OUT/bench.log"
   grep -E "^\[$1\] $2 \.\.\." "$OUT/bench.log" | tail -1
 }
-bench sequential spdl 90 96
-bench sequential pyav-nvdec 90 96
-bench sequential pynvc-threads 60 96
-bench sequential vidloader-nvdec 100 96
-bench random spdl 90 48
-bench random pyav-nvdec 90 48
-bench random vidloader-nvdec 100 48
-bench random pynvc-threads 60 48
+bench sequential vidloader-nvdec 60 96
+bench sequential spdl 60 96
+bench random spdl 60 48
+bench random pyav-nvdec 60 48
+bench random vidloader-nvdec 60 48
+bench sequential pyav-nvdec 60 96
+bench sequential pynvc-threads 50 96
+bench random pynvc-threads 50 48
 echo "benches done at ${SECONDS} s"
 
 # (3) Summary, tables, archive.
