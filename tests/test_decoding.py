@@ -303,6 +303,27 @@ def test_open_files_are_bounded_and_reused(media):
     assert not ex._videos
 
 
+def test_two_streams_of_one_file_each_keep_a_reader(media):
+    """Requests alternating between two places of one file, each walking forward (two runs
+    of the separation example's stream order on one clip): a reader each, so after one seek
+    per stream every frame comes by decoding forward, exactly; with one reader per file,
+    each switch was a seek and a decode from the keyframe again."""
+    ref = media["h264_nob_gop10"]  # without B-frames: a skipped non-reference frame would
+    record = probe_video(ref.path)  # cost a re-seek when asked next (W3 has none either)
+    ex = CpuExecutor(max_open_files=4)
+    seeks = []
+    for step in range(20):
+        for start in (0, 20):
+            i = start + step
+            got = {}
+            ex.decode(plan_tasks_for_frames(0, record, [i]), lambda j, f: got.__setitem__(j, f.to_rgb()))
+            np.testing.assert_array_equal(got[i], ref.rgb[i])
+        seeks.append(ex.stats.seeks)
+    assert seeks[-1] <= 2, seeks  # a seek per stream
+    assert len(ex._videos) == 2  # both readers of the one file are open
+    ex.close()
+
+
 def test_a_failing_sink_propagates_and_the_executor_recovers(media):
     ref = media["h264_b2_gop10"]
     record = probe_video(ref.path)

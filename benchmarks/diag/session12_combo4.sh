@@ -6,6 +6,8 @@
 # busy against 72% alone: NVDEC catches up with the CPU's units and waits behind them, and
 # the rule, which keeps the CPU far enough ahead, needs a window longer than NVDEC's pace
 # times the CPU's latency (~900 rows/s x 1-2 s x 1.5: 170-340 batches of 8 clips) (issue 13).
+# Correction after the run: 900 is frames/s; a row is a 16-frame clip, so 56 rows/s, and the
+# horizon is 10-21 batches, inside the 84-slot window: the premise of this call was wrong.
 set -u
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > $OUT/gpu.txt

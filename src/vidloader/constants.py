@@ -53,3 +53,8 @@ MAX_DECODERS_PER_GPU = 16
 #: File extensions taken as videos when a folder is searched (``build_index``,
 #: ``prepare_dataset``): the one list both use.
 VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
+
+#: Open files a CPU executor keeps (LRU): consecutive tasks often hit the same video, and a
+#: kept-open decoder can continue forward without reopening or seeking. A loader on a plan
+#: of streams raises it to each worker's share of the rows (``pipeline/_loader.py``).
+DEFAULT_MAX_OPEN_FILES = 4

@@ -124,6 +124,10 @@ VARIANTS = {
     "combo-h0-1unit": dict(backend="combo"),
 }
 
+#: What runs without ``--variants``: each side alone, the combo, and seed 000's static splits.
+DEFAULT_VARIANTS = ("cpu", "nvdec", "combo", "combo-share-0.5", "combo-share-0.4")
+
+
 def _gap_summary(gaps: list[float]) -> dict:
     """Median, 99th percentile and longest wait between consecutive batches, in ms, and
     the share of the timed windows spent in waits over 100 ms."""
@@ -161,6 +165,16 @@ PATCHED = {
 }
 
 
+def _labels() -> list[str]:
+    """Every variant name: those with loader arguments, and those that only patch constants."""
+    return [*VARIANTS, *(k for k in PATCHED if k not in VARIANTS)]
+
+
+def _loader_args(label: str) -> dict:
+    """The loader arguments of a variant (a patch-only one is the plain combo)."""
+    return VARIANTS.get(label, VARIANTS["combo"])
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -176,9 +190,13 @@ def main(argv=None) -> None:
     ap.add_argument("--data-dir", default="/tmp/bench-data")
     ap.add_argument("--device", default="cuda", help="where batches go (cpu: a CPU-only dry run)")
     ap.add_argument("--workloads", default="W1-random,W4-clips")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help="comma-separated, of: " + ", ".join(_labels()))
     ap.add_argument("--out", default="combo.json")
     args = ap.parse_args(argv)
+    unknown = [v for v in args.variants.split(",") if v not in _labels()]
+    if unknown:
+        ap.error(f"unknown variants {unknown}; choose from {', '.join(_labels())}")
     results = {}
     for name in args.workloads.split(","):
         dataset, kwargs = _workloads()[name]
@@ -187,23 +205,25 @@ def main(argv=None) -> None:
         for label in args.variants.split(","):
             from vidloader.pipeline import _combo
 
-            extra = VARIANTS.get(label, VARIANTS["combo"])
+            extra = _loader_args(label)
             patches = PATCHED.get(label, {})
             saved = {k: getattr(_combo, k) for k in patches}
             for k, v in patches.items():
                 setattr(_combo, k, v)
-            row[label] = _measure(
-                # persistent workers: a small dataset's epochs must not restart 16 processes
-                lambda extra=extra: VideoLoader(index, num_workers=args.workers, device=args.device,
-                                                persistent_workers=True, **kwargs, **extra),
-                warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s)
-            for k, v in saved.items():
-                setattr(_combo, k, v)
+            try:
+                row[label] = _measure(
+                    # persistent workers: a small dataset's epochs must not restart 16 processes
+                    lambda extra=extra: VideoLoader(index, num_workers=args.workers, device=args.device,
+                                                    persistent_workers=True, **kwargs, **extra),
+                    warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s)
+            finally:
+                for k, v in saved.items():
+                    setattr(_combo, k, v)
             row[label]["settings"] = {**{k: v for k, v in extra.items() if k != "backend"}, **patches}
             print(name, label, json.dumps(row[label]), flush=True)
         if {"cpu", "nvdec"} <= row.keys():
             total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"]
-            for label in row.keys() - {"cpu", "nvdec"}:
+            for label in (k for k in row if _loader_args(k)["backend"] == "combo"):
                 row[label]["over_sum"] = row[label]["frames_per_s"] / total
                 print(name, label, "/ (cpu + nvdec) =", round(row[label]["over_sum"], 3), flush=True)
         results[name] = row

@@ -85,13 +85,34 @@ class StreamOrder(Sampler):
                 "num_samples": self._num_samples}
 
 
+#: Batches a unit of one row spans in the stream order (see :meth:`_StreamEpoch.decode_units`).
+STREAM_UNIT_BATCHES = 4
+
+
 class _StreamEpoch(EpochPlan):
+    """Batch ``i`` holds element ``i`` of each group's run, one row per camera: row ``r``
+    walks one video frame by frame from batch to batch (until its run passes into the next
+    rig). So the plan is one of streams (``row_affinity``): its units are one row over
+    :data:`STREAM_UNIT_BATCHES` batches, and a CPU worker given every unit of a row decodes
+    its video forward, each frame once, instead of from the keyframe for every few frames."""
+
+    row_affinity = True
+
     def __init__(self, in_order: MultiCameraEpoch, *, groups: int, length: int, rank: int,
                  world_size: int) -> None:
         self.in_order, self.groups, self.length = in_order, groups, length
         self.rank, self.world = rank, world_size
         self.total = len(in_order)
         self.run = self.total // groups  # the length of each contiguous run
+
+    def decode_units(self, first_batch: int = 0):
+        """Units ``[(batch, row, row + 1), …]``: each row over :data:`STREAM_UNIT_BATCHES`
+        consecutive batches, block after block from ``first_batch`` on."""
+        rows = self.groups * int(self.in_order.rigs.shape[1])
+        for b0 in range(first_batch, self.length, STREAM_UNIT_BATCHES):
+            block = range(b0, min(b0 + STREAM_UNIT_BATCHES, self.length))
+            for r in range(rows):
+                yield [(b, r, r + 1) for b in block]
 
     def __len__(self) -> int:
         return self.length

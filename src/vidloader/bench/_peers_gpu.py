@@ -271,7 +271,9 @@ class _PoolPeer(Peer):
                 for _, _, futures in groups:
                     for f in futures:
                         f.cancel()
-            pool.shutdown(wait=True)  # running tasks finish: their decoders are released
+            # Tasks not started are dropped (those of the batch being assembled too, after an
+            # error); running ones finish, so their decoders are released.
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _submit(self, pool: ThreadPoolExecutor, bp, index, geometry: Geometry) -> list:
         groups = []

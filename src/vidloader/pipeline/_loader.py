@@ -21,6 +21,7 @@ from .._utils._procs import start_server
 from ..constants import (
     DEFAULT_DECODER_THREADS,
     DEFAULT_LOOKAHEAD_BATCHES,
+    DEFAULT_MAX_OPEN_FILES,
     DEFAULT_NVDEC_DECODERS,
     DEFAULT_PREFETCH_PER_WORKER,
 )
@@ -54,7 +55,7 @@ from ._memory import (
 )
 from ._routing import cpu_only_mask, nvdec_routing
 from ._scheduler import Scheduler
-from ._units import has_block_units, max_unit_batches
+from ._units import has_block_units, has_row_affinity, max_unit_batches
 
 log = logging.getLogger(__name__)
 _LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
@@ -192,14 +193,6 @@ class VideoLoader:
             persistent_workers=persistent_workers, decoder_threads=decoder_threads,
             nvdec_decoders=nvdec_decoders, nvdec_options=nvdec_options, nvtx=nvtx,
             memory_budget=memory_budget)
-        if num_workers is None or num_workers > 0:
-            # The workers start at the first batch; the fork server they come from imports
-            # torch and PyAV meanwhile (once per program), while this constructor asks the
-            # driver about the GPU (CUDA's start-up: 0.5 s on the H200) and the caller builds
-            # its model. NVDEC's demux workers come from the server without torch
-            # (``make_pool``); the combo has workers of both kinds.
-            for server in _SERVERS_BY_BACKEND.get(backend, ("full",)):
-                start_server(server)
         device = resolve_device(device)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
@@ -212,6 +205,15 @@ class VideoLoader:
         self._epoch = self._next_batch = 0
         outputs = as_outputs(processing, size=size)
         rows_per_sample = self.sampler.rows_per_sample  # cameras of a rig fill a row each
+        if num_workers is None or num_workers > 0:
+            # The workers start at the first batch; the fork server they come from imports
+            # torch and PyAV meanwhile (once per program), while this constructor asks the
+            # driver about the GPU (CUDA's start-up: 0.5 s on the H200) and the caller builds
+            # its model. After the cheap checks: a mistake found so far starts no server.
+            # NVDEC's demux workers come from the server without torch (``make_pool``); the
+            # combo has workers of both kinds.
+            for server in _SERVERS_BY_BACKEND.get(backend, ("full",)):
+                start_server(server)
         uses_nvdec = backend_uses_nvdec(backend)
         nv_options, units_decoding = (
             resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options) if uses_nvdec
@@ -240,6 +242,8 @@ class VideoLoader:
             combo_share=None if combo_share is None else float(combo_share),
             nvtx=resolve_ranges(nvtx).enabled, memory_budget=budget,
         )
+        if self.uses_block_units and has_row_affinity(self._epoch_plan(0)):
+            self.config = _with_stream_files(self.config)
         self._sizes: VideoSizes | None = None  # for memory plans, computed once
         if uses_nvdec and budget is not None:
             self._fit_memory(memory_budget)
@@ -329,8 +333,13 @@ class VideoLoader:
 
     @property
     def uses_block_units(self) -> bool:
-        """Whether work is handed out one GOP-local block at a time (see ``lookahead``)."""
-        return self.config.lookahead is None and has_block_units(self._epoch_plan(self._epoch))
+        """Whether work is handed out one GOP-local block at a time (see ``lookahead``), or,
+        for a plan of streams, one row over a few batches (CPU workers only: each keeps its
+        rows' videos open; NVDEC takes whole batches, as it decodes no stream forward)."""
+        plan = self._epoch_plan(self._epoch)
+        if self.config.lookahead is not None or not has_block_units(plan):
+            return False
+        return not has_row_affinity(plan) or (self.config.backend == "cpu" and self.config.num_workers > 0)
 
     def _units_in_flight(self, units_decoding: int | None = None) -> int:
         """Units the staging slots hold at once. Whole-batch units: one per worker plus the
@@ -503,6 +512,20 @@ def _capability(gpu: torch.device) -> tuple[int, int] | None:
         return tuple(torch.cuda.get_device_capability(gpu.index or 0))
     except Exception:  # no driver here: the plan assumes the smaller workspace
         return None
+
+
+#: The most files a CPU worker keeps open for a plan of streams (see :func:`_with_stream_files`).
+MAX_STREAM_FILES = 64
+
+
+def _with_stream_files(config: LoaderConfig) -> LoaderConfig:
+    """``config`` with enough open files per CPU worker for its share of a plan of streams:
+    the scheduler gives each worker the rows ``k, k + workers, …`` of every batch, and a
+    worker that closes a row's video to open another's decodes it again from its keyframe."""
+    rows = config.batch_size * config.rows_per_sample
+    per_worker = math.ceil(rows / max(1, config.num_workers)) + 1  # + a row passing to a new video
+    files = max(DEFAULT_MAX_OPEN_FILES, min(MAX_STREAM_FILES, per_worker))
+    return dataclasses.replace(config, cpu_options={**config.cpu_options, "max_open_files": files})
 
 
 def _rejected_hint(index: VideoIndex) -> str:

@@ -17,6 +17,7 @@ import itertools
 import math
 import queue
 import struct
+import sys
 import time
 from multiprocessing.connection import wait
 
@@ -198,6 +199,24 @@ class InlinePool(BatchPool):
         self.assembler.close()
 
 
+#: Handles one ``multiprocessing.connection.wait`` takes at once on Windows (its
+#: ``WaitForMultipleObjects`` stops at 64): more workers are waited on in chunks.
+_WAIT_CHUNK = 60
+
+
+def _wait(objects: list, timeout: float) -> list:
+    """``multiprocessing.connection.wait(objects, timeout)``; on Windows, with more than
+    :data:`_WAIT_CHUNK` objects, the chunks are polled in turn until one is ready."""
+    if sys.platform != "win32" or len(objects) <= _WAIT_CHUNK:
+        return wait(objects, timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = [o for k in range(0, len(objects), _WAIT_CHUNK) for o in wait(objects[k:k + _WAIT_CHUNK], 0)]
+        if ready or time.monotonic() >= deadline:
+            return ready
+        time.sleep(0.002)
+
+
 class WorkerDied(WorkerError):
     """A worker process died (killed, out of memory, crashed in FFmpeg); ``worker`` is its
     number. A pool with another executor (the combo) can retire it and carry on."""
@@ -305,7 +324,7 @@ class WorkerProcesses:
         if not readers:
             time.sleep(timeout)
             return None
-        ready = sorted(readers[r] for r in wait(list(readers), timeout))
+        ready = sorted(readers[r] for r in _wait(list(readers), timeout))
         for i in ready[bisect.bisect_right(ready, self._last_read):] + ready:
             self._last_read = i
             try:
@@ -333,14 +352,19 @@ class WorkerProcesses:
         for i, p in enumerate(self.procs):
             if i in self.retired:
                 continue
+            killed_here = False
             if i in self._ended and p.is_alive():
                 p.join(WORKER_JOIN_SECONDS)  # its queue ended: it is exiting, or must go
                 if p.is_alive():
                     p.kill()
                     p.join(WORKER_JOIN_SECONDS)
+                    killed_here = True
             if not p.is_alive():
                 code = p.exitcode
                 how = f"was killed by signal {-code}" if code and code < 0 else f"exited with code {code}"
+                if killed_here:
+                    raise WorkerDied(f"loader worker {p.name} (pid {p.pid}) stopped sending: its "
+                                     "result queue broke off mid-message, and it was killed", worker=i)
                 raise WorkerDied(
                     f"loader worker {p.name} (pid {p.pid}) {how}; it may have run out of memory "
                     "or crashed inside FFmpeg", worker=i,
@@ -397,6 +421,9 @@ class WorkerProcesses:
         for q in [*self.task_qs, *self.result_qs]:
             q.cancel_join_thread()
             q.close()
+        for q in self.result_qs:  # Queue.close leaves the reader open where nothing was put
+            with contextlib.suppress(Exception):
+                q._reader.close()
 
     def _read_while_workers_exit(self, deadline: float) -> list:
         """Wait until every worker has exited or ``deadline``, reading what they still send.
@@ -409,7 +436,7 @@ class WorkerProcesses:
         sentinels = {p.sentinel: p for p in self.procs if p.pid is not None}
         while sentinels and (left := deadline - time.monotonic()) > 0:
             readers = [self.result_qs[i]._reader for i in range(self.num_workers) if i not in self._ended]
-            ready = wait([*readers, *sentinels], timeout=left)
+            ready = _wait([*readers, *sentinels], left)
             for s in ready:
                 sentinels.pop(s, None)
             if any(r in ready for r in readers):

@@ -22,7 +22,14 @@ import numpy as np
 from ..errors import WorkerError
 from ._contract import BatchPool
 from ._messages import Failure, FillTask, RowsFilled
-from ._units import Part, block_units, row_units, split_by_video, whole_batch_units
+from ._units import (
+    Part,
+    block_units,
+    has_row_affinity,
+    row_units,
+    split_by_video,
+    whole_batch_units,
+)
 
 
 @dataclasses.dataclass
@@ -131,12 +138,14 @@ class Scheduler:
             units = whole_batch_units(start, n, lookahead, ways=pool.ways,
                                       first_rows=plan.batch(start).batch_size if start < n else 0)
         self._warm = True
+        affine = blocks and has_row_affinity(plan)
         unit, self.outstanding = next(units, None), 0
         for b in range(start, n):
             # Hand out units while slots are free. A unit needs a slot for each batch it
             # touches that has none yet (a batch straddling two blocks shares its slot).
             while unit is not None and len(free) >= sum(p.batch not in open_batches for p in unit):
-                self._dispatch(plan, unit, open_batches, free, split=blocks and pool.splits_blocks)
+                self._dispatch(plan, unit, open_batches, free,
+                               split=blocks and pool.splits_blocks and not affine, affine=affine)
                 unit = next(units, None)
             while not open_batches[b].complete:
                 msg = pool.get()
@@ -181,9 +190,11 @@ class Scheduler:
         self._held.clear()
         self._owed.clear()
 
-    def _dispatch(self, plan, unit: list[Part], open_batches: dict, free: list, *, split: bool) -> None:
+    def _dispatch(self, plan, unit: list[Part], open_batches: dict, free: list, *, split: bool,
+                  affine: bool = False) -> None:
         """Send one unit: to one executor, or cut by video over all of them (they decode
-        disjoint GOPs of the block into the same slots at once)."""
+        disjoint GOPs of the block into the same slots at once). With ``affine`` (a plan of
+        streams), to the executor of the unit's first row, every time."""
         for part in unit:
             if part.batch not in open_batches:
                 open_batches[part.batch] = OpenBatch(free.pop(), self._with_labels(plan.batch(part.batch)))
@@ -200,7 +211,8 @@ class Scheduler:
                 slot_ids.append(full.slot)
                 sub_plans.append(full.plan if (a, z) == (0, full.plan.batch_size) else full.plan.rows(a, z))
                 row_starts.append(a)
-            pool.submit(self._next_worker, FillTask(slot_ids, sub_plans, row_starts))
+            worker = share[0].row_start % pool.ways if affine else self._next_worker
+            pool.submit(worker, FillTask(slot_ids, sub_plans, row_starts))
             self._next_worker = (self._next_worker + 1) % pool.ways
             self.outstanding += len(share)
 

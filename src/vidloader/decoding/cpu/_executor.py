@@ -34,9 +34,22 @@ from ._frame import CpuFrame
 
 _THREAD_TYPES = ("AUTO", "FRAME", "SLICE")
 
-#: Open files an executor keeps (LRU): consecutive tasks often hit the same video, and a
-#: kept-open decoder can continue forward without reopening or seeking.
-DEFAULT_MAX_OPEN_FILES = 4
+DEFAULT_MAX_OPEN_FILES = constants.DEFAULT_MAX_OPEN_FILES
+
+#: Readers one file may have open at once: two streams walking one video at two places
+#: (the separation example's stream order, whose runs can share a clip) each keep theirs,
+#: instead of one reader seeking back and forth between them.
+READERS_PER_FILE = 2
+
+
+def _continues(video: _OpenVideo, gop: GopRequest) -> bool:
+    """Whether ``video``'s decoder goes on forward into ``gop`` without a seek."""
+    return video.packets is not None and gop.keyframe - 1 <= video.last_index < int(gop.frames[0])
+
+
+def _past(video: _OpenVideo, gop: GopRequest) -> bool:
+    """Whether ``video``'s decoder already stands at or past ``gop``'s first wanted frame."""
+    return video.last_index >= int(gop.frames[0])
 
 
 @dataclasses.dataclass(eq=False)
@@ -110,7 +123,9 @@ class CpuExecutor(Executor):
         self.detect_errors = bool(detect_errors)
         if self.detect_errors:
             count_ffmpeg_errors()
-        self._videos: collections.OrderedDict[str, _OpenVideo] = collections.OrderedDict()
+        #: Open readers, least recently used first, by (path, reader number): a file read
+        #: at two places at once (two streams of one video) gets a reader for each.
+        self._videos: collections.OrderedDict[tuple[str, int], _OpenVideo] = collections.OrderedDict()
         self._reformatter: Any = None
 
     def decode(self, task: DecodeTask, sink: FrameSink) -> None:
@@ -123,7 +138,7 @@ class CpuExecutor(Executor):
         if not task.gops:
             return
         with self.ranges("vidloader.decode", task.record.path):
-            video = self._acquire(task.record)
+            key, video = self._acquire(task)
             frames = self._wanted_frames(video, task)
             try:
                 for i, frame in frames:
@@ -132,7 +147,7 @@ class CpuExecutor(Executor):
             except BaseException:
                 # An error (ours or the sink's) leaves the decoder somewhere unknown: reopen next time.
                 frames.close()
-                self._forget(task.record.path)
+                self._forget(key)
                 raise
 
     def close(self) -> None:
@@ -141,8 +156,18 @@ class CpuExecutor(Executor):
 
     # -- files ----------------------------------------------------------------------------
 
-    def _acquire(self, record: VideoRecord) -> _OpenVideo:
-        video = self._videos.pop(record.path, None)
+    def _acquire(self, task: DecodeTask) -> tuple[tuple[str, int], _OpenVideo]:
+        """A reader of the task's file: one whose decoder continues forward into the task's
+        first GOP if there is one; else a new one if every reader of the file stands past
+        the task (another stream of the same video, which they serve), up to
+        :data:`READERS_PER_FILE`; else the file's least recently used reader (it seeks)."""
+        record, first = task.record, task.gops[0]
+        mine = [k for k in self._videos if k[0] == record.path]
+        key = next((k for k in reversed(mine) if _continues(self._videos[k], first)), None)
+        if key is None and mine and (len(mine) >= READERS_PER_FILE
+                                     or not all(_past(self._videos[k], first) for k in mine)):
+            key = mine[0]
+        video = self._videos.pop(key) if key is not None else None
         if video is not None:
             try:
                 # Rewritten in place while open, the file would be read through the open
@@ -154,12 +179,14 @@ class CpuExecutor(Executor):
         if video is None:
             while len(self._videos) >= self.max_open_files:
                 self._videos.popitem(last=False)[1].close()
+            taken = {k[1] for k in mine}
+            key = (record.path, next(n for n in range(len(taken) + 1) if n not in taken))
             video = _open_video(record, self.thread_count, self.thread_type)
-        self._videos[record.path] = video  # most recently used last
-        return video
+        self._videos[key] = video  # most recently used last
+        return key, video
 
-    def _forget(self, path: str) -> None:
-        video = self._videos.pop(path, None)
+    def _forget(self, key: tuple[str, int]) -> None:
+        video = self._videos.pop(key, None)
         if video is not None:
             video.close()
 
