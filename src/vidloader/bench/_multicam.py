@@ -97,6 +97,9 @@ class _StreamEpoch(EpochPlan):
     its video forward, each frame once, instead of from the keyframe for every few frames."""
 
     row_affinity = True
+    #: Batches a unit spans (what the loader's ``lookahead`` becomes), known without
+    #: walking every unit of the epoch.
+    unit_batches = STREAM_UNIT_BATCHES
 
     def __init__(self, in_order: MultiCameraEpoch, *, groups: int, length: int, rank: int,
                  world_size: int) -> None:

@@ -98,7 +98,11 @@ def block_units(plan, start: int) -> Iterator[list[Part]]:
 
 def max_unit_batches(plan) -> int:
     """The most batches one block unit of ``plan`` touches (it bounds the staging slots a
-    unit needs at once). Linear in the number of blocks."""
+    unit needs at once): ``plan.unit_batches`` where the plan knows it (a plan of streams),
+    else linear in the number of blocks."""
+    known = getattr(plan, "unit_batches", None)
+    if known is not None:
+        return int(known)
     return max((len(unit) for unit in plan.decode_units()), default=1)
 
 
