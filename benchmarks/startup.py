@@ -12,6 +12,10 @@ The JSON holds every loader's ``constructed_s``, ``workers_ready_s`` and ``first
 the machine and its load average before and after. ``--profile`` samples every thread's stack
 (``vidloader.bench._stacks``) in each phase (construct, start, first batch) and adds where
 each thread group spent that phase to the JSON: what to cut to reach the issue's targets.
+``--timeline`` records, up to each loader's first batch, when every unit was handed out,
+demuxed, started and filled and every GOP decoded, on which thread
+(``benchmarks/diag/startup_timeline.py``), with a summary. ``--cuda-first`` starts CUDA before
+the first loader, as a training script that moved its model to the GPU has.
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ import sys
 import time
 
 
-def _one_loader(index, args) -> dict:
+def _one_loader(index, args, timeline=None) -> dict:
     import torch
 
     import vidloader
     from vidloader.bench._stacks import StackSampler
 
     sampler = StackSampler(interval=args.profile_interval).start() if args.profile else None
+    if timeline is not None:
+        timeline.start()
     created = time.monotonic()
     if sampler:
         sampler.phase = "construct"
@@ -52,6 +58,7 @@ def _one_loader(index, args) -> dict:
         if batch["frames"].is_cuda:
             torch.cuda.synchronize()
         first = time.monotonic() - created
+        events = timeline.stop() if timeline is not None else None
         if sampler:
             sampler.phase = "drain"
         del batches
@@ -65,6 +72,11 @@ def _one_loader(index, args) -> dict:
            "first_batch_s": round(first, 3)}
     if sampler:
         out["profile"] = sampler.summary(top=8)
+    if timeline is not None:
+        from startup_timeline import summarize
+
+        out["timeline"] = summarize(events, first)
+        out["timeline_events"] = events
     return out
 
 
@@ -95,6 +107,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile-interval", type=float, default=0.01, help="seconds between samples")
     p.add_argument("--hang-dump", type=float, default=0.0,
                    help="after this many seconds, print every thread's stack and exit (0: off)")
+    p.add_argument("--timeline", action="store_true",
+                   help="record when each unit was handed out, demuxed, started and filled and "
+                        "each GOP decoded, up to the first batch (benchmarks/diag/startup_timeline.py)")
     p.add_argument("--cuda-first", action="store_true",
                    help="start CUDA before the first loader, as a training script that moved its "
                         "model to the GPU has (its cost is then not the loader's)")
@@ -126,10 +141,17 @@ def main(argv=None) -> int:
               "dataset": f"W1-{args.scale} ({len(index)} videos)", "backend": args.backend,
               "workers": args.workers, "patches": args.patch, "cuda_first_s": cuda_s,
               "env": {k: v for k, v in os.environ.items() if k.startswith("VIDLOADER_")}, "load_avg_before": load_average(), "loaders": []}
+    timeline = None
+    if args.timeline:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "diag"))
+        from startup_timeline import Timeline
+
+        timeline = Timeline()
+        timeline.install()
     for k in range(args.loaders):
-        result["loaders"].append(_one_loader(index, args))
+        result["loaders"].append(_one_loader(index, args, timeline))
         print(f"loader {k}: " + json.dumps({key: v for key, v in result["loaders"][-1].items()
-                                            if key != "profile"}), flush=True)
+                                            if key not in ("profile", "timeline_events")}), flush=True)
     result["load_avg_after"] = load_average()
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
