@@ -147,6 +147,34 @@ def test_stream_order_units_keep_each_row_on_one_worker_and_decode_each_frame_on
     assert theirs.decoded > 1.5 * theirs.delivered, theirs
 
 
+def test_stream_order_resumes_mid_block(w3):
+    """A loader on the stream order stopped after 3 batches (inside a block of 4) and resumed
+    from its ``state_dict`` delivers the rest of the epoch: with the first 3, exactly the
+    uninterrupted epoch."""
+    import torch
+
+    from vidloader import VideoLoader
+
+    ds, index = w3
+    pos = {p: i for i, p in enumerate(index.paths)}
+    clips = [[pos[str(p)] for p in clip] for clip in ds.clips]
+    sampler = multicam_sampler(clips, order="stream")
+    whole = [b["frames"].clone() for b in VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2)]
+    first = VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2)
+    head = []
+    for b in first:
+        head.append(b["frames"].clone())
+        if len(head) == 3:
+            break
+    state = first.state_dict()
+    first.shutdown()
+    again = VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2)
+    again.load_state_dict(state)
+    tail = [b["frames"].clone() for b in again]
+    assert len(head) + len(tail) == len(whole)
+    assert torch.equal(torch.stack(head + tail), torch.stack(whole))
+
+
 # -- like for like: every peer decodes the planned frames -------------------------------------
 
 
