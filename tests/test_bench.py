@@ -139,6 +139,7 @@ def test_stream_order_units_keep_each_row_on_one_worker_and_decode_each_frame_on
 
     streams, got = run()
     assert streams.uses_block_units and streams.config.cpu_options["max_open_files"] >= 7
+    assert streams.config.cpu_options["readers_per_file"] == 2
     batches, want = run(lookahead=2)
     assert not batches.uses_block_units
     assert torch.equal(got, want)

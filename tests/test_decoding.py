@@ -310,7 +310,7 @@ def test_two_streams_of_one_file_each_keep_a_reader(media):
     each switch was a seek and a decode from the keyframe again."""
     ref = media["h264_nob_gop10"]  # without B-frames: a skipped non-reference frame would
     record = probe_video(ref.path)  # cost a re-seek when asked next (W3 has none either)
-    ex = CpuExecutor(max_open_files=4)
+    ex = CpuExecutor(max_open_files=4, readers_per_file=2)  # as a loader on streams sets it
     seeks = []
     for step in range(20):
         for start in (0, 20):
@@ -322,6 +322,14 @@ def test_two_streams_of_one_file_each_keep_a_reader(media):
     assert seeks[-1] <= 2, seeks  # a seek per stream
     assert len(ex._videos) == 2  # both readers of the one file are open
     ex.close()
+    one = CpuExecutor(max_open_files=4)  # the default: one reader per file, as before
+    for step in range(3):
+        for start in (0, 20):
+            one.decode(plan_tasks_for_frames(0, record, [start + step]), lambda j, f: None)
+    assert len(one._videos) == 1 and one.stats.seeks == 5  # every switch but the first open
+    one.close()
+    with pytest.raises(ConfigError, match="readers_per_file"):
+        CpuExecutor(readers_per_file=0)
 
 
 def test_a_failing_sink_propagates_and_the_executor_recovers(media):

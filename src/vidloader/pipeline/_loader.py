@@ -516,16 +516,21 @@ def _capability(gpu: torch.device) -> tuple[int, int] | None:
 
 #: The most files a CPU worker keeps open for a plan of streams (see :func:`_with_stream_files`).
 MAX_STREAM_FILES = 64
+#: Readers of one file a CPU worker keeps for a plan of streams (two runs of the separation
+#: example's stream order can walk one clip at two places).
+STREAM_READERS_PER_FILE = 2
 
 
 def _with_stream_files(config: LoaderConfig) -> LoaderConfig:
     """``config`` with enough open files per CPU worker for its share of a plan of streams:
     the scheduler gives each worker the rows ``k, k + workers, …`` of every batch, and a
-    worker that closes a row's video to open another's decodes it again from its keyframe."""
+    worker that closes a row's video to open another's decodes it again from its keyframe.
+    Up to two readers a file, for rows walking one video at two places."""
     rows = config.batch_size * config.rows_per_sample
     per_worker = math.ceil(rows / max(1, config.num_workers)) + 1  # + a row passing to a new video
     files = max(DEFAULT_MAX_OPEN_FILES, min(MAX_STREAM_FILES, per_worker))
-    return dataclasses.replace(config, cpu_options={**config.cpu_options, "max_open_files": files})
+    return dataclasses.replace(config, cpu_options={**config.cpu_options, "max_open_files": files,
+                                                    "readers_per_file": STREAM_READERS_PER_FILE})
 
 
 def _rejected_hint(index: VideoIndex) -> str:

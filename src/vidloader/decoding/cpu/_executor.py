@@ -36,10 +36,13 @@ _THREAD_TYPES = ("AUTO", "FRAME", "SLICE")
 
 DEFAULT_MAX_OPEN_FILES = constants.DEFAULT_MAX_OPEN_FILES
 
-#: Readers one file may have open at once: two streams walking one video at two places
-#: (the separation example's stream order, whose runs can share a clip) each keep theirs,
-#: instead of one reader seeking back and forth between them.
-READERS_PER_FILE = 2
+#: Readers one file may have open at once for a loader on a plan of streams
+#: (``readers_per_file``): two streams walking one video at two places (the separation
+#: example's stream order, whose runs can share a clip) each keep theirs, instead of one
+#: reader seeking back and forth between them. Elsewhere one reader per file, as before: a
+#: second one buys nothing on random access, and on the 2-core machine closing a second
+#: frame-threaded decoder of one file once hung in FFmpeg's ``avcodec_free_context``.
+STREAM_READERS_PER_FILE = 2
 
 
 def _continues(video: _OpenVideo, gop: GopRequest) -> bool:
@@ -91,6 +94,9 @@ class CpuExecutor(Executor):
         interpolation: swscale algorithm for resizing in ``to_rgb(size)`` (PyAV
             ``Interpolation`` name, e.g. ``"BILINEAR"``, ``"AREA"``).
         max_open_files: files kept open at once.
+        readers_per_file: readers of one file kept open at once (each a demuxer and a
+            decoder at its own place): 2 for a plan of streams, whose rows may walk one video
+            at two places; 1 otherwise.
         detect_errors: fail a GOP in which FFmpeg logs a decoding error, which it otherwise
             conceals and returns as a normal frame (see :mod:`._errors`): frames decoded
             before the error are delivered, the rest raise :class:`CorruptVideoError`.
@@ -109,6 +115,7 @@ class CpuExecutor(Executor):
         skip_nonref: bool = True,
         interpolation: str = constants.DEFAULT_INTERPOLATION,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        readers_per_file: int = 1,
         detect_errors: bool = True,
         nvtx: bool = False,
     ) -> None:
@@ -120,6 +127,9 @@ class CpuExecutor(Executor):
         self.skip_nonref = bool(skip_nonref)
         self.interpolation = interpolation
         self.max_open_files = int(max_open_files)
+        if isinstance(readers_per_file, bool) or not isinstance(readers_per_file, int) or readers_per_file < 1:
+            raise ConfigError(f"readers_per_file must be an int >= 1, got {readers_per_file!r}")
+        self.readers_per_file = readers_per_file
         self.detect_errors = bool(detect_errors)
         if self.detect_errors:
             count_ffmpeg_errors()
@@ -160,11 +170,11 @@ class CpuExecutor(Executor):
         """A reader of the task's file: one whose decoder continues forward into the task's
         first GOP if there is one; else a new one if every reader of the file stands past
         the task (another stream of the same video, which they serve), up to
-        :data:`READERS_PER_FILE`; else the file's least recently used reader (it seeks)."""
+        :attr:`readers_per_file`; else the file's least recently used reader (it seeks)."""
         record, first = task.record, task.gops[0]
         mine = [k for k in self._videos if k[0] == record.path]
         key = next((k for k in reversed(mine) if _continues(self._videos[k], first)), None)
-        if key is None and mine and (len(mine) >= READERS_PER_FILE
+        if key is None and mine and (len(mine) >= self.readers_per_file
                                      or not all(_past(self._videos[k], first) for k in mine)):
             key = mine[0]
         video = self._videos.pop(key) if key is not None else None
