@@ -95,7 +95,8 @@ SAMPLER_ROWS = {
                  ("stride", 0, "stride"), ("step", True, "step"), ("seed", "0", "seed")],
     MultiCameraClips: [("rigs", [[0, 1], [2]], "rigs"), ("sequence_length", 0, "sequence_length"),
                        ("stride", 0, "stride"), ("step", "1", "step"), ("shuffle", 1, "shuffle"),
-                       ("replacement", "no", "replacement"), ("num_samples", 0, "num_samples"),
+                       ("replacement", "no", "replacement"), ("streams", "yes", "streams"),
+                       ("num_samples", 0, "num_samples"),
                        ("seed", 0.5, "seed")],
 }
 _SAMPLER_REQUIRED = {Clips: {"sequence_length": 2}, MultiCameraClips: {"rigs": [[0, 1]]}}

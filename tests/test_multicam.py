@@ -167,3 +167,34 @@ def test_resume_mid_epoch_continues_identically_and_refuses_other_rigs(rigs):
         assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["video_index"], b["video_index"])
     with pytest.raises(ConfigError):
         make(rig_ids[::-1]).load_state_dict(state)  # other rigs: another stream
+
+
+def test_streams_walk_each_row_through_its_video_and_decode_each_frame_once(rigs):
+    """``streams=True``, the separation example's stream order: the in-order samples cut into
+    ``batch_size`` runs, batch ``i`` holding sample ``i`` of each, so each row walks one
+    video frame by frame; on CPU workers each frame is decoded about once, and the frames
+    are the reference decode's. It needs ``shuffle=False``."""
+    index, rig_positions = rigs
+    with pytest.raises(ConfigError, match="shuffle=False"):
+        MultiCameraClips(rig_positions, streams=True)
+    sampler = MultiCameraClips(rig_positions, shuffle=False, streams=True)
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=2)
+    total = sampler.num_samples(index)  # 12 + 9 samples in order; 2 runs of 10
+    assert len(plan) == total // 2 and sampler.config()["streams"] is True
+    b0, b1 = plan.batch(0), plan.batch(1)
+    assert np.array_equal(b1.frame_indices, b0.frame_indices + 1)  # each row: the next frame
+    assert np.array_equal(b1.video_indices, b0.video_indices)
+    loader = VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2)
+    batches = collect_batches(loader)
+    refs = {v: reference_frames(index[v].path) for v in range(len(index))}
+    for b in batches:
+        for video, frame, got in zip(b["video_index"].reshape(-1).tolist(),
+                                     b["frame_index"].reshape(-1).tolist(),
+                                     b["frames"].reshape(-1, *b["frames"].shape[-3:])):
+            np.testing.assert_array_equal(got.numpy(), refs[video][frame])
+    stats = loader.decode_stats
+    # each run's start decodes from its keyframe (GOP 5, B-frames): 75 for 60 here
+    assert loader.uses_block_units and stats.decoded <= 1.3 * stats.delivered, stats
+    whole = VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2, lookahead=2)
+    collect_batches(whole)
+    assert whole.decode_stats.decoded > 1.3 * whole.decode_stats.delivered, whole.decode_stats

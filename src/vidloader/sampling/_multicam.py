@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..index import VideoIndex
 from ._base import BatchPlan, EpochPlan
+from ._checks import check_bool
 from ._clips import Clips
 from ._epoch import SampledEpoch
 from ._space import SampleSpace
@@ -39,17 +40,24 @@ class MultiCameraClips(Clips):
         shuffle (bool): a keyed random permutation of all (rig, start) samples each epoch;
             ``False``: in order, rig by rig.
         replacement (bool): i.i.d. uniform draws (needs ``shuffle=True``).
+        streams (bool): the separation example's stream order (needs ``shuffle=False``): the
+            in-order samples are cut into ``batch_size`` contiguous runs, and batch ``i``
+            takes sample ``i`` of each run, so every row of a batch walks one video from
+            batch to batch. On CPU workers each row then stays with one worker, which
+            decodes its video forward, each frame once (whole batches only: ``drop_last``
+            is implied).
         num_samples (int | None): samples (rigs × starts) per epoch over all ranks.
         seed (int): seed of the order and of the per-sample crops and flips.
 
     Raises:
-        ConfigError: no rig, rigs of different camera counts, a negative position; at
-            ``plan_epoch``, a position outside the index or no rig long enough for a clip.
+        ConfigError: no rig, rigs of different camera counts, a negative position,
+            ``streams`` with ``shuffle``; at ``plan_epoch``, a position outside the index or
+            no rig long enough for a clip.
     """
 
     def __init__(
         self, rigs: Sequence[Sequence[int]], *, sequence_length: int = 1, stride: int = 1,
-        step: int = 1, shuffle: bool = True, replacement: bool = False,
+        step: int = 1, shuffle: bool = True, replacement: bool = False, streams: bool = False,
         num_samples: int | None = None, seed: int = 0,
     ) -> None:
         super().__init__(sequence_length=sequence_length, stride=stride, step=step,
@@ -57,6 +65,10 @@ class MultiCameraClips(Clips):
                          seed=seed)
         self.rigs = _check_rigs(rigs)
         self.is_clip = self.sequence_length > 1  # single frames have no T axis
+        self.streams = check_bool("streams", streams)
+        if self.streams and self.shuffle:
+            raise ConfigError("MultiCameraClips(streams=True) walks the samples in order, in "
+                              "batch_size interleaved runs: pass shuffle=False too")
 
     @property
     def cameras(self) -> int:
@@ -79,12 +91,29 @@ class MultiCameraClips(Clips):
         space.check_not_empty(repr(self))
         return space
 
+    def num_samples(self, index: VideoIndex) -> int:
+        """Samples per epoch over all ranks; with ``streams``, any number (the runs wrap)."""
+        if self.streams:
+            return self._num_samples or self.sample_space(index).size
+        return super().num_samples(index)
+
     def plan_epoch(
         self, index: VideoIndex, *, epoch: int, batch_size: int, rank: int = 0,
         world_size: int = 1, drop_last: bool = False,
-    ) -> MultiCameraEpoch:
+    ) -> MultiCameraEpoch | StreamEpoch:
         """This rank's share of epoch ``epoch``: ``batch_size`` samples, ``batch_size ×
-        cameras`` rows per batch (see :meth:`Clips.plan_epoch`)."""
+        cameras`` rows per batch (see :meth:`Clips.plan_epoch`); with ``streams``, the
+        stream order (:class:`StreamEpoch`)."""
+        if self.streams:
+            # The runs cut every sample of the space in order (batch p = sample p); num_samples
+            # sets the epoch's length, and a run walks on into the next one past its end.
+            whole = MultiCameraClips(self.rigs, sequence_length=self.sequence_length,
+                                     stride=self.stride, step=self.step, shuffle=False,
+                                     seed=self.seed)
+            in_order = super(MultiCameraClips, whole).plan_epoch(index, epoch=epoch, batch_size=1)
+            length = self.num_samples(index) // (batch_size * world_size)
+            return StreamEpoch(MultiCameraEpoch(in_order, self.rigs), groups=batch_size,
+                               length=length, rank=rank)
         plan = super().plan_epoch(index, epoch=epoch, batch_size=batch_size, rank=rank,
                                   world_size=world_size, drop_last=drop_last)
         return MultiCameraEpoch(plan, self.rigs)
@@ -92,7 +121,7 @@ class MultiCameraClips(Clips):
     def config(self) -> dict:
         # The rigs themselves can be long: a digest is enough to refuse a mismatched resume.
         digest = hashlib.sha256(self.rigs.tobytes() + str(self.rigs.shape).encode()).hexdigest()[:16]
-        return {**super().config(), "rigs": digest}
+        return {**super().config(), "rigs": digest, **({"streams": True} if self.streams else {})}
 
 
 class MultiCameraEpoch(EpochPlan):
@@ -120,6 +149,65 @@ class MultiCameraEpoch(EpochPlan):
 
     def __repr__(self) -> str:
         return f"MultiCameraEpoch({self.samples!r}, {self.rigs.shape[1]} cameras)"
+
+
+#: Batches a unit of one row spans in the stream order (see :meth:`StreamEpoch.decode_units`).
+STREAM_UNIT_BATCHES = 4
+
+
+class StreamEpoch(EpochPlan):
+    """The stream order over the in-order samples of a :class:`MultiCameraEpoch` (one sample
+    per batch there): they are cut into ``groups`` contiguous runs, and batch ``i`` holds
+    sample ``i`` of each run (this rank's stretch of it), one row per camera. So row ``r``
+    walks one video from batch to batch, until its run passes into the next rig: the plan is
+    one of streams (``row_affinity``), whose units are one row over
+    :data:`STREAM_UNIT_BATCHES` batches (``decode_units``), and a CPU worker given every unit
+    of a row decodes its video forward, each frame once, where whole-batch units decoded
+    every GOP again from its keyframe for every few frames (W3 small: 1.00 decoded per
+    delivered frame against 5.00, 369 frames/s against 75 on 2 cores,
+    ``benchmarks/results/cpu/session12-stream``)."""
+
+    row_affinity = True
+    #: Batches a unit spans (what the loader's ``lookahead`` becomes), known without
+    #: walking every unit of the epoch.
+    unit_batches = STREAM_UNIT_BATCHES
+
+    def __init__(self, in_order: MultiCameraEpoch, *, groups: int, length: int, rank: int = 0) -> None:
+        self.in_order, self.groups, self.length, self.rank = in_order, groups, length, rank
+        self.total = len(in_order)
+        self.run = self.total // groups  # the length of each contiguous run
+
+    def __len__(self) -> int:
+        return self.length
+
+    def batch(self, batch_index: int) -> BatchPlan:
+        if not 0 <= batch_index < self.length:
+            raise IndexError(f"batch {batch_index} of {self.length}")
+        # Rank r walks its own stretch of each run (g = r·length + b), so ranks do not decode
+        # each other's GOPs.
+        g = self.rank * self.length + batch_index
+        parts = [self.in_order.batch((k * self.run + g) % self.total) for k in range(self.groups)]
+        return BatchPlan(
+            epoch=parts[0].epoch, batch_index=batch_index,
+            video_indices=np.concatenate([p.video_indices for p in parts]),
+            frame_indices=np.concatenate([p.frame_indices for p in parts]),
+            sample_seeds=np.concatenate([p.sample_seeds for p in parts]), is_clip=parts[0].is_clip,
+        )
+
+    def decode_units(self, first_batch: int = 0):
+        """Units ``[(batch, row, row + 1), …]``: each row over :data:`STREAM_UNIT_BATCHES`
+        consecutive batches, block after block from ``first_batch`` on."""
+        rows = self.groups * int(self.in_order.rigs.shape[1])
+        for b0 in range(first_batch, self.length, STREAM_UNIT_BATCHES):
+            block = range(b0, min(b0 + STREAM_UNIT_BATCHES, self.length))
+            for r in range(rows):
+                yield [(b, r, r + 1) for b in block]
+
+    def __iter__(self):
+        return (self.batch(b) for b in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"StreamEpoch({self.groups} runs of {self.run} samples, {self.length} batches)"
 
 
 def _check_rigs(rigs) -> np.ndarray:
