@@ -9,6 +9,7 @@ decode), one task per video (or time window of a video) of a batch, several batc
 
 from __future__ import annotations
 
+import abc
 import collections
 import math
 import queue
@@ -216,13 +217,13 @@ class _PoolPeer(Peer):
 
     # -- what a subclass provides
 
+    @abc.abstractmethod
     def _tasks(self, record, frames: np.ndarray) -> list[tuple[int, int]]:
         """``[a, b)`` slices of a video's sorted wanted frames, one task each."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _decode(self, record, frames: np.ndarray, geometry: Geometry) -> tuple[torch.Tensor, int]:
         """One task: the wanted frames (sorted), resized, and the number of frames decoded."""
-        raise NotImplementedError
 
     def _start(self, job: Job) -> None:
         """Set up what the tasks share (in the main thread, before the first task)."""
