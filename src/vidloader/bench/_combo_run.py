@@ -102,26 +102,43 @@ def _workloads():
     }
 
 
-VARIANTS = {
-    "cpu": dict(backend="cpu"),
-    "nvdec": dict(backend="nvdec"),
-    "combo": dict(backend="combo"),
-    "combo-share-0.5": dict(backend="combo", combo_share=0.5),
-    "combo-share-0.4": dict(backend="combo", combo_share=0.4),
+def _combo(patches: dict | None = None, **loader) -> tuple[dict, dict]:
+    """A combo variant: ``(loader arguments, constants of _combo patched for its run)``."""
+    return {"backend": "combo", **loader}, patches or {}
+
+
+#: Each variant: the loader's arguments, and constants of ``vidloader.pipeline._combo``
+#: patched for its run (diagnostics).
+VARIANTS: dict[str, tuple[dict, dict]] = {
+    "cpu": ({"backend": "cpu"}, {}),
+    "nvdec": ({"backend": "nvdec"}, {}),
+    "combo": _combo(),
+    "combo-share-0.5": _combo(combo_share=0.5),
+    "combo-share-0.4": _combo(combo_share=0.4),
+    "combo-horizon0": _combo({"CPU_HORIZON_SAFETY": 0.0}),
+    "combo-div2": _combo({"COMBO_DEMUX_DIVISOR": 2}),
+    "combo-div8": _combo({"COMBO_DEMUX_DIVISOR": 8}),
+    # the demux workers out of num_workers, as before session 11
+    "combo-within": _combo({"COMBO_DEMUX_EXTRA": False}),
+    # units of at least 8 rows (a whole W4 batch) instead of one clip
+    "combo-unit8": _combo({"COMBO_MIN_UNIT_ROWS": 8}),
     # a longer window of staging slots (the default prefetch is 2): a batch waiting on a slow
     # CPU unit holds every later one back, and the combo's sides idle once the slots are full
-    "cpu-pf16": dict(backend="cpu", prefetch=16),
-    "combo-pf16": dict(backend="combo", prefetch=16),
-    "combo-pf32": dict(backend="combo", prefetch=32),
-    "combo-h0-pf16": dict(backend="combo", prefetch=16),
-    "combo-h0-pf32": dict(backend="combo", prefetch=32),
-    "combo-1unit": dict(backend="combo"),
-    "combo-pf32-1unit": dict(backend="combo", prefetch=32),
-    "combo-pf64": dict(backend="combo", prefetch=64),
-    "combo-pf64-1unit": dict(backend="combo", prefetch=64),
-    "combo-h0-div2": dict(backend="combo"),
-    "combo-h0-div1": dict(backend="combo"),
-    "combo-h0-1unit": dict(backend="combo"),
+    "cpu-pf16": ({"backend": "cpu", "prefetch": 16}, {}),
+    "combo-pf16": _combo(prefetch=16),
+    "combo-pf32": _combo(prefetch=32),
+    "combo-pf64": _combo(prefetch=64),
+    "combo-h0-pf16": _combo({"CPU_HORIZON_SAFETY": 0.0}, prefetch=16),
+    "combo-h0-pf32": _combo({"CPU_HORIZON_SAFETY": 0.0}, prefetch=32),
+    # a CPU worker holds one unit at a time (half the wait of a unit handed out behind another)
+    "combo-1unit": _combo({"CPU_UNITS_PER_WORKER": 1}),
+    "combo-h0-1unit": _combo({"CPU_UNITS_PER_WORKER": 1, "CPU_HORIZON_SAFETY": 0.0}),
+    # a long window and one unit per CPU worker
+    "combo-pf32-1unit": _combo({"CPU_UNITS_PER_WORKER": 1}, prefetch=32),
+    "combo-pf64-1unit": _combo({"CPU_UNITS_PER_WORKER": 1}, prefetch=64),
+    # more demux workers for NVDEC: half as many as num_workers, or as many
+    "combo-h0-div2": _combo({"COMBO_DEMUX_DIVISOR": 2, "CPU_HORIZON_SAFETY": 0.0}),
+    "combo-h0-div1": _combo({"COMBO_DEMUX_DIVISOR": 1, "CPU_HORIZON_SAFETY": 0.0}),
 }
 
 #: What runs without ``--variants``: each side alone, the combo, and seed 000's static splits.
@@ -141,40 +158,6 @@ def _gap_summary(gaps: list[float]) -> dict:
             "share_in_waits_over_100ms": round(long_s / sum(gaps), 3)}
 
 
-#: Variants that change one of the combo's constants for their own run (diagnostics).
-PATCHED = {
-    "combo-horizon0": {"CPU_HORIZON_SAFETY": 0.0},
-    "combo-h0-pf16": {"CPU_HORIZON_SAFETY": 0.0},
-    "combo-h0-pf32": {"CPU_HORIZON_SAFETY": 0.0},
-    "combo-div2": {"COMBO_DEMUX_DIVISOR": 2},
-    "combo-div8": {"COMBO_DEMUX_DIVISOR": 8},
-    # the demux workers out of num_workers, as before session 11
-    "combo-within": {"COMBO_DEMUX_EXTRA": False},
-    # units of at least 8 rows (a whole W4 batch) instead of one clip
-    "combo-unit8": {"COMBO_MIN_UNIT_ROWS": 8},
-    # a CPU worker holds one unit at a time (half the wait of a unit handed out behind another)
-    "combo-1unit": {"CPU_UNITS_PER_WORKER": 1},
-    "combo-h0-1unit": {"CPU_UNITS_PER_WORKER": 1, "CPU_HORIZON_SAFETY": 0.0},
-    # a long window and one unit per CPU worker: the horizon rule needs the CPU to take units
-    # NVDEC's pace x the CPU's latency ahead of NVDEC, which a short window does not hold
-    "combo-pf32-1unit": {"CPU_UNITS_PER_WORKER": 1},
-    "combo-pf64-1unit": {"CPU_UNITS_PER_WORKER": 1},
-    # more demux workers for NVDEC: half as many as num_workers, or as many
-    "combo-h0-div2": {"COMBO_DEMUX_DIVISOR": 2, "CPU_HORIZON_SAFETY": 0.0},
-    "combo-h0-div1": {"COMBO_DEMUX_DIVISOR": 1, "CPU_HORIZON_SAFETY": 0.0},
-}
-
-
-def _labels() -> list[str]:
-    """Every variant name: those with loader arguments, and those that only patch constants."""
-    return [*VARIANTS, *(k for k in PATCHED if k not in VARIANTS)]
-
-
-def _loader_args(label: str) -> dict:
-    """The loader arguments of a variant (a patch-only one is the plain combo)."""
-    return VARIANTS.get(label, VARIANTS["combo"])
-
-
 def main(argv=None) -> None:
     import torch
 
@@ -191,12 +174,12 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cuda", help="where batches go (cpu: a CPU-only dry run)")
     ap.add_argument("--workloads", default="W1-random,W4-clips")
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                    help="comma-separated, of: " + ", ".join(_labels()))
+                    help="comma-separated, of: " + ", ".join(VARIANTS))
     ap.add_argument("--out", default="combo.json")
     args = ap.parse_args(argv)
-    unknown = [v for v in args.variants.split(",") if v not in _labels()]
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown:
-        ap.error(f"unknown variants {unknown}; choose from {', '.join(_labels())}")
+        ap.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     results = {}
     for name in args.workloads.split(","):
         dataset, kwargs = _workloads()[name]
@@ -205,8 +188,7 @@ def main(argv=None) -> None:
         for label in args.variants.split(","):
             from vidloader.pipeline import _combo
 
-            extra = _loader_args(label)
-            patches = PATCHED.get(label, {})
+            extra, patches = VARIANTS[label]
             saved = {k: getattr(_combo, k) for k in patches}
             for k, v in patches.items():
                 setattr(_combo, k, v)
@@ -223,7 +205,7 @@ def main(argv=None) -> None:
             print(name, label, json.dumps(row[label]), flush=True)
         if {"cpu", "nvdec"} <= row.keys():
             total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"]
-            for label in (k for k in row if _loader_args(k)["backend"] == "combo"):
+            for label in (k for k in row if VARIANTS[k][0]["backend"] == "combo"):
                 row[label]["over_sum"] = row[label]["frames_per_s"] / total
                 print(name, label, "/ (cpu + nvdec) =", round(row[label]["over_sum"], 3), flush=True)
         results[name] = row
