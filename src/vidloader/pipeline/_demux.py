@@ -52,6 +52,10 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
         containers.close()
 
 
+#: Errors of a file as a whole (gone, or changed since indexing): none of its GOPs is kept.
+WHOLE_FILE_ERRORS = (StaleIndexError, VideoNotFoundError)
+
+
 def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=NO_RANGES, *,
                 falls_back: bool = False):
     """Bundles of the tasks, ``None`` for a task routed to the CPU (NVDEC cannot decode its
@@ -74,7 +78,7 @@ def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=
             with ranges("vidloader.demux", task.record.path):
                 bundles.append(demux_gops(task.record, task.gops, container_cache=containers))
         except MediaError as exc:
-            whole = isinstance(exc, (StaleIndexError, VideoNotFoundError))
+            whole = isinstance(exc, WHOLE_FILE_ERRORS)
             if falls_back and not whole:
                 bundles.append(None)
                 failed.append(DemuxFailed(task.video_index, exc.path, str(exc), on_cpu=True))
@@ -95,7 +99,7 @@ def _demuxable_gops(task, containers) -> tuple[tuple[int, ...], object]:
         try:
             parts.append(demux_gops(task.record, [gop], container_cache=containers))
         except MediaError as exc:
-            if isinstance(exc, (StaleIndexError, VideoNotFoundError)):
+            if isinstance(exc, WHOLE_FILE_ERRORS):
                 return (), None
             continue
         kept.append(g)

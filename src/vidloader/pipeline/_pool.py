@@ -320,7 +320,7 @@ class WorkerProcesses:
         """A message from whichever worker has one (taking turns when several have), waiting
         up to ``timeout`` seconds; ``None`` if none came. A queue that ends (its worker exited,
         perhaps mid-message) is read no more: :meth:`_check_alive` reports its worker."""
-        readers = {self.result_qs[i]._reader: i for i in range(self.num_workers) if i not in self._ended}
+        readers = self._open_readers()
         if not readers:
             time.sleep(timeout)
             return None
@@ -336,6 +336,10 @@ class WorkerProcesses:
                 continue
             return self._unpack(msg)
         return None
+
+    def _open_readers(self) -> dict:
+        """The receiving ends of the result queues that have not ended, each to its worker."""
+        return {self.result_qs[i]._reader: i for i in range(self.num_workers) if i not in self._ended}
 
     def check_alive(self) -> None:
         """Raise :class:`WorkerDied` if a worker that was not retired has died."""
@@ -435,7 +439,7 @@ class WorkerProcesses:
         out: list = []
         sentinels = {p.sentinel: p for p in self.procs if p.pid is not None}
         while sentinels and (left := deadline - time.monotonic()) > 0:
-            readers = [self.result_qs[i]._reader for i in range(self.num_workers) if i not in self._ended]
+            readers = list(self._open_readers())
             ready = _wait([*readers, *sentinels], left)
             for s in ready:
                 sentinels.pop(s, None)

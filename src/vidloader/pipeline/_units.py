@@ -6,11 +6,12 @@ A unit is a list of :class:`Part` s, each a row range of one batch. Two shapes e
   samplers, or any sampler when ``lookahead`` is given);
 - **blocks**: a GOP-local plan (:class:`vidloader.GopShuffle`) says which rows belong to each
   of its blocks (``decode_units``), so a unit is exactly one block: every GOP of the block is
-  entered once and decoded once. A plan of streams (``row_affinity``: each row continues
-  the same video from batch to batch) names units of a row over a few batches, and each
-  row's units go to one worker (:func:`has_row_affinity`). Units of whole batches cut blocks anywhere, and each GOP of
+  entered once and decoded once. Units of whole batches cut blocks anywhere, and each GOP of
   a cut block was then decoded twice (1.58 decoded frames per delivered frame on the H200).
-  A batch that straddles two blocks gets a part from each, with disjoint rows.
+  A batch that straddles two blocks gets a part from each, with disjoint rows. A plan of
+  streams (``row_affinity``: each row continues the same video from batch to batch) names
+  units of a row over a few batches, and each row's units go to one worker
+  (:func:`has_row_affinity`).
 
 A block unit can be split by video (:func:`split_by_video`) so that several CPU workers
 decode disjoint GOPs of one block at once: within a block, a batch's rows are sorted by
