@@ -287,19 +287,37 @@ class _NaiveDataset(torch.utils.data.Dataset):
         return (x if self.is_clip else x[0]), decoded
 
 
+class FramesAt:
+    """The frames at ``pts`` (ascending), decoded from where ``container`` stands (after a
+    seek to the keyframe before the first); :attr:`decoded` counts every frame decoded on the
+    way, wanted or not.
+
+    Raises (while iterated):
+        RuntimeError: a wanted pts has no frame, or the stream ends before it.
+    """
+
+    def __init__(self, container, stream, pts) -> None:
+        self.container, self.stream, self.pts = container, stream, list(pts)
+        self.decoded = 0
+
+    def __iter__(self):
+        k = 0
+        for frame in self.container.decode(self.stream):
+            self.decoded += 1
+            if frame.pts is None or frame.pts < self.pts[k]:
+                continue
+            if frame.pts != self.pts[k]:
+                raise RuntimeError(f"{self.container.name}: no frame at pts {self.pts[k]}")
+            yield frame
+            k += 1
+            if k == len(self.pts):
+                return
+        raise RuntimeError(f"{self.container.name}: ended before pts {self.pts[k]}")
+
+
 def _decode_until(container, stream, pts: tuple[int, ...]) -> tuple[list[np.ndarray], int]:
-    pictures, decoded, k = [], 0, 0
-    for frame in container.decode(stream):
-        decoded += 1
-        if frame.pts is None or frame.pts < pts[k]:
-            continue
-        if frame.pts != pts[k]:
-            raise RuntimeError(f"{container.name}: no frame at pts {pts[k]}")
-        pictures.append(frame.to_ndarray(format="rgb24"))
-        k += 1
-        if k == len(pts):
-            return pictures, decoded
-    raise RuntimeError(f"{container.name}: ended before pts {pts[k]}")
+    frames = FramesAt(container, stream, pts)
+    return [frame.to_ndarray(format="rgb24") for frame in frames], frames.decoded
 
 
 class NaivePeer(Peer):

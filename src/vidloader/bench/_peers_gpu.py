@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ._batching import assemble, center_crop, group_by_video, output_shape, resize_torch
-from ._peers import Job, Peer, import_or_skip, root_cause, version_of
+from ._peers import FramesAt, Job, Peer, import_or_skip, root_cause, version_of
 from ._workloads import Geometry, Skip
 
 #: Seconds a ceiling thread may stay silent before the run is declared stuck.
@@ -587,22 +587,14 @@ class PyavNvdecPeer(_PoolPeer):
 
     def _decode_run(self, container, stream, pts: list[int], pictures: list, chunks: list,
                     geometry: Geometry, record) -> int:
-        decoded, k = 0, 0
-        for frame in container.decode(stream):
-            decoded += 1
-            if frame.pts is None or frame.pts < pts[k]:
-                continue
-            if frame.pts != pts[k]:
-                raise RuntimeError(f"{record.path}: no frame at pts {pts[k]}")
+        frames = FramesAt(container, stream, pts)
+        for frame in frames:
             self.formats_seen.add(frame.format.name)
             pictures.append(frame.to_ndarray(format="rgb24"))
             if len(pictures) == _PYAV_UPLOAD_CHUNK:
                 chunks.append(self._upload(pictures, geometry, record))
                 pictures.clear()
-            k += 1
-            if k == len(pts):
-                return decoded
-        raise RuntimeError(f"{record.path}: ended before pts {pts[k]}")
+        return frames.decoded
 
     def _upload(self, pictures: list, geometry: Geometry, record) -> torch.Tensor:
         x = torch.from_numpy(np.stack(pictures)).to(self.device)
