@@ -59,6 +59,12 @@ def w3(data_dir):
     return ds, load_index(ds)
 
 
+def _rig_positions(ds, index) -> list[list[int]]:
+    """Each W3 clip's camera files as index positions."""
+    pos = {p: i for i, p in enumerate(index.paths)}
+    return [[pos[str(p)] for p in clip] for clip in ds.clips]
+
+
 # -- datasets and workloads -------------------------------------------------------------------
 
 
@@ -103,8 +109,7 @@ def test_geometry():
 
 def test_multicam_sampler_orders(w3):
     ds, index = w3
-    pos = {p: i for i, p in enumerate(index.paths)}
-    clips = [[pos[str(p)] for p in clip] for clip in ds.clips]
+    clips = _rig_positions(ds, index)
     stream = multicam_sampler(clips, order="stream").plan_epoch(index, epoch=0, batch_size=2)
     b0, b1 = stream.batch(0), stream.batch(1)
     assert np.array_equal(b1.frame_indices, b0.frame_indices + 1)  # walks frame by frame
@@ -127,8 +132,7 @@ def test_stream_order_units_keep_each_row_on_one_worker_and_decode_each_frame_on
     from vidloader.pipeline._units import has_row_affinity
 
     ds, index = w3
-    pos = {p: i for i, p in enumerate(index.paths)}
-    clips = [[pos[str(p)] for p in clip] for clip in ds.clips]
+    clips = _rig_positions(ds, index)
     sampler = multicam_sampler(clips, order="stream")
     assert has_row_affinity(sampler.plan_epoch(index, epoch=0, batch_size=2))
 
@@ -157,8 +161,7 @@ def test_stream_order_resumes_mid_block(w3):
     from vidloader import VideoLoader
 
     ds, index = w3
-    pos = {p: i for i, p in enumerate(index.paths)}
-    clips = [[pos[str(p)] for p in clip] for clip in ds.clips]
+    clips = _rig_positions(ds, index)
     sampler = multicam_sampler(clips, order="stream")
     whole = [b["frames"].clone() for b in VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2)]
     first = VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2)
