@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -69,6 +70,9 @@ class EpochPlan(abc.ABC):
     @abc.abstractmethod
     def batch(self, batch_index: int) -> BatchPlan:
         """The plan of batch ``batch_index`` (``0 <= batch_index < len(self)``)."""
+
+    def __iter__(self) -> Iterator[BatchPlan]:
+        return (self.batch(b) for b in range(len(self)))
 
 
 class Sampler(abc.ABC):

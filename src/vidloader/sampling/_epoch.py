@@ -16,7 +16,6 @@ a batch holds, so the global stream is the same however it is cut up.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
 from typing import Literal
 
 import numpy as np
@@ -149,8 +148,6 @@ class SampledEpoch(EpochPlan):
                                    is_clip=self._is_clip))
         return plans
 
-    def __iter__(self) -> Iterator[BatchPlan]:
-        return (self.batch(b) for b in range(self._num_batches))
 
     def __repr__(self) -> str:
         return (

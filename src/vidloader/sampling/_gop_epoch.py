@@ -404,8 +404,6 @@ class GopShuffleEpoch(EpochPlan):
             for k in range(start // size, -(-stop // size))
         ]
 
-    def __iter__(self) -> Iterator[BatchPlan]:
-        return (self.batch(b) for b in range(self._num_batches))
 
     def __repr__(self) -> str:
         return (

@@ -144,8 +144,6 @@ class MultiCameraEpoch(EpochPlan):
             is_clip=bp.is_clip,
         )
 
-    def __iter__(self):
-        return (self.batch(b) for b in range(len(self)))
 
     def __repr__(self) -> str:
         return f"MultiCameraEpoch({self.samples!r}, {self.rigs.shape[1]} cameras)"
@@ -203,8 +201,6 @@ class StreamEpoch(EpochPlan):
             for r in range(rows):
                 yield [(b, r, r + 1) for b in block]
 
-    def __iter__(self):
-        return (self.batch(b) for b in range(len(self)))
 
     def __repr__(self) -> str:
         return f"StreamEpoch({self.groups} runs of {self.run} samples, {self.length} batches)"
