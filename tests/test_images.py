@@ -250,6 +250,47 @@ def test_stand_in_batch_decoder_matches_pillow_workers(folder):
     assert opens.paths == len(ds) and by_path.stats["skipped_samples"] == 1
 
 
+def test_region_decodes_give_the_pillow_rows_and_skip_turned_files(folder):
+    """A decoder that decodes each crop window alone (nvImageCodec's region of interest) is
+    asked for the window of every upright file whose window is smaller than the image, never
+    for the EXIF-turned one (its region would be in the stored pixels), and the batches equal
+    the Pillow path's."""
+
+    class Regions:
+        name = "stand-in"
+        decodes_regions = True
+
+        def __init__(self):
+            self.asked = {}
+
+        def decode_files(self, paths, regions=None):
+            out = []
+            for path, region in zip(paths, regions or [None] * len(paths)):
+                self.asked[Path(path).name] = region
+                try:
+                    image = np.array(ImageOps.exif_transpose(Image.open(path)).convert("RGB"))
+                except OSError:
+                    out.append(None)
+                    continue
+                if region is not None:
+                    top, left, bottom, right = region
+                    image = np.ascontiguousarray(image[top:bottom, left:right])
+                out.append(torch.from_numpy(image))
+            return out
+
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    assert ds.orientations.tolist() == [1, 1, 1, 1, 6, 1, 1]
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    decoder = Regions()
+    cropped = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=decoder)
+    pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")
+    for x, y in zip(pillow, cropped, strict=True):
+        assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])
+    assert decoder.asked["4_exif.jpg"] is None
+    asked = [r for name, r in decoder.asked.items() if name != "4_exif.jpg" and r is not None]
+    assert len(asked) >= 4  # random resized crops are smaller than their image
+
+
 def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
     """nvImageCodec's pool can deal plans to several decode threads, each with its own
     decoder and stream; batches still come in order and equal the Pillow path's."""

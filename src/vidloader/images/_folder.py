@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError, MediaError
 from ._dataset import ImageDataset
-from ._pillow import probe_image
+from ._pillow import probe_image_header
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +24,13 @@ _IN_PROCESS_BELOW = 512
 _CHUNK = 256  # files per worker task: small enough for a smooth progress bar
 
 
-def _probe_chunk(paths: list[str]) -> list[tuple[int, int] | str]:
-    """Each file's upright ``(height, width)``, or why it cannot be used."""
-    out: list[tuple[int, int] | str] = []
+def _probe_chunk(paths: list[str]) -> list[tuple[int, int, int] | str]:
+    """Each file's upright ``(height, width)`` and EXIF orientation, or why it cannot be
+    used."""
+    out: list[tuple[int, int, int] | str] = []
     for path in paths:
         try:
-            out.append(probe_image(path))
+            out.append(probe_image_header(path))
         except MediaError as exc:
             out.append(str(exc).removeprefix(f"{path}: "))
     return out
@@ -93,7 +94,8 @@ class ImageFolder(ImageDataset):
 
     Attributes:
         root (str), classes (list[str]), labels (np.ndarray int64 ``[N]``), sizes
-        (np.ndarray int64 ``[N, 2]``: upright height, width), rejected (list of
+        (np.ndarray int64 ``[N, 2]``: upright height, width), orientations (np.ndarray int8
+        ``[N]``: EXIF orientation, 1 for upright files), rejected (list of
         ``(path, reason)``).
 
     Raises:
@@ -131,7 +133,9 @@ class ImageFolder(ImageDataset):
                         len(files))
         self._paths = np.array([files[i].encode() for i in keep], dtype=np.bytes_)
         self.labels = np.array([labels[i] for i in keep], dtype=np.int64)
-        self.sizes = np.array([results[i] for i in keep], dtype=np.int64).reshape(-1, 2)
+        header = np.array([results[i] for i in keep], dtype=np.int64).reshape(-1, 3)
+        self.sizes = np.ascontiguousarray(header[:, :2])
+        self.orientations = header[:, 2].astype(np.int8)
 
     def path(self, i: int) -> str:
         """Absolute path of image ``i``."""

@@ -41,11 +41,22 @@ def probe_image(path: str) -> tuple[int, int]:
     Raises:
         CorruptImageError: not an image Pillow can open.
     """
+    height, width, _ = probe_image_header(path)
+    return height, width
+
+
+def probe_image_header(path: str) -> tuple[int, int, int]:
+    """Upright ``(height, width)`` and the EXIF orientation (1 when absent) from the file's
+    header.
+
+    Raises:
+        CorruptImageError: not an image Pillow can open.
+    """
     image_mod, _ = _pil()
     try:
         with image_mod.open(path) as im:
-            orientation = im.getexif().get(_ORIENTATION_TAG, 1)
-            return _upright(im.size[0], im.size[1], orientation)
+            orientation = int(im.getexif().get(_ORIENTATION_TAG, 1))
+            return (*_upright(im.size[0], im.size[1], orientation), orientation)
     except (OSError, SyntaxError, ValueError, image_mod.DecompressionBombError) as exc:
         raise _corrupt(path, exc) from exc
 

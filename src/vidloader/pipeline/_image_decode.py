@@ -1,21 +1,24 @@
-"""The GPU image pool: files decoded a batch at a time by nvImageCodec on its own thread and
-CUDA stream, augmented as one batch on the consumer's stream.
+"""The GPU image pool: files decoded a batch at a time by nvImageCodec on a few *lanes*
+(threads, each with its own decoder and CUDA stream), then augmented as one batch on an
+augmentation thread with a stream of its own.
 
-Stages overlap. ``submit`` queues the unit's decodes on the decode thread at once; the
-decode thread takes units in order, has nvImageCodec open each plan's files (a
-``CodeStream`` from a path is read in C++, without the GIL; a batch-decoder object given
-bytes gets them from reader threads instead), decodes the plan on the *decode stream* and
-records an event. ``get`` takes the oldest unit's decoded images, makes the consumer's stream
-wait for the event (a GPU-side wait: the host does not block), and launches the batched
-crop/resize/normalize (:func:`~..images._batched.crop_resize_batch`) on the consumer's stream
-into the slot. So while batch k is augmented, batch k+1 is already decoding, on the host
-(nvImageCodec's parsing and Huffman work, which releases the GIL) and on the GPU (its own
-stream); the scheduler keeps ``prefetch`` units submitted, so decoding runs up to that far
-ahead.
+A lane decodes a batch: has nvImageCodec open the plan's files (a ``CodeStream`` from a path
+is read in C++, without the GIL; a batch-decoder object given bytes gets them from reader
+threads instead), decoding only each row's crop window where it can (a random resized crop
+keeps about half an image: nvImageCodec decodes that region alone), and records an event.
+The augmentation thread takes the batches in order, makes its stream wait for the lane's
+event (a GPU-side wait), runs the batched crop/resize/normalize
+(:func:`~..images._batched.crop_resize_batch`) into the batch's slot and records an event;
+``get`` makes the consumer's stream wait for that one and hands the slot out. So the
+consumer's thread, the training loop's, does no image work, and while one batch is
+augmented the next ones decode: nvImageCodec's parsing and Huffman work release the GIL; the
+augmentation's kernel launches hold it, so one thread does them all.
 
-Decoded images are kept alive until an event recorded after their augmentation has passed:
-their memory belongs to the decoder's allocator, which may reuse it as soon as the tensors
-are dropped, while the kernels reading them may still be queued.
+Before writing a slot, the augmentation's stream waits for an event recorded on the
+consumer's stream when the batch was submitted: the slot's previous batch has been copied
+out by then. Decoded images are kept alive until an event recorded after their augmentation
+has passed: their memory belongs to the decoder's allocator, which may reuse it as soon as
+the tensors are dropped, while the kernels reading them may still be queued.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from ._contract import BatchPool
-from ._image_fill import fill_from_images, fill_task_messages, read_file
+from ._image_fill import (
+    decode_regions,
+    fill_from_images,
+    fill_task_messages,
+    plan_windows,
+    read_file,
+)
 from ._messages import FillTask
 
 _TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
@@ -65,35 +74,60 @@ class _Streams:
         return event
 
     def wait(self, event) -> None:
-        """The consumer's stream waits (on the GPU) for ``event``."""
+        """The current stream (the consumer's, or a lane's inside :meth:`decoding`) waits, on
+        the GPU, for ``event``."""
         if event is not None:
             torch.cuda.current_stream(self.device).wait_event(event)
 
 
-#: Decode threads for nvImageCodec, each with its own decoder and CUDA stream, plans dealt to
-#: them in turn. One: in one call on the H100 the JPEG loader ran 6,319 images/s on one lane,
-#: 6,109 and 5,469 on two, 5,962 on three, each lane's decode slowing to ~60 ms a batch
-#: against ~40 (``benchmarks/results/gpu/session9-10/jpeg_stages.log``): the decoders share
-#: the hardware and nvImageCodec's own threads, so more lanes only contend.
-NVIMGCODEC_LANES = 1
+#: Decode lanes for nvImageCodec, each a thread with its own decoder and CUDA stream, batches
+#: dealt to them in turn. Session 9 measured more lanes as slower (6,319 images/s on one,
+#: 6,109 on two), but the augmentation then ran on the consumer's thread between decodes;
+#: session 13 measures the count with the augmentation on its own thread
+#: (``benchmarks/results/gpu/session13-*``).
+NVIMGCODEC_LANES = 2
+
+#: Decode only each row's crop window where the decoder can (``decode_files(..., regions=)``).
+ROI_DECODE = True
 
 
-class _Lane:
+class _Stage:
+    """A thread with its CUDA stream (none on the CPU), and the decoded images its queued
+    kernels may still read."""
+
+    def __init__(self, device: torch.device, name: str) -> None:
+        self.streams = _Streams(device)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self.in_use: collections.deque = collections.deque()  # (event, decoded images)
+
+    def keep(self, event, images) -> None:
+        """Hold ``images`` until ``event`` has passed; let go of those already past."""
+        while self.in_use and self.in_use[0][0].query():
+            self.in_use.popleft()
+        if event is not None:
+            self.in_use.append((event, images))
+
+    def shutdown(self) -> None:
+        self.thread.shutdown(wait=True, cancel_futures=True)
+        self.in_use.clear()
+
+
+class _Lane(_Stage):
     """A decode thread with its decoder and its CUDA stream."""
 
     def __init__(self, decoder, device: torch.device, number: int) -> None:
+        super().__init__(device, f"vidloader-decode-{number}")
         self.decoder = decoder
-        self.streams = _Streams(device)
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"vidloader-decode-{number}")
 
 
 class BatchDecodePool(BatchPool):
-    """Batches decoded on the GPU by nvImageCodec in this process, decode overlapped with
-    the previous batch's augmentation (module docstring).
+    """Batches decoded on the GPU by nvImageCodec in this process on :data:`NVIMGCODEC_LANES`
+    lanes, augmented on a thread of their own (module docstring).
 
     ``decoder`` stands in for nvImageCodec (anything with ``name`` and
-    ``decode(list[bytes | None]) -> list[Tensor | None]``); on CPU tensors the same stages run
-    on the same threads without streams.
+    ``decode(list[bytes | None]) -> list[Tensor | None]``, or ``decode_files(paths)``, which
+    is also given ``regions=`` where the decoder's ``decodes_regions`` is true); on CPU
+    tensors the same stages run on the same threads without streams.
     """
 
     #: Slots hold the finished output (dtype, normalisation, layout): the collector skips
@@ -111,12 +145,12 @@ class BatchDecodePool(BatchPool):
         self.lanes = [_Lane(d, device, k) for k, d in enumerate(decoders)]
         self.decoder = decoders[0]
         self._next_lane = 0
+        self.augmenter = _Stage(device, "vidloader-augment")
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
-        self.streams = self.lanes[0].streams  # the consumer's side: waits and records
+        self.streams = _Streams(device)  # the consumer's side: records and waits
         self.slots = allocate_final_slots(config, num_slots, device)
         self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
         self._done: collections.deque = collections.deque()
-        self._in_use: collections.deque = collections.deque()  # (event, decoded images)
 
     @property
     def ways(self) -> int:
@@ -124,66 +158,72 @@ class BatchDecodePool(BatchPool):
 
     def submit(self, worker: int, task: FillTask) -> None:
         dataset = self.config.dataset
-        decodes = []
-        for plan in task.plans:
-            # Plans are dealt to the lanes in turn; their futures stay in plan order.
+        copied_out = self.streams.record()  # the slots' last batches, on the consumer's stream
+        fills = []
+        for slot_id, plan, start in zip(task.slot_ids, task.plans, task.row_starts):
             lane = self.lanes[self._next_lane]
             self._next_lane = (self._next_lane + 1) % len(self.lanes)
             paths = [dataset.path(i) for i in plan.video_indices.tolist()]
-            if self._opens_files:  # the decoder reads the files itself, off the GIL
-                decodes.append(lane.thread.submit(self._decode_files, lane, paths))
-                continue
-            reads = [self.reader.submit(read_file, path) for path in paths]
-            decodes.append(lane.thread.submit(self._decode, lane, reads))
-        self._pending.append((task, decodes))
+            source = (paths if self._opens_files else
+                      [self.reader.submit(read_file, path) for path in paths])
+            decoded = lane.thread.submit(self._decode, lane, plan, source)
+            staging = self.slots[slot_id]["images"][start:start + plan.batch_size]
+            fills.append(self.augmenter.thread.submit(self._augment, decoded, plan, staging,
+                                                      copied_out))
+        self._pending.append((task, fills))
 
     @property
     def _opens_files(self) -> bool:
         return callable(getattr(self.decoder, "decode_files", None))
 
-    @staticmethod
-    def _decode_files(lane: _Lane, paths: list[str]):
-        """On a lane's thread: the plan's files, opened and decoded by its decoder on its
-        stream; the images and an event marking their completion."""
+    def _decode(self, lane: _Lane, plan, source: list):
+        """On a lane's thread: the plan's images (files opened by the decoder, or bytes from
+        the reader threads), decoded on the lane's stream; with the windows, the regions
+        decoded alone, and an event marking the decode's end."""
+        config = self.config
+        windows = plan_windows(config, plan)
+        regions = None
         with lane.streams.decoding():
-            images = lane.decoder.decode_files(paths)
-            return images, lane.streams.record(lane.streams.decode)
+            if self._opens_files:
+                if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
+                    regions = decode_regions(config, plan, windows)
+                images = (lane.decoder.decode_files(source, regions=regions) if regions
+                          else lane.decoder.decode_files(source))
+            else:
+                images = lane.decoder.decode([f.result() for f in source])
+            return images, windows, regions, lane.streams.record(lane.streams.decode)
 
-    @staticmethod
-    def _decode(lane: _Lane, reads: list):
-        """On a lane's thread: the plan's files (read by the reader threads), decoded by its
-        decoder on its stream; the images and an event marking their completion."""
-        blobs = [f.result() for f in reads]
-        with lane.streams.decoding():
-            images = lane.decoder.decode(blobs)
-            return images, lane.streams.record(lane.streams.decode)
+    def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
+        """On the augmentation thread, in submission order: the decoded plan augmented into
+        ``staging`` on this thread's stream; ``(valid, errors, done event)``."""
+        images, windows, regions, ready = decoded.result()  # re-raises the decoder's error
+        stage = self.augmenter
+        with stage.streams.decoding():
+            stage.streams.wait(copied_out)
+            stage.streams.wait(ready)
+            valid, errors = fill_from_images(self.config, self.decoder.name, images, plan,
+                                             staging, windows, regions)
+            done = stage.streams.record(stage.streams.decode)
+            stage.keep(done, images)
+        return valid, errors, done
 
     def get(self):
         while not self._done:
-            task, decodes = self._pending.popleft()
-            decodes = iter(decodes)
+            task, fills = self._pending.popleft()
+            fills = iter(fills)
 
-            def fill(plan, staging, decodes=decodes):
-                images, ready = next(decodes).result()  # re-raises the decoder's error
-                self.streams.wait(ready)
-                out = fill_from_images(self.config, self.decoder.name, images, plan, staging)
-                self._in_use.append((self.streams.record(), images))
-                return out
+            def fill(plan, staging, fills=fills):
+                valid, errors, done = next(fills).result()  # re-raises a stage's error
+                self.streams.wait(done)
+                return valid, errors
             self._done.extend(fill_task_messages(fill, self.slots, task, self.decoder.name))
-            self._release()
         return self._done.popleft()
-
-    def _release(self) -> None:
-        """Drop decoded images whose augmentation has run (all of them on the CPU)."""
-        while self._in_use and (self._in_use[0][0] is None or self._in_use[0][0].query()):
-            self._in_use.popleft()
 
     def shutdown(self) -> None:
         self.reader.shutdown(wait=True, cancel_futures=True)
-        for lane in self.lanes:
-            lane.thread.shutdown(wait=True, cancel_futures=True)
+        for stage in (*self.lanes, self.augmenter):
+            stage.shutdown()
         if self.streams.cuda:
             torch.cuda.synchronize(self.streams.device)
         self._pending.clear()
-        self._in_use.clear()
         self.slots = []

@@ -138,15 +138,21 @@ def read_file(path: str) -> bytes | None:
         return None
 
 
-def fill_from_images(config, decoder_name: str, images: list, plan, staging: torch.Tensor):
+def fill_from_images(config, decoder_name: str, images: list, plan, staging: torch.Tensor,
+                     windows: Windows | None = None, regions: list | None = None):
     """Crop, resize, flip and finish the plan's decoded ``images`` (``None`` where a file
     could not be read or decoded) as one batch on their device, into ``staging`` (the final
-    dtype and layout: see :func:`~..images._batched.crop_resize_batch`)."""
+    dtype and layout: see :func:`~..images._batched.crop_resize_batch`).
+
+    ``windows``: the plan's windows if already drawn (:func:`plan_windows`). ``regions``:
+    per row the ``(top, left, bottom, right)`` the decoder was asked to decode alone, or
+    ``None``; a row whose image has exactly that size is its window already."""
     from ..errors import CorruptImageError
 
     dataset, proc = config.dataset, config.proc
     sizes = dataset.sizes[plan.video_indices]
-    windows = sample_windows(proc, sizes[:, 0], sizes[:, 1], plan.sample_seeds)
+    if windows is None:
+        windows = plan_windows(config, plan)
     valid, errors = np.ones(plan.batch_size, dtype=bool), []
     for row, image in enumerate(images):
         if image is None:
@@ -161,13 +167,56 @@ def fill_from_images(config, decoder_name: str, images: list, plan, staging: tor
     if len(rows) == 0:
         return valid, errors
     kept = [images[r] for r in rows]
-    scales = np.array([(x.shape[0], x.shape[1]) for x in kept], np.float64) / sizes[rows]
+    sub = Windows(*(getattr(windows, f)[rows] for f in ("top", "left", "height", "width", "flip")))
+    shapes = np.array([(x.shape[0], x.shape[1]) for x in kept], np.int64)
+    full = sizes[rows]
+    if regions is not None:
+        sub, full = _as_decoded_windows(sub, full, shapes, [regions[r] for r in rows])
+    scales = shapes / full.astype(np.float64)
     if len(rows) == plan.batch_size:
-        crop_resize_batch(kept, windows, config.out_hw, scales, proc=proc, out=staging)
+        crop_resize_batch(kept, sub, config.out_hw, scales, proc=proc, out=staging)
     else:  # failed rows are dropped by the collector: fill the others in place
-        sub = Windows(*(getattr(windows, f)[rows] for f in ("top", "left", "height", "width",
-                                                            "flip")))
         index = to_device(rows, staging.device)
         staging.index_copy_(0, index, crop_resize_batch(kept, sub, config.out_hw, scales,
                                                         proc=proc))
     return valid, errors
+
+
+def plan_windows(config, plan) -> Windows:
+    """The crop window of every row of ``plan`` (drawn from its seeds and stored sizes)."""
+    sizes = config.dataset.sizes[plan.video_indices]
+    return sample_windows(config.proc, sizes[:, 0], sizes[:, 1], plan.sample_seeds)
+
+
+def decode_regions(config, plan, windows: Windows) -> list | None:
+    """Per row, the window to decode alone (``(top, left, bottom, right)``), or ``None``
+    where the whole image must be decoded: a window reaching outside the image (padding), a
+    window that is the whole image, or a file whose EXIF orientation turns or mirrors it
+    (the region would be in the stored, not the upright, pixels). ``None`` for the plan when
+    the dataset does not record orientations."""
+    orientations = getattr(config.dataset, "orientations", None)
+    if orientations is None:
+        return None
+    sizes = config.dataset.sizes[plan.video_indices]
+    top, left = windows.top, windows.left
+    bottom, right = top + windows.height, left + windows.width
+    inside = (top >= 0) & (left >= 0) & (bottom <= sizes[:, 0]) & (right <= sizes[:, 1])
+    smaller = (windows.height < sizes[:, 0]) | (windows.width < sizes[:, 1])
+    ok = inside & smaller & (orientations[plan.video_indices] == 1)
+    if not ok.any():
+        return None
+    return [(int(t), int(x), int(b), int(r)) if k else None
+            for k, t, x, b, r in zip(ok.tolist(), top, left, bottom, right)]
+
+
+def _as_decoded_windows(windows: Windows, full: np.ndarray, shapes: np.ndarray, regions: list):
+    """Windows and full sizes relative to what was decoded: a row decoded as its region
+    (its image has the region's size) is its own window, at the origin."""
+    asked = np.array([r is not None for r in regions])
+    cut = asked & (shapes[:, 0] == windows.height) & (shapes[:, 1] == windows.width)
+    if not cut.any():
+        return windows, full
+    top = np.where(cut, 0, windows.top)
+    left = np.where(cut, 0, windows.left)
+    full = np.where(cut[:, None], np.stack([windows.height, windows.width], 1), full)
+    return Windows(top, left, windows.height, windows.width, windows.flip), full

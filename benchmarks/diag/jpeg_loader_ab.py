@@ -1,0 +1,58 @@
+"""The GPU JPEG loader under its settings, in one process (issue 15): decode lanes, region
+decoding (only each crop window), nvImageCodec's backends and hardware share, each on the
+image bench's JPEG workload (224² random resized crop + flip + normalize, batch 256), then
+DALI's whole pipeline and nvImageCodec decode alone on the same files for reference.
+
+Usage (on the device): ``python3 benchmarks/diag/jpeg_loader_ab.py [images] [batches]``;
+prints a line per variant and writes ``$OUT/jpeg_loader_ab.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from vidloader.bench import _images as bench
+from vidloader.images import ImageFolder, _nvimgcodec
+from vidloader.images._synthetic import write_image_folder
+from vidloader.pipeline import _image_decode
+
+HW = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
+VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
+    "1 lane, whole images": (1, False, HW, 1.0),
+    "1 lane, regions": (1, True, HW, 1.0),
+    "2 lanes, whole images": (2, False, HW, 1.0),
+    "2 lanes, regions": (2, True, HW, 1.0),
+    "3 lanes, regions": (3, True, HW, 1.0),
+    "4 lanes, regions": (4, True, HW, 1.0),
+    "2 lanes, regions, hw 0.7 + cuda": (2, True, ("HW_GPU_ONLY", "GPU_ONLY"), 0.7),
+    "3 lanes, regions, hw 0.7 + cuda": (3, True, ("HW_GPU_ONLY", "GPU_ONLY"), 0.7),
+}
+
+
+def main() -> int:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 60
+    root = write_image_folder("/tmp/jpeg-ab", num_classes=10, per_class=count // 10)
+    folder = ImageFolder(root, progress=False)
+    results: dict = {"files": len(folder), "batch": 256, "batches": batches}
+    only = os.environ.get("AB_ONLY")
+    for label, (lanes, regions, backends, share) in VARIANTS.items():
+        if only and only not in label:
+            continue
+        _image_decode.NVIMGCODEC_LANES, _image_decode.ROI_DECODE = lanes, regions
+        _nvimgcodec.BACKENDS, _nvimgcodec.DEFAULT_HW_LOAD = backends, share
+        bench._attempt(results, label,
+                       lambda: bench._jpeg_vidloader(folder, "cuda", 256, batches, "nvimgcodec", 0))
+    _nvimgcodec.BACKENDS, _nvimgcodec.DEFAULT_HW_LOAD = HW, 1.0
+    bench._attempt(results, "nvimgcodec decode alone", lambda: bench._decode_nvimgcodec(folder, 256, batches))
+    bench._attempt(results, "DALI pipeline", lambda: bench._dali(str(root), 256, batches))
+    out = Path(os.environ.get("OUT", ".")) / "jpeg_loader_ab.json"
+    out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
