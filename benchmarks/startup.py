@@ -41,7 +41,9 @@ def _one_loader(index, args, timeline=None) -> dict:
         sampler.phase = "construct"
     loader = vidloader.VideoLoader(index, sampler=vidloader.RandomFrames(seed=0),
                                    batch_size=args.batch_size, size=(args.size, args.size),
-                                   backend=args.backend, num_workers=args.workers)
+                                   backend=args.backend, num_workers=args.workers,
+                                   **({"nvdec_decoders": args.nvdec_decoders}
+                                      if args.nvdec_decoders else {}))
     constructed = time.monotonic() - created
     try:
         if sampler:
@@ -102,6 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", default=None, help="where the datasets are cached (bench's default)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--size", type=int, default=224)
+    p.add_argument("--nvdec-decoders", type=int, default=0,
+                   help="NVDEC decoders (VideoLoader's nvdec_decoders; 0: its default)")
     p.add_argument("--out", default=None, help="JSON file")
     p.add_argument("--profile", action="store_true", help="sample stacks in each phase")
     p.add_argument("--profile-interval", type=float, default=0.01, help="seconds between samples")
@@ -139,7 +143,8 @@ def main(argv=None) -> int:
         print(f"CUDA started before the loaders in {cuda_s} s", flush=True)
     result = {"command": " ".join(sys.argv), "machine": describe_machine(),
               "dataset": f"W1-{args.scale} ({len(index)} videos)", "backend": args.backend,
-              "workers": args.workers, "patches": args.patch, "cuda_first_s": cuda_s,
+              "workers": args.workers, "nvdec_decoders": args.nvdec_decoders or "default",
+              "patches": args.patch, "cuda_first_s": cuda_s,
               "env": {k: v for k, v in os.environ.items() if k.startswith("VIDLOADER_")}, "load_avg_before": load_average(), "loaders": []}
     timeline = None
     if args.timeline:

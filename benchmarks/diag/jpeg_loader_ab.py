@@ -35,17 +35,29 @@ VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
 def main() -> int:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     batches = int(sys.argv[2]) if len(sys.argv) > 2 else 60
-    root = write_image_folder("/tmp/jpeg-ab", num_classes=10, per_class=count // 10)
+    copies = int(os.environ.get("AB_COPIES", "1"))
+    root = write_image_folder(f"/tmp/jpeg-ab-x{copies}", num_classes=10, per_class=count // 10,
+                              copies=copies)
     folder = ImageFolder(root, progress=False)
-    results: dict = {"files": len(folder), "batch": 256, "batches": batches}
+    results: dict = {"files": len(folder), "copies": copies, "batch": 256, "batches": batches}
     only = os.environ.get("AB_ONLY")
     for label, (lanes, regions, backends, share) in VARIANTS.items():
         if only and only not in label:
             continue
         _image_decode.NVIMGCODEC_LANES, _image_decode.ROI_DECODE = lanes, regions
         _nvimgcodec.BACKENDS, _nvimgcodec.DEFAULT_HW_LOAD = backends, share
+        sampler = None
+        if os.environ.get("AB_PROFILE") == label:  # where each thread spends this variant
+            from vidloader.bench._stacks import StackSampler
+
+            sampler = StackSampler(interval=0.002).start()
+            sampler.phase = "run"
         bench._attempt(results, label,
                        lambda: bench._jpeg_vidloader(folder, "cuda", 256, batches, "nvimgcodec", 0))
+        if sampler is not None:
+            sampler.stop()
+            results[f"{label} profile"] = sampler.summary(top=10)
+            print(json.dumps(results[f"{label} profile"], indent=1), flush=True)
     _nvimgcodec.BACKENDS, _nvimgcodec.DEFAULT_HW_LOAD = HW, 1.0
     bench._attempt(results, "nvimgcodec decode alone", lambda: bench._decode_nvimgcodec(folder, 256, batches))
     bench._attempt(results, "DALI pipeline", lambda: bench._dali(str(root), 256, batches))

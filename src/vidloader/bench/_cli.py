@@ -221,6 +221,9 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-batches", type=int, default=20,
                    help="timed batches of the torchvision-style CIFAR reference (default 20)")
     p.add_argument("--images", type=int, default=5000, help="JPEGs to generate (default 5000)")
+    p.add_argument("--copies", type=int, default=1,
+                   help="hard links per generated JPEG, for epochs longer than the files "
+                        "generated (default 1: none)")
     p.add_argument("--workers", type=int, default=None, help="Pillow workers (default: cores)")
     p.add_argument("--data-dir", default=None, help="default ~/.cache/vidloader/bench-images")
     p.add_argument("--resize-reps", type=int, default=5, help="timed batches per resize method")

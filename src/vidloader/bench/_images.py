@@ -263,7 +263,10 @@ def _jpeg(args, data: Path, device: str) -> dict:
     from ..images import ImageFolder
     from ..images._synthetic import write_image_folder
 
-    root = write_image_folder(data / "jpeg", num_classes=10, per_class=args.images // 10)
+    copies = max(1, getattr(args, "copies", 1))
+    name = "jpeg" if copies == 1 else f"jpeg-x{copies}"
+    root = write_image_folder(data / name, num_classes=10, per_class=args.images // 10,
+                              copies=copies)
     folder = ImageFolder(root)
     b, n = args.batch_size, args.batches
     results: dict = {"files": len(folder)}

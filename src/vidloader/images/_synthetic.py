@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -68,8 +69,12 @@ def natural_like(height: int, width: int, rng: np.random.Generator) -> np.ndarra
 
 def write_image_folder(root: str | os.PathLike, *, num_classes: int = 4, per_class: int = 8,
                        size: tuple[int, int] = (375, 500), quality: int = 90,
-                       seed: int = 0) -> Path:
-    """Write ``root/class_<k>/img_<i>.jpg`` baseline JPEGs of ``size`` (height, width)."""
+                       seed: int = 0, copies: int = 1) -> Path:
+    """Write ``root/class_<k>/img_<i>.jpg`` baseline JPEGs of ``size`` (height, width).
+
+    ``copies`` > 1 adds ``img_<i>_c<c>.jpg`` hard links to each (copies where the file system
+    has no links): a folder ``copies`` times larger for the cost of generating one, so a
+    benchmark's epochs are long enough to time the loader between epoch boundaries."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -81,4 +86,15 @@ def write_image_folder(root: str | os.PathLike, *, num_classes: int = 4, per_cla
             path = folder / f"img_{i:05d}.jpg"
             if not path.exists():
                 Image.fromarray(natural_like(*size, rng)).save(path, quality=quality)
+            for c in range(1, copies):
+                _link(path, folder / f"img_{i:05d}_c{c}.jpg")
     return root
+
+
+def _link(source: Path, target: Path) -> None:
+    if target.exists():
+        return
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
