@@ -41,6 +41,9 @@ def main() -> int:
     folder = ImageFolder(root, progress=False)
     results: dict = {"files": len(folder), "copies": copies, "batch": 256, "batches": batches}
     only = os.environ.get("AB_ONLY")
+    if os.environ.get("AB_SWITCH"):  # the GIL's switch interval (Python's default 5 ms)
+        sys.setswitchinterval(float(os.environ["AB_SWITCH"]))
+        results["switch_interval_s"] = sys.getswitchinterval()
     for label, (lanes, regions, backends, share) in VARIANTS.items():
         if only and only not in label:
             continue
