@@ -7,6 +7,6 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 for sw in default 0.0001; do
   extra=""; [ $sw != default ] && extra="AB_SWITCH=$sw"
   echo "== switch interval $sw"
-  env $extra AB_COPIES=5 AB_ONLY="lanes" timeout 200 python3 benchmarks/diag/jpeg_loader_ab.py 4000 60 2>&1 | grep -v -i "nvjpeg2k\|nvtiff\|^\[" > $OUT/jpeg_loader_ab_$sw.log
+  env $extra AB_COPIES=5 AB_ONLY="lane" timeout 200 python3 benchmarks/diag/jpeg_loader_ab.py 4000 60 2>&1 | grep -v -i "nvjpeg2k\|nvtiff\|^\[" > $OUT/jpeg_loader_ab_$sw.log
   cp $OUT/jpeg_loader_ab.json $OUT/jpeg_loader_ab_$sw.json; grep "images/s" $OUT/jpeg_loader_ab_$sw.log
 done
