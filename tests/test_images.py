@@ -250,7 +250,7 @@ def test_stand_in_batch_decoder_matches_pillow_workers(folder):
     assert opens.paths == len(ds) and by_path.stats["skipped_samples"] == 1
 
 
-def test_region_decodes_give_the_pillow_rows_and_skip_turned_files(folder):
+def test_region_decodes_give_the_pillow_rows_and_skip_turned_files(folder, monkeypatch):
     """A decoder that decodes each crop window alone (nvImageCodec's region of interest) is
     asked for the window of every upright file whose window is smaller than the image, never
     for the EXIF-turned one (its region would be in the stored pixels), and the batches equal
@@ -278,6 +278,9 @@ def test_region_decodes_give_the_pillow_rows_and_skip_turned_files(folder):
                 out.append(torch.from_numpy(image))
             return out
 
+    from vidloader.pipeline import _image_decode
+
+    monkeypatch.setattr(_image_decode, "ROI_DECODE", True)  # off by default (measured)
     ds = ImageFolder(folder, num_workers=0, progress=False)
     assert ds.orientations.tolist() == [1, 1, 1, 1, 6, 1, 1]
     proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
@@ -319,7 +322,7 @@ def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
             return out
 
     monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", StandIn)
-    monkeypatch.setattr(_image_decode, "NVIMGCODEC_LANES", 2)  # one by default (measured)
+    monkeypatch.setattr(_image_decode, "NVIMGCODEC_LANES", 2)
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
     lanes = ImageLoader(ds, batch_size=2, processing=proc, on_error="skip", decoder=StandIn("cpu"))

@@ -4,8 +4,8 @@ augmentation thread with a stream of its own.
 
 A lane decodes a batch: has nvImageCodec open the plan's files (a ``CodeStream`` from a path
 is read in C++, without the GIL; a batch-decoder object given bytes gets them from reader
-threads instead), decoding only each row's crop window where it can (a random resized crop
-keeps about half an image: nvImageCodec decodes that region alone), and records an event.
+threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
+records an event.
 The augmentation thread takes the batches in order, makes its stream wait for the lane's
 event (a GPU-side wait), runs the batched crop/resize/normalize
 (:func:`~..images._batched.crop_resize_batch`) into the batch's slot and records an event;
@@ -81,14 +81,16 @@ class _Streams:
 
 
 #: Decode lanes for nvImageCodec, each a thread with its own decoder and CUDA stream, batches
-#: dealt to them in turn. Session 9 measured more lanes as slower (6,319 images/s on one,
-#: 6,109 on two), but the augmentation then ran on the consumer's thread between decodes;
-#: session 13 measures the count with the augmentation on its own thread
-#: (``benchmarks/results/gpu/session13-*``).
+#: dealt to them in turn. With the augmentation on its own thread, four calls on the H200
+#: (session13-4..6, whole images) gave one lane 7,463 / 7,266 / 7,849 / 7,243 images/s and
+#: two 7,408 / 8,279 / 7,857 / 7,420: two by a small margin; three and four were slower.
 NVIMGCODEC_LANES = 2
 
 #: Decode only each row's crop window where the decoder can (``decode_files(..., regions=)``).
-ROI_DECODE = True
+#: Off: in the same four calls it was slower in seven of eight pairs (e.g. two lanes 7,315 /
+#: 6,248 / 7,051 / 6,453 against whole images 7,408 / 8,279 / 7,857 / 7,420): the hardware
+#: decoder's time does not follow the pixels kept.
+ROI_DECODE = False
 
 
 class _Stage:
