@@ -29,6 +29,7 @@ VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
     "4 lanes, regions": (4, True, HW, 1.0),
     "2 lanes, regions, hw 0.7 + cuda": (2, True, ("HW_GPU_ONLY", "GPU_ONLY"), 0.7),
     "3 lanes, regions, hw 0.7 + cuda": (3, True, ("HW_GPU_ONLY", "GPU_ONLY"), 0.7),
+    "1 lane, whole images, again": (1, False, HW, 1.0),
 }
 
 
@@ -41,6 +42,14 @@ def main() -> int:
     folder = ImageFolder(root, progress=False)
     results: dict = {"files": len(folder), "copies": copies, "batch": 256, "batches": batches}
     only = os.environ.get("AB_ONLY")
+    if os.environ.get("AB_TORCH_THREADS"):  # torch's intra-op threads in this process
+        import torch
+
+        torch.set_num_threads(int(os.environ["AB_TORCH_THREADS"]))
+        results["torch_threads"] = torch.get_num_threads()
+    if os.environ.get("AB_NV_THREADS"):  # each nvImageCodec decoder's CPU threads
+        _nvimgcodec.CPU_THREADS = int(os.environ["AB_NV_THREADS"])
+        results["nvimgcodec_cpu_threads"] = _nvimgcodec.CPU_THREADS
     if os.environ.get("AB_SWITCH"):  # the GIL's switch interval (Python's default 5 ms)
         sys.setswitchinterval(float(os.environ["AB_SWITCH"]))
         results["switch_interval_s"] = sys.getswitchinterval()

@@ -16,6 +16,10 @@ DEFAULT_HW_LOAD = 1.0
 #: decoding, hybrid CPU/GPU, then the CPU (PNG, CMYK JPEG).
 BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
 
+#: CPU threads of each decoder's own pool (nvImageCodec's ``max_num_cpu_threads``; 0: one per
+#: core, its default).
+CPU_THREADS = 0
+
 
 class NvImageCodecDecoder:
     """Decodes a batch of encoded images to upright RGB uint8 ``[H, W, 3]`` CUDA tensors.
@@ -43,7 +47,8 @@ class NvImageCodecDecoder:
         backends = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, kind),
                                        load_hint=hw_load if kind == "HW_GPU_ONLY" else 1.0)
                     for kind in BACKENDS]
-        self._decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=backends)
+        self._decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=backends,
+                                           max_num_cpu_threads=CPU_THREADS)
         colors = nvimgcodec.ColorSpec  # SRGB since 0.5, RGB before
         spec = colors.SRGB if hasattr(colors, "SRGB") else colors.RGB
         #: Images nvImageCodec could not decode and Pillow did (see :meth:`_on_cpu`).
