@@ -3,7 +3,6 @@ ImageLoader exactness against Pillow, augmentations, resume, sharding, errors, D
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import io
 import os
@@ -552,7 +551,6 @@ def test_nvimgcodec_decoder_falls_back_to_pillow_for_what_it_cannot_decode(folde
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
     dec = NvImageCodecDecoder.__new__(NvImageCodecDecoder)  # nvImageCodec itself is not needed
     dec.device, dec.cpu_fallbacks, dec._params = torch.device("cpu"), 0, None
-    dec._spare = collections.deque()
     dec._code_stream = lambda blob: blob
     dec._decoder = SimpleNamespace(decode=lambda streams, **kw: [None] * len(streams))
     names = ["banana/5_plain.png", "apple/0_baseline.jpg", "banana/7_not_an_image.jpg"]
@@ -584,50 +582,3 @@ def test_image_bench_counts_every_kind_of_batch():
     assert _count([{"data": torch.zeros(7, 3, 4, 4)}]) == 7
     assert _count({"images": torch.zeros(3, 4, 4, 3)}) == 3
     assert _count((torch.zeros(6, 3, 4, 4), torch.zeros(6))) == 6
-
-
-def test_nvimgcodec_decoder_decodes_into_given_back_images_once_they_are_free(monkeypatch):
-    """A batch's nvImageCodec images, given back with the event after which nothing reads
-    them, are decoded into by a later batch of the same size, never before the event has
-    passed, never twice; a list of another size is dropped."""
-    from types import SimpleNamespace
-
-    from vidloader.images._nvimgcodec import NvImageCodecDecoder
-
-    given = []
-
-    def decode(streams, images=None, **kw):  # arrays stand in for nvImageCodec's images
-        given.append(images)
-        return images if images is not None else [np.zeros((2, 2, 3), np.uint8) for _ in streams]
-
-    class Event:
-        def __init__(self, passed):
-            self.passed = passed
-
-        def query(self):
-            return self.passed
-
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
-    dec = NvImageCodecDecoder.__new__(NvImageCodecDecoder)
-    dec.device, dec.cpu_fallbacks, dec._params = torch.device("cpu"), 0, None
-    dec._spare = collections.deque()
-    dec._code_stream = lambda blob: blob
-    dec._decoder = SimpleNamespace(decode=decode)
-    dec.decode([b"a", b"b"])
-    first = dec.last_images
-    pending = Event(False)
-    dec.give_back(first, pending)
-    dec.decode([b"c", b"d"])
-    assert given[-1] is None  # still read: new images
-    second = dec.last_images
-    pending.passed = True
-    dec.give_back(second, None)
-    dec.decode([b"e", b"f"])
-    assert given[-1] is first  # the oldest free list, once its event passed
-    dec.decode([b"g", b"h"])
-    assert given[-1] is second
-    dec.decode([b"i", b"j"])
-    assert given[-1] is None  # each list is taken once
-    dec.give_back(dec.last_images, None)
-    dec.decode([b"k"])
-    assert given[-1] is None and not dec._spare  # another size: dropped

@@ -47,9 +47,6 @@ def main() -> int:
 
         torch.set_num_threads(int(os.environ["AB_TORCH_THREADS"]))
         results["torch_threads"] = torch.get_num_threads()
-    if os.environ.get("AB_REUSE"):  # decode into a finished batch's images (1) or new ones (0)
-        _nvimgcodec.REUSE_IMAGES = os.environ["AB_REUSE"] == "1"
-        results["reuse_images"] = _nvimgcodec.REUSE_IMAGES
     if os.environ.get("AB_NV_THREADS"):  # each nvImageCodec decoder's CPU threads
         _nvimgcodec.CPU_THREADS = int(os.environ["AB_NV_THREADS"])
         results["nvimgcodec_cpu_threads"] = _nvimgcodec.CPU_THREADS

@@ -4,8 +4,6 @@ neither takes (PNG, CMYK JPEG), and Pillow for what no installed backend decodes
 
 from __future__ import annotations
 
-import collections
-
 import torch
 
 from .._utils._imports import require
@@ -17,10 +15,6 @@ DEFAULT_HW_LOAD = 1.0
 #: nvImageCodec's backends, in the order it tries them: the hardware JPEG decoder, CUDA
 #: decoding, hybrid CPU/GPU, then the CPU (PNG, CMYK JPEG).
 BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
-
-#: Decode into the images of a batch whose use has ended (``Decoder.decode(images=)``) instead
-#: of new ones: new images are allocated by nvImageCodec and their memory freed when dropped.
-REUSE_IMAGES = True
 
 #: CPU threads of each decoder's own pool (nvImageCodec's ``max_num_cpu_threads``; 0: one per
 #: core, its default).
@@ -59,16 +53,12 @@ class NvImageCodecDecoder:
         spec = colors.SRGB if hasattr(colors, "SRGB") else colors.RGB
         #: Images nvImageCodec could not decode and Pillow did (see :meth:`_on_cpu`).
         self.cpu_fallbacks = 0
-        #: nvImageCodec's images of the last decode call (what :meth:`give_back` takes back).
-        self.last_images: list = []
-        self._spare: collections.deque = collections.deque()  # (event or None, images)
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=True, color_spec=spec,
                                                allow_any_depth=False)
 
     def decode(self, blobs: list[bytes | None]) -> list[torch.Tensor | None]:
         """One tensor per blob on :attr:`device`, ``None`` where a blob is ``None`` or could
         not be decoded. Ordered on torch's current stream."""
-        self.last_images = []
         streams = [self._parse(b) for b in blobs]
         todo = [i for i, cs in enumerate(streams) if cs is not None]
         out: list[torch.Tensor | None] = [None] * len(blobs)
@@ -92,7 +82,6 @@ class NvImageCodecDecoder:
         pixels (end exclusive): only that window is decoded (nvImageCodec's region of
         interest), so a random resized crop does not pay for the pixels it drops. Callers
         check the shape they get: a file decoded by Pillow is whole."""
-        self.last_images = []
         streams = [self._open(p) for p in paths]
         if regions is not None:
             streams = [self._crop(cs, r) for cs, r in zip(streams, regions)]
@@ -119,31 +108,10 @@ class NvImageCodecDecoder:
         except Exception:  # noqa: BLE001 - a region it refuses: decode the whole image
             return stream
 
-    def give_back(self, images: list, done=None) -> None:
-        """``images`` (a :attr:`last_images`) may be decoded into again once ``done`` (a CUDA
-        event; ``None``: at once) has passed: nothing reads the tensors made from them after
-        it. Thread-safe against a decode on another thread."""
-        if REUSE_IMAGES and images and all(x is not None for x in images):
-            self._spare.append((done, images))
-
-    def _reusable(self, count: int):
-        """Images of a finished batch of ``count`` images to decode into, or ``None``."""
-        while self._spare:
-            done, images = self._spare[0]
-            if done is not None and not done.query():
-                return None  # the oldest is still read; the younger ones too
-            self._spare.popleft()
-            if len(images) == count:
-                return images
-        return None
-
     def _decode_into(self, out: list, todo: list[int], streams: list) -> None:
         """Decode ``streams`` on torch's current stream into ``out[todo[k]]``."""
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        reuse = self._reusable(len(streams)) if REUSE_IMAGES else None
-        images = self._decoder.decode(streams, images=reuse, params=self._params,
-                                      cuda_stream=stream)
-        self.last_images = images
+        images = self._decoder.decode(streams, params=self._params, cuda_stream=stream)
         for i, image in zip(todo, images):
             if image is not None:
                 t = torch.as_tensor(image, device=self.device)

@@ -170,8 +170,8 @@ class BatchDecodePool(BatchPool):
                       [self.reader.submit(read_file, path) for path in paths])
             decoded = lane.thread.submit(self._decode, lane, plan, source)
             staging = self.slots[slot_id]["images"][start:start + plan.batch_size]
-            fills.append(self.augmenter.thread.submit(self._augment, lane, decoded, plan,
-                                                      staging, copied_out))
+            fills.append(self.augmenter.thread.submit(self._augment, decoded, plan, staging,
+                                                      copied_out))
         self._pending.append((task, fills))
 
     @property
@@ -193,13 +193,12 @@ class BatchDecodePool(BatchPool):
                           else lane.decoder.decode_files(source))
             else:
                 images = lane.decoder.decode([f.result() for f in source])
-            handles = getattr(lane.decoder, "last_images", None)
-            return images, windows, regions, lane.streams.record(lane.streams.decode), handles
+            return images, windows, regions, lane.streams.record(lane.streams.decode)
 
-    def _augment(self, lane: _Lane, decoded, plan, staging: torch.Tensor, copied_out):
+    def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
         ``staging`` on this thread's stream; ``(valid, errors, done event)``."""
-        images, windows, regions, ready, handles = decoded.result()  # re-raises its error
+        images, windows, regions, ready = decoded.result()  # re-raises the decoder's error
         stage = self.augmenter
         with stage.streams.decoding():
             stage.streams.wait(copied_out)
@@ -208,9 +207,6 @@ class BatchDecodePool(BatchPool):
                                              staging, windows, regions)
             done = stage.streams.record(stage.streams.decode)
             stage.keep(done, images)
-        give_back = getattr(lane.decoder, "give_back", None)
-        if handles is not None and give_back is not None:
-            give_back(handles, done)  # the lane may decode into them once ``done`` has passed
         return valid, errors, done
 
     def get(self):
