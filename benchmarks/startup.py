@@ -117,6 +117,9 @@ def main(argv=None) -> int:
     p.add_argument("--cuda-first", action="store_true",
                    help="start CUDA before the first loader, as a training script that moved its "
                         "model to the GPU has (its cost is then not the loader's)")
+    p.add_argument("--prime-nvdec", action="store_true",
+                   help="decode one frame on NVDEC (vidloader.decode_frames) before the first "
+                        "loader: whether the first loader's extra wait is paid once per process")
     p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
                    help="set a module constant for this run (A/B of a change), e.g. "
                         "vidloader.pipeline._pool.PARTS_COUNT_AS_ROWS=False")
@@ -141,7 +144,18 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         cuda_s = round(time.monotonic() - t, 3)
         print(f"CUDA started before the loaders in {cuda_s} s", flush=True)
-    result = {"command": " ".join(sys.argv), "machine": describe_machine(),
+    prime_s = None
+    if args.prime_nvdec:
+        import torch
+
+        import vidloader
+
+        t = time.monotonic()
+        vidloader.decode_frames(index[0].path, [0], backend="nvdec", index_record=index[0])
+        torch.cuda.synchronize()
+        prime_s = round(time.monotonic() - t, 3)
+        print(f"one NVDEC frame decoded before the loaders in {prime_s} s", flush=True)
+    result = {"command": " ".join(sys.argv), "prime_nvdec_s": prime_s, "machine": describe_machine(),
               "dataset": f"W1-{args.scale} ({len(index)} videos)", "backend": args.backend,
               "workers": args.workers, "nvdec_decoders": args.nvdec_decoders or "default",
               "patches": args.patch, "cuda_first_s": cuda_s,
