@@ -53,7 +53,6 @@ from ._memory import (
     make_plan,
     nvdec_knobs,
 )
-from ._prime import prime_nvdec
 from ._routing import cpu_only_mask, nvdec_routing
 from ._scheduler import Scheduler
 from ._units import has_block_units, has_row_affinity, max_unit_batches
@@ -226,8 +225,6 @@ class VideoLoader:
             nv_options["caps"], self.nvdec_refusals = nvdec_routing(index, gpu=nv_options["device"])
         if uses_nvdec and fallback == "error" and self.nvdec_refusals:
             _refuse(index, self.nvdec_refusals)
-        if uses_nvdec:  # the process's first NVDEC decode, while the workers start
-            prime_nvdec(index, self.nvdec_refusals, nv_options["device"])
         if backend == "combo" and device is None:  # batches meet on the GPU
             device = torch.device("cuda", nv_options["device"])
         self.config = LoaderConfig(
