@@ -294,6 +294,79 @@ def test_region_decodes_give_the_pillow_rows_and_skip_turned_files(folder, monke
     assert len(asked) >= 4  # random resized crops are smaller than their image
 
 
+def test_two_lane_pool_raises_a_decoder_error_stops_early_and_goes_on(folder, monkeypatch):
+    """The GPU pool's own decoders (two lanes, the augmentation on its own thread), with
+    Pillow standing in: a decoder error reaches the loader as a WorkerError and leaves no pool
+    thread behind; an epoch stopped after one batch shuts down at once, and the next epoch of
+    persistent workers gives the Pillow path's batches."""
+    from vidloader.images import _nvimgcodec
+    from vidloader.pipeline import _image_decode
+
+    class StandIn:
+        name = "nvimgcodec"
+        fail_at = None
+
+        def __init__(self, device):
+            self.calls = 0
+
+        def decode_files(self, paths):
+            self.calls += 1
+            if StandIn.fail_at is not None and self.calls >= StandIn.fail_at:
+                raise RuntimeError("decoder broke")
+            return [torch.from_numpy(np.array(ImageOps.exif_transpose(Image.open(p)).convert("RGB")))
+                    if not p.endswith(("6_truncated.jpg", "7_not_an_image.jpg")) else None
+                    for p in paths]
+
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", StandIn)
+    monkeypatch.setattr(_image_decode, "NVIMGCODEC_LANES", 2)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+
+    def pool_threads():
+        return [t for t in threading.enumerate() if t.name.startswith(("vidloader-decode",
+                                                                      "vidloader-augment"))]
+
+    def loader(**options):
+        made = ImageLoader(ds, batch_size=2, processing=proc, on_error="skip",
+                           decoder=StandIn("cpu"), **options)
+        made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+        return made
+
+    StandIn.fail_at = 2
+    with pytest.raises(WorkerError, match="decoder broke"):
+        list(loader())
+    assert not pool_threads()
+    StandIn.fail_at = None
+    persistent = loader(persistent_workers=True)
+    try:
+        for _ in persistent:
+            break
+        persistent.set_epoch(1)
+        pillow = ImageLoader(ds, batch_size=2, processing=proc, num_workers=0, on_error="skip")
+        pillow.set_epoch(1)
+        for x, y in zip(pillow, persistent, strict=True):
+            assert torch.equal(x["images"], y["images"])
+    finally:
+        persistent.shutdown()
+    assert not pool_threads()
+
+
+def test_an_orientation_tag_without_a_number_is_kept_as_stored(tmp_path):
+    """A JPEG whose orientation tag holds text is read as stored (as Pillow's exif_transpose
+    leaves it), with orientation 0 (unknown: never decoded by region)."""
+    root = tmp_path / "odd"
+    (root / "a").mkdir(parents=True)
+    import struct
+
+    # One IFD entry: tag 0x0112 of type ASCII (2), 3 bytes "ab\\0", stored inline.
+    tiff = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", 1)
+    tiff += struct.pack("<HHI", 0x0112, 2, 3) + b"ab\x00\x00" + struct.pack("<I", 0)
+    image = Image.fromarray(natural_like(48, 64, np.random.default_rng(2)))
+    image.save(root / "a" / "x.jpg", exif=b"Exif\x00\x00" + tiff)
+    ds = ImageFolder(root, num_workers=0, progress=False, on_error="raise")
+    assert ds.sizes.tolist() == [[48, 64]] and ds.orientations.tolist() == [0]
+
+
 def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
     """nvImageCodec's pool can deal plans to several decode threads, each with its own
     decoder and stream; batches still come in order and equal the Pillow path's."""

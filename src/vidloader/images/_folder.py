@@ -95,7 +95,8 @@ class ImageFolder(ImageDataset):
     Attributes:
         root (str), classes (list[str]), labels (np.ndarray int64 ``[N]``), sizes
         (np.ndarray int64 ``[N, 2]``: upright height, width), orientations (np.ndarray int8
-        ``[N]``: EXIF orientation, 1 for upright files), rejected (list of
+        ``[N]``: EXIF orientation 1-8, 1 for files without one, 0 for a tag that holds no
+        such number), rejected (list of
         ``(path, reason)``).
 
     Raises:

@@ -80,8 +80,8 @@ class NvImageCodecDecoder:
 
         ``regions``: per file ``None`` or ``(top, left, bottom, right)`` in the stored
         pixels (end exclusive): only that window is decoded (nvImageCodec's region of
-        interest), so a random resized crop does not pay for the pixels it drops. Callers
-        check the shape they get: a file decoded by Pillow is whole."""
+        interest; on the H200 no faster than whole images, see the pool's ``ROI_DECODE``).
+        Callers check the shape they get: a file decoded by Pillow is whole."""
         streams = [self._open(p) for p in paths]
         if regions is not None:
             streams = [self._crop(cs, r) for cs, r in zip(streams, regions)]

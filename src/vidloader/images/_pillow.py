@@ -35,19 +35,10 @@ def _upright(width: int, height: int, orientation: int) -> tuple[int, int]:
     return (width, height) if orientation in _QUARTER_TURNS else (height, width)
 
 
-def probe_image(path: str) -> tuple[int, int]:
-    """Upright ``(height, width)`` from the file's header (EXIF orientation applied).
-
-    Raises:
-        CorruptImageError: not an image Pillow can open.
-    """
-    height, width, _ = probe_image_header(path)
-    return height, width
-
-
 def probe_image_header(path: str) -> tuple[int, int, int]:
-    """Upright ``(height, width)`` and the EXIF orientation (1 when absent) from the file's
-    header.
+    """Upright ``(height, width)`` and the EXIF orientation from the file's header: 1 to 8,
+    1 when absent, 0 when the tag holds no such number (the size is then the stored one, as
+    Pillow's ``exif_transpose`` leaves such a file).
 
     Raises:
         CorruptImageError: not an image Pillow can open.
@@ -55,7 +46,8 @@ def probe_image_header(path: str) -> tuple[int, int, int]:
     image_mod, _ = _pil()
     try:
         with image_mod.open(path) as im:
-            orientation = int(im.getexif().get(_ORIENTATION_TAG, 1))
+            tag = im.getexif().get(_ORIENTATION_TAG, 1)
+            orientation = tag if isinstance(tag, int) and 1 <= tag <= 8 else 0
             return (*_upright(im.size[0], im.size[1], orientation), orientation)
     except (OSError, SyntaxError, ValueError, image_mod.DecompressionBombError) as exc:
         raise _corrupt(path, exc) from exc

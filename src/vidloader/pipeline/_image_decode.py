@@ -52,18 +52,19 @@ def allocate_final_slots(config, num_slots: int, device: torch.device) -> list:
 
 
 class _Streams:
-    """The decode stream and its events on a GPU; no-ops on the CPU (a stand-in decoder)."""
+    """A thread's own CUDA stream and events on a GPU; no-ops on the CPU (a stand-in
+    decoder)."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.device = device
-        self.decode = torch.cuda.Stream(device) if self.cuda else None
+        self.own = torch.cuda.Stream(device) if self.cuda else None
 
-    def decoding(self):
-        """Context for the decode thread: the decoder orders its work on the decode stream."""
+    def current(self):
+        """Context in which the thread's work is ordered on its own stream."""
         import contextlib
 
-        return torch.cuda.stream(self.decode) if self.cuda else contextlib.nullcontext()
+        return torch.cuda.stream(self.own) if self.cuda else contextlib.nullcontext()
 
     def record(self, stream=None):
         """An event at the current point of ``stream`` (default: the current stream)."""
@@ -74,8 +75,8 @@ class _Streams:
         return event
 
     def wait(self, event) -> None:
-        """The current stream (the consumer's, or a lane's inside :meth:`decoding`) waits, on
-        the GPU, for ``event``."""
+        """The current stream (the consumer's, or the augmentation thread's inside
+        :meth:`current`) waits, on the GPU, for ``event``."""
         if event is not None:
             torch.cuda.current_stream(self.device).wait_event(event)
 
@@ -93,13 +94,22 @@ NVIMGCODEC_LANES = 2
 ROI_DECODE = False
 
 
-class _Stage:
-    """A thread with its CUDA stream (none on the CPU), and the decoded images its queued
-    kernels may still read."""
+class _Lane:
+    """A decode thread with its decoder and its CUDA stream."""
 
-    def __init__(self, device: torch.device, name: str) -> None:
+    def __init__(self, decoder, device: torch.device, number: int) -> None:
+        self.decoder = decoder
         self.streams = _Streams(device)
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"vidloader-decode-{number}")
+
+
+class _Augmenter:
+    """The augmentation thread with its CUDA stream, and the decoded images its queued kernels
+    may still read."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.streams = _Streams(device)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="vidloader-augment")
         self.in_use: collections.deque = collections.deque()  # (event, decoded images)
 
     def keep(self, event, images) -> None:
@@ -108,18 +118,6 @@ class _Stage:
             self.in_use.popleft()
         if event is not None:
             self.in_use.append((event, images))
-
-    def shutdown(self) -> None:
-        self.thread.shutdown(wait=True, cancel_futures=True)
-        self.in_use.clear()
-
-
-class _Lane(_Stage):
-    """A decode thread with its decoder and its CUDA stream."""
-
-    def __init__(self, decoder, device: torch.device, number: int) -> None:
-        super().__init__(device, f"vidloader-decode-{number}")
-        self.decoder = decoder
 
 
 class BatchDecodePool(BatchPool):
@@ -147,7 +145,7 @@ class BatchDecodePool(BatchPool):
         self.lanes = [_Lane(d, device, k) for k, d in enumerate(decoders)]
         self.decoder = decoders[0]
         self._next_lane = 0
-        self.augmenter = _Stage(device, "vidloader-augment")
+        self.augmenter = _Augmenter(device)
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
         self.streams = _Streams(device)  # the consumer's side: records and waits
         self.slots = allocate_final_slots(config, num_slots, device)
@@ -185,7 +183,7 @@ class BatchDecodePool(BatchPool):
         config = self.config
         windows = plan_windows(config, plan)
         regions = None
-        with lane.streams.decoding():
+        with lane.streams.current():
             if self._opens_files:
                 if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
                     regions = decode_regions(config, plan, windows)
@@ -193,20 +191,22 @@ class BatchDecodePool(BatchPool):
                           else lane.decoder.decode_files(source))
             else:
                 images = lane.decoder.decode([f.result() for f in source])
-            return images, windows, regions, lane.streams.record(lane.streams.decode)
+            return images, windows, regions, lane.streams.record(lane.streams.own)
 
     def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
         ``staging`` on this thread's stream; ``(valid, errors, done event)``."""
         images, windows, regions, ready = decoded.result()  # re-raises the decoder's error
         stage = self.augmenter
-        with stage.streams.decoding():
+        with stage.streams.current():
             stage.streams.wait(copied_out)
             stage.streams.wait(ready)
-            valid, errors = fill_from_images(self.config, self.decoder.name, images, plan,
-                                             staging, windows, regions)
-            done = stage.streams.record(stage.streams.decode)
-            stage.keep(done, images)
+            try:
+                valid, errors = fill_from_images(self.config, self.decoder.name, images, plan,
+                                                 staging, windows, regions)
+            finally:  # kernels may be queued even when it raised: the images outlive them
+                done = stage.streams.record(stage.streams.own)
+                stage.keep(done, images)
         return valid, errors, done
 
     def get(self):
@@ -214,7 +214,7 @@ class BatchDecodePool(BatchPool):
             task, fills = self._pending.popleft()
             fills = iter(fills)
 
-            def fill(plan, staging, fills=fills):
+            def fill(plan, staging, fills=fills):  # the rows are in the slot already
                 valid, errors, done = next(fills).result()  # re-raises a stage's error
                 self.streams.wait(done)
                 return valid, errors
@@ -222,10 +222,16 @@ class BatchDecodePool(BatchPool):
         return self._done.popleft()
 
     def shutdown(self) -> None:
-        self.reader.shutdown(wait=True, cancel_futures=True)
-        for stage in (*self.lanes, self.augmenter):
-            stage.shutdown()
+        # Cancel every stage's queued work first, so no thread goes on while another is
+        # joined; then join them; then wait for the GPU before dropping any decoded image
+        # (augmentation kernels may still be queued that read them).
+        executors = [self.reader, *(lane.thread for lane in self.lanes), self.augmenter.thread]
+        for executor in executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+        for executor in executors:
+            executor.shutdown(wait=True)
         if self.streams.cuda:
             torch.cuda.synchronize(self.streams.device)
+        self.augmenter.in_use.clear()
         self._pending.clear()
         self.slots = []

@@ -171,7 +171,8 @@ def fill_from_images(config, decoder_name: str, images: list, plan, staging: tor
     shapes = np.array([(x.shape[0], x.shape[1]) for x in kept], np.int64)
     full = sizes[rows]
     if regions is not None:
-        sub, full = _as_decoded_windows(sub, full, shapes, [regions[r] for r in rows])
+        paths = [dataset.path(int(plan.video_indices[r])) for r in rows]
+        sub, full = _as_decoded_windows(sub, full, shapes, [regions[r] for r in rows], paths)
     scales = shapes / full.astype(np.float64)
     if len(rows) == plan.batch_size:
         crop_resize_batch(kept, sub, config.out_hw, scales, proc=proc, out=staging)
@@ -209,11 +210,24 @@ def decode_regions(config, plan, windows: Windows) -> list | None:
             for k, t, x, b, r in zip(ok.tolist(), top, left, bottom, right)]
 
 
-def _as_decoded_windows(windows: Windows, full: np.ndarray, shapes: np.ndarray, regions: list):
+def _as_decoded_windows(windows: Windows, full: np.ndarray, shapes: np.ndarray, regions: list,
+                        paths: list[str]):
     """Windows and full sizes relative to what was decoded: a row decoded as its region
-    (its image has the region's size) is its own window, at the origin."""
+    (its image has the region's size) is its own window, at the origin; one decoded whole
+    (Pillow's fallback, or a decoder that ignored the region) keeps its window.
+
+    Raises:
+        RuntimeError: an image of neither size (the decoder clamped or aligned the region):
+            its window cannot be placed; turn ``ROI_DECODE`` off.
+    """
     asked = np.array([r is not None for r in regions])
     cut = asked & (shapes[:, 0] == windows.height) & (shapes[:, 1] == windows.width)
+    whole = (shapes == full).all(1)
+    for row in np.flatnonzero(asked & ~cut & ~whole):
+        raise RuntimeError(f"{paths[row]}: the decoder gave {tuple(shapes[row])} for region "
+                           f"{regions[row]} of a {tuple(full[row])} image, neither the region "
+                           "nor the whole image; set vidloader.pipeline._image_decode."
+                           "ROI_DECODE = False")
     if not cut.any():
         return windows, full
     top = np.where(cut, 0, windows.top)

@@ -265,7 +265,8 @@ class ImageLoader(VideoLoader):
         from ._image_decode import NVIMGCODEC_LANES
 
         config = self.config
-        ways = {"pillow": config.num_workers, "nvimgcodec": NVIMGCODEC_LANES}.get(config.backend, 1)
+        lanes = 1 if self._custom_decoder is not None else NVIMGCODEC_LANES  # see BatchDecodePool
+        ways = {"pillow": config.num_workers, "nvimgcodec": lanes}.get(config.backend, 1)
         return max(1, ways) + config.prefetch - 1
 
     def _start(self) -> None:
