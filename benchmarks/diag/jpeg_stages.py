@@ -190,31 +190,22 @@ def _clocked(name: str, fn):
 
 
 def _instrument(results: dict) -> None:
-    """Clock the loader's stages where they run: the decode thread's wait for its files and
-    its decode, the main thread's wait for a decoded plan and its augmentation."""
+    """Clock the loader's stages where they run: each decode lane's open and decode, the
+    augmentation thread's augmentation, the main thread's wait for a finished batch
+    (the pool of session 13: lanes and an augmentation thread)."""
     from concurrent.futures import Future
 
     from vidloader.pipeline import _image_decode
 
     pool_cls = _image_decode.BatchDecodePool
-    original_decode = pool_cls._decode
-
-    def _decode(lane, reads):
-        start = time.perf_counter()
-        for f in reads:
-            f.result()
-        SPENT["decode thread: wait for reads"] = SPENT.get("decode thread: wait for reads", 0.0) + time.perf_counter() - start
-        COUNTS["decode thread: wait for reads"] = COUNTS.get("decode thread: wait for reads", 0) + 1
-        return _clocked("decode thread: decode", original_decode)(lane, reads)
-    pool_cls._decode = staticmethod(_decode)
-    pool_cls._decode_files = staticmethod(_clocked("decode thread: open and decode",
-                                                   pool_cls._decode_files))
-    _image_decode.fill_from_images = _clocked("main: augment", _image_decode.fill_from_images)
+    pool_cls._decode = _clocked("decode lane: open and decode", pool_cls._decode)
+    _image_decode.fill_from_images = _clocked("augmentation thread: augment",
+                                              _image_decode.fill_from_images)
     original_result = Future.result
 
     def result(self, timeout=None):
         if threading.current_thread() is threading.main_thread():
-            return _clocked("main: wait for a decoded plan", original_result)(self, timeout)
+            return _clocked("main: wait for a finished batch", original_result)(self, timeout)
         return original_result(self, timeout)
     Future.result = result
 
