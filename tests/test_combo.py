@@ -296,10 +296,11 @@ def test_cpu_workers_take_the_newest_unit_and_only_beyond_nvdecs_horizon(monkeyp
     from vidloader.pipeline import _combo
 
     def unit(i):
-        return SimpleNamespace(unit=i, plans=[SimpleNamespace(batch_size=8)])
+        return SimpleNamespace(unit=i, plans=[SimpleNamespace(batch_size=8)], slot_ids=[i])
 
     pool = _combo.ComboPool.__new__(_combo.ComboPool)  # the dealing logic alone
     pool._cpu_queue, pool._queue = collections.deque(), _combo._Units()
+    pool._fenced = collections.Counter()
     clock = [100.0]
     monkeypatch.setattr(_combo.time, "monotonic", lambda: clock[0])
     pool._pace = pace = _combo._Pace()
@@ -361,9 +362,10 @@ def test_a_slow_nvdec_leaves_the_cpu_every_unit_but_its_own_head():
 
     pool = _combo.ComboPool.__new__(_combo.ComboPool)  # the dealing logic alone
     pool._cpu_queue, pool._queue, pool._pace = collections.deque(), _combo._Units(), _combo._Pace()
+    pool._fenced = collections.Counter()
     pool._pace.gpu_rows_per_s, pool._pace.cpu_unit_s = 10.0, 0.1
     for i in range(6):
-        pool._queue.append(SimpleNamespace(unit=i, plans=[SimpleNamespace(batch_size=8)]))
+        pool._queue.append(SimpleNamespace(unit=i, plans=[SimpleNamespace(batch_size=8)], slot_ids=[i]))
     taken = []
     while (task := pool._take_for_cpu()) is not None:
         taken.append(task.unit)
@@ -408,3 +410,100 @@ def test_combo_takes_cpu_reports_while_nvdec_decodes(dataset, fake, monkeypatch)
     assert not timed_out, "the combo waited for NVDEC and took no CPU report meanwhile"
     assert _seen(batches) == _seen(collect_batches(_loader(index, "cpu")))
     _assert_close(batches, refs)
+
+
+def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkeypatch):
+    """With COMBO_STEAL, NVDEC with room and nothing queued takes the unreported parts of the
+    CPU unit holding the oldest batch (none of its own is older), when it would finish them
+    first at the measured paces.
+    The worker's later reports of that unit are dropped (one message per part reaches the
+    scheduler) and, until it has reported them all, no CPU unit is dealt into the slots of
+    the parts taken over (the worker may still write their shared memory)."""
+    import collections
+    from types import SimpleNamespace
+
+    from vidloader.pipeline import _combo
+    from vidloader.pipeline._messages import FillTask, RowsFilled
+
+    def plan(batch, rows=4):
+        return SimpleNamespace(batch_index=batch, batch_size=rows, video_indices=np.zeros(rows, int))
+
+    def filled(unit, batch, slot, start=0):
+        return RowsFilled(batch, slot, np.ones(4, bool), [], {}, start, "cpu", {}, unit)
+
+    clock = [100.0]
+    monkeypatch.setattr(_combo.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_combo, "CPU_HORIZON_SAFETY", 0.0)  # the CPU takes the newest unit
+    pool = _combo.ComboPool.__new__(_combo.ComboPool)  # the dealing logic alone
+    pool.config = SimpleNamespace(cpu_only=None)
+    pool._cpu_queue, pool._queue, pool._gpu_queue = collections.deque(), _combo._Units(), collections.deque()
+    pool._fenced, pool._stolen, pool._gpu_parts, pool.steals = collections.Counter(), {}, {}, 0
+    pool.gpu_room, nvdec_oldest = 1, [None]
+    pool.gpu = SimpleNamespace(slots=SimpleNamespace(oldest_batch=lambda: nvdec_oldest[0]))
+    pool._cpu_load = [2, 1]
+    pool._pace = _combo._Pace()
+    sent = []
+    monkeypatch.setattr(pool, "_to_gpu", lambda task: sent.append(task) or pool._gpu_parts.update({task.unit: 1}))
+    old = FillTask([5, 6], [plan(2), plan(3)], [0, 0], unit=7)  # batches 2 and 3, slots 5 and 6
+    new = FillTask([8], [plan(9)], [0], unit=8)
+    pool._cpu_units = {7: _combo._CpuUnit(0, old, started=99.0), 8: _combo._CpuUnit(1, new, started=99.9)}
+    assert pool._from_cpu(filled(7, 2, 5)) is not None  # batch 2's part reported: kept
+    monkeypatch.setattr(_combo, "COMBO_STEAL", False)
+    assert pool._steal_candidate() is None
+    monkeypatch.setattr(_combo, "COMBO_STEAL", True)
+    assert pool._steal_candidate() is None  # no pace measured yet
+    pool._pace.gpu_rows_per_s, pool._pace.cpu_unit_s = 100.0, 1.5
+    pool._gpu_parts = {3: 1}
+    assert pool._steal_candidate() is None  # NVDEC at its room
+    pool._gpu_parts = {}
+    nvdec_oldest[0] = 1
+    assert pool._steal_candidate() is None  # NVDEC holds batch 1: unit 7 holds nothing back
+    nvdec_oldest[0] = 3
+    assert pool._steal_candidate() == 7  # 4 rows in 0.04 s against 0.5 s of the CPU's left
+    pool._pace.gpu_rows_per_s = 4.0
+    assert pool._steal_candidate() is None  # 1 s on NVDEC: the CPU finishes first
+    pool._pace.gpu_rows_per_s = 100.0
+    pool._steal(7)
+    assert [(t.unit, t.slot_ids, [p.batch_index for p in t.plans]) for t in sent] == [(7, [6], [3])]
+    assert pool.steals == 1 and dict(pool._fenced) == {6: 1} and 7 not in pool._cpu_units
+    pool._queue.append(FillTask([6], [plan(4)], [0], unit=9))
+    assert pool._take_for_cpu() is None  # slot 6 is fenced: the unit is NVDEC's
+    pool._queue.append(FillTask([1], [plan(5)], [0], unit=10))
+    assert pool._take_for_cpu().unit == 10
+    assert pool._from_cpu(filled(7, 3, 6)) is None  # the worker's late report: dropped
+    assert not pool._fenced and not pool._stolen and pool._cpu_load == [1, 1]
+    assert pool._take_for_cpu().unit == 9  # the fence is lifted
+
+
+def test_combo_with_nvdec_taking_over_cpu_units_delivers_the_cpu_stream(dataset, fake, monkeypatch):
+    """NVDEC taking over every CPU unit it can, whenever it has room (the policy of
+    ``_steal_candidate`` is checked above; here the bookkeeping, with real worker processes):
+    the epochs are still the CPU stream, each sample once, with the right pixels, though the
+    workers go on decoding units NVDEC took and report them late, into fenced slots."""
+    from vidloader.pipeline import _combo
+
+    def eager(self):
+        if len(self._gpu_parts) >= self.gpu_room or not self._cpu_units:
+            return None
+        unit = min(self._cpu_units)
+        rest = self._cpu_units[unit].unreported()
+        return unit if rest is not None and not self._needs_cpu(rest) else None
+
+    monkeypatch.setattr(_combo.ComboPool, "_steal_candidate", eager)
+    steals = []
+    steal = _combo.ComboPool._steal
+    monkeypatch.setattr(_combo.ComboPool, "_steal", lambda self, unit: steals.append(unit) or steal(self, unit))
+    index, refs = dataset
+    loader = _loader(index, "combo", num_workers=2, lookahead=1, persistent_workers=True)
+    try:
+        for epoch in range(3):
+            cpu = _loader(index, "cpu")
+            cpu.set_epoch(epoch)
+            loader.set_epoch(epoch)
+            got = collect_batches(loader)
+            assert _seen(got) == _seen(collect_batches(cpu))  # the CPU stream, each sample once
+            _assert_close(got, refs)
+        pool = loader._pool
+        assert steals and pool.steals == len(steals)
+    finally:
+        loader.shutdown()

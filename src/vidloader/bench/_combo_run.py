@@ -74,7 +74,9 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
     t1 = time.monotonic()
     rows1 = _rows(loader)
     stats = dict(loader.stats)
-    idle = dict(getattr(getattr(loader, "_pool", None), "idle_s", {}))  # the combo's dealing
+    pool = getattr(loader, "_pool", None)
+    idle = dict(getattr(pool, "idle_s", {}))  # the combo's dealing
+    steals = getattr(pool, "steals", None)  # CPU units NVDEC took over (COMBO_STEAL)
     it.close()
     loader.shutdown()
     monitor.stop()
@@ -89,6 +91,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
             "share_by_executor_timed": {k: v / total for k, v in share.items()},
             "cpu_fallback_files": len(stats["cpu_fallback_files"]),
             "combo_cpu_idle_s": {k: round(v, 2) for k, v in idle.items()},
+            "combo_steals": steals,
             **monitor.summary(t0, t1)}
 
 
@@ -139,6 +142,9 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # more demux workers for NVDEC: half as many as num_workers, or as many
     "combo-h0-div2": _combo({"COMBO_DEMUX_DIVISOR": 2, "CPU_HORIZON_SAFETY": 0.0}),
     "combo-h0-div1": _combo({"COMBO_DEMUX_DIVISOR": 1, "CPU_HORIZON_SAFETY": 0.0}),
+    # NVDEC, with room and nothing queued, takes over the slow CPU unit holding its batches back
+    "combo-steal": _combo({"COMBO_STEAL": True}),
+    "combo-h0-steal": _combo({"COMBO_STEAL": True, "CPU_HORIZON_SAFETY": 0.0}),
 }
 
 #: What runs without ``--variants``: each side alone, the combo, and seed 000's static splits.

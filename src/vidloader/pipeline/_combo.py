@@ -77,6 +77,14 @@ COMBO_MIN_UNIT_ROWS = 1
 #: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
 CPU_HORIZON_SAFETY = 1.5
 
+#: NVDEC, with nothing else to do, takes over the unreported parts of the CPU unit holding the
+#: oldest batch back, when at their measured paces it would finish them before the CPU worker
+#: (:meth:`ComboPool._steal`). Batches are delivered in order, so one slow CPU unit (a clip
+#: decoded from a keyframe up to 250 frames back on W4) holds every later batch, and NVDEC
+#: idles once its buffers are full of them: on the H200 it was 36% busy in the combo against
+#: 72% alone (``session12-3``). Off until measured on the device.
+COMBO_STEAL = False
+
 
 def combo_split(num_workers: int) -> tuple[int, int]:
     """``(CPU decode workers, demux workers)`` the combo starts for ``num_workers``: the
@@ -130,6 +138,13 @@ class ComboPool(BatchPool):
         self._gpu_queue: collections.deque[FillTask] = collections.deque()  # NVDEC only (share)
         self._cpu_load = [0] * self.cpu.num_workers  # units each worker holds
         self._cpu_units: dict[int, _CpuUnit] = {}  # units the CPU workers hold
+        #: Units NVDEC took over from a live CPU worker (:meth:`_steal`), until that worker
+        #: has reported every part (its messages are dropped); and per slot, how many of their
+        #: parts it may still write there: no CPU unit writes into such a slot meanwhile.
+        self._stolen: dict[int, _CpuUnit] = {}
+        self._fenced: collections.Counter = collections.Counter()
+        #: Units NVDEC took over from a live CPU worker.
+        self.steals = 0
         #: Workers that died mid-epoch: their units went to NVDEC, they get no more.
         self.lost_workers: list[str] = []
         self._gpu_parts: dict[int, int] = {}  # NVDEC's units in flight: parts not reported
@@ -250,6 +265,8 @@ class ComboPool(BatchPool):
         log.warning("%s; the combo carries on: NVDEC takes its units", dead)
         self._done.extend(m for m in map(self._from_cpu, self.cpu.drain_ready()) if m is not None)
         self._cpu_load[dead.worker] = math.inf  # never picked again
+        for held in [h for h in self._stolen.values() if h.worker == dead.worker]:
+            self._end_stolen(held)  # a dead worker writes nothing more
         for unit in sorted(u for u, held in self._cpu_units.items() if held.worker == dead.worker):
             rest = self._cpu_units.pop(unit).unreported()
             if rest is not None:
@@ -290,6 +307,9 @@ class ComboPool(BatchPool):
                 queue.popleft()
                 self._to_gpu(self._gather(queue, task))
                 took = True
+            elif head is None and (victim := self._steal_candidate()) is not None:
+                self._steal(victim)
+                took = True
             worker = min(range(len(self._cpu_load)), key=self._cpu_load.__getitem__)
             room = self._cpu_load[worker] < CPU_UNITS_PER_WORKER
             if room:
@@ -328,13 +348,75 @@ class ComboPool(BatchPool):
         the H100 (combo 376-414 frames/s against NVDEC alone 599, ``combo-5``).
         """
         if self._cpu_queue:
-            return self._cpu_queue.popleft()
+            # A fenced slot (a stolen unit's worker may still write there) waits for its fence.
+            return None if self._fences(self._cpu_queue[0]) else self._cpu_queue.popleft()
         if not self._queue:
             return None
         tail = self._queue[-1]
-        if self._queue.rows - _rows(tail) < self._pace.horizon_rows():
-            return None
+        if self._queue.rows - _rows(tail) < self._pace.horizon_rows() or self._fences(tail):
+            return None  # a unit into a fenced slot is NVDEC's: it writes into GPU buffers
         return self._queue.pop()
+
+    def _fences(self, task: FillTask) -> bool:
+        return any(self._fenced.get(slot, 0) > 0 for slot in task.slot_ids)
+
+    # -- NVDEC taking over a slow CPU unit --------------------------------------------------
+
+    def _steal_candidate(self) -> int | None:
+        """The CPU unit NVDEC should take over now, or ``None``: with :data:`COMBO_STEAL`,
+        when NVDEC has room and no queued unit, the CPU unit holding the oldest batch, if no
+        batch NVDEC holds is older (then that unit holds NVDEC's batches back) and NVDEC would
+        finish its unreported parts (at its measured rows/s) before the CPU worker is expected
+        to (its measured unit time, less the time the unit has been out)."""
+        if not COMBO_STEAL or len(self._gpu_parts) >= self.gpu_room or not self._cpu_units:
+            return None
+        pace = self._pace
+        if pace.gpu_rows_per_s is None or pace.cpu_unit_s is None:
+            return None
+        unit = min(self._cpu_units, key=lambda u: (self._cpu_units[u].task.first_batch, u))
+        held = self._cpu_units[unit]
+        rest = held.unreported()
+        if rest is None or self._needs_cpu(rest):
+            return None
+        nvdec_oldest = self.gpu.slots.oldest_batch()
+        if nvdec_oldest is not None and held.task.first_batch > nvdec_oldest:
+            return None  # NVDEC holds an older batch itself: this unit holds nothing back
+        cpu_left = pace.cpu_unit_s - (time.monotonic() - held.started)
+        return unit if _rows(rest) / pace.gpu_rows_per_s < cpu_left else None
+
+    def _steal(self, unit: int) -> None:
+        """NVDEC fills the unreported parts of the CPU unit ``unit``. Its worker goes on with
+        it (a task cannot be called back) and keeps the load; what it reports for the unit
+        is dropped (:meth:`_from_cpu`), so the scheduler gets one message per part. Until it
+        has reported every part, the slots of the parts taken over are fenced: it may still
+        write into their shared memory, so no CPU unit is dealt into them (NVDEC writes into
+        its GPU buffers, and the collector reads each part from the executor that reported
+        it)."""
+        held = self._cpu_units.pop(unit)
+        rest = held.unreported()
+        held.fenced = list(rest.slot_ids)
+        self._fenced.update(held.fenced)
+        self._stolen[unit] = held
+        self.steals += 1
+        self._to_gpu(rest)
+
+    def _stale_report(self, held: _CpuUnit, msg) -> None:
+        """Book a message of a unit NVDEC took over; once its worker has reported every part
+        (or failed it), lift its fences and free the worker's load."""
+        if isinstance(msg, RowsFilled):
+            held.reported.add((msg.batch_index, msg.row_start))
+            if len(held.reported) < len(held.task.plans):
+                return
+        self._end_stolen(held)
+        self._cpu_load[held.worker] -= 1
+        self._pace.cpu_done(time.monotonic() - held.started)
+
+    def _end_stolen(self, held: _CpuUnit) -> None:
+        del self._stolen[held.task.unit]
+        self._fenced.subtract(held.fenced)
+        for slot in held.fenced:
+            if self._fenced[slot] <= 0:
+                del self._fenced[slot]
 
     def _gather(self, queue: collections.deque, task: FillTask) -> FillTask:
         """``task`` and the units queued right behind it, up to :attr:`gather_rows`, as one
@@ -382,9 +464,18 @@ class ComboPool(BatchPool):
     def _from_cpu(self, msg):
         """Book a CPU worker's message; ``None`` for one of a unit already handed to NVDEC
         (a worker taken for dead that was still running: its parts were filled there)."""
+        if isinstance(msg, Failure):
+            stale = next((h for h in self._stolen.values() if h.task.first_batch == msg.batch_index
+                          and list(h.task.slot_ids) == list(msg.slot_ids)), None)
+            if stale is not None:  # NVDEC fills its parts (and meets the same error, if any)
+                self._stale_report(stale, msg)
+                return None
         if isinstance(msg, RowsFilled):
             held = self._cpu_units.get(msg.unit)
             if held is None:
+                stale = self._stolen.get(msg.unit)
+                if stale is not None:
+                    self._stale_report(stale, msg)
                 return None
             held.reported.add((msg.batch_index, msg.row_start))
             if len(held.reported) == len(held.task.plans):
@@ -402,6 +493,7 @@ class _CpuUnit:
     task: FillTask
     reported: set = dataclasses.field(default_factory=set)  # (batch_index, row_start)
     started: float = dataclasses.field(default_factory=time.monotonic)
+    fenced: list = dataclasses.field(default_factory=list)  # slots NVDEC took parts of
 
     def unreported(self) -> FillTask | None:
         """The task's parts not reported yet, as a task of their own (``None``: all were)."""
