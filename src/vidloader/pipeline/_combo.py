@@ -8,7 +8,9 @@ the newest (:meth:`ComboPool._take_for_cpu`): a CPU worker holds up to
 :data:`CPU_UNITS_PER_WORKER` units, NVDEC up to ``config.units_decoding`` units decoding plus
 one per demux worker being demuxed. The faster side frees up sooner and so takes more units,
 with nothing to tune. Units mostly of videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a
-fixed share of units to NVDEC (seed 000's static split, kept for comparison).
+fixed share of units to NVDEC (seed 000's static split, kept for comparison). With
+:data:`COMBO_STEAL`, NVDEC with room and nothing queued also takes over the slow CPU unit
+holding its batches back (:meth:`ComboPool._steal`).
 
 Measured on the H100 (16 cores, 1080p random frames, ``benchmarks/results/gpu/combo-3`` and
 ``combo-4``): with NVDEC demuxing in this process's threads and gathering at most one batch
