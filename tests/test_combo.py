@@ -413,17 +413,17 @@ def test_combo_takes_cpu_reports_while_nvdec_decodes(dataset, fake, monkeypatch)
 
 
 def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkeypatch):
-    """With COMBO_STEAL, NVDEC with room and nothing queued takes the unreported parts of the
-    CPU unit holding the oldest batch (none of its own is older), when it would finish them
-    first at the measured paces.
+    """With COMBO_STEAL, NVDEC with room and nothing queued takes the parts of the CPU unit
+    holding the oldest batch, one unit at a time, when it would finish them first at the
+    measured paces, and never a unit already reporting (its other parts are on their way).
     The worker's later reports of that unit are dropped (one message per part reaches the
-    scheduler) and, until it has reported them all, no CPU unit is dealt into the slots of
-    the parts taken over (the worker may still write their shared memory)."""
+    scheduler) and, until it has reported them all, no CPU unit is dealt into the unit's
+    slots (the worker may still write their shared memory); the next unfenced unit goes."""
     import collections
     from types import SimpleNamespace
 
     from vidloader.pipeline import _combo
-    from vidloader.pipeline._messages import FillTask, RowsFilled
+    from vidloader.pipeline._messages import Failure, FillTask, RowsFilled
 
     def plan(batch, rows=4):
         return SimpleNamespace(batch_index=batch, batch_size=rows, video_indices=np.zeros(rows, int))
@@ -438,41 +438,50 @@ def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkey
     pool.config = SimpleNamespace(cpu_only=None)
     pool._cpu_queue, pool._queue, pool._gpu_queue = collections.deque(), _combo._Units(), collections.deque()
     pool._fenced, pool._stolen, pool._gpu_parts, pool.steals = collections.Counter(), {}, {}, 0
-    pool.gpu_room, nvdec_oldest = 1, [None]
-    pool.gpu = SimpleNamespace(slots=SimpleNamespace(oldest_batch=lambda: nvdec_oldest[0]))
+    pool.gpu_room = 2
     pool._cpu_load = [2, 1]
     pool._pace = _combo._Pace()
     sent = []
     monkeypatch.setattr(pool, "_to_gpu", lambda task: sent.append(task) or pool._gpu_parts.update({task.unit: 1}))
-    old = FillTask([5, 6], [plan(2), plan(3)], [0, 0], unit=7)  # batches 2 and 3, slots 5 and 6
-    new = FillTask([8], [plan(9)], [0], unit=8)
-    pool._cpu_units = {7: _combo._CpuUnit(0, old, started=99.0), 8: _combo._CpuUnit(1, new, started=99.9)}
-    assert pool._from_cpu(filled(7, 2, 5)) is not None  # batch 2's part reported: kept
+    old = FillTask([6], [plan(3)], [0], unit=7)  # batch 3, slot 6
+    sibling = FillTask([6], [plan(3, rows=2)], [4], unit=8)  # the rest of batch 3
+    pool._cpu_units = {7: _combo._CpuUnit(0, old, started=99.0), 8: _combo._CpuUnit(1, sibling, started=99.9)}
     monkeypatch.setattr(_combo, "COMBO_STEAL", False)
     assert pool._steal_candidate() is None
     monkeypatch.setattr(_combo, "COMBO_STEAL", True)
     assert pool._steal_candidate() is None  # no pace measured yet
     pool._pace.gpu_rows_per_s, pool._pace.cpu_unit_s = 100.0, 1.5
-    pool._gpu_parts = {3: 1}
+    pool._gpu_parts = {3: 1, 4: 1}
     assert pool._steal_candidate() is None  # NVDEC at its room
-    pool._gpu_parts = {}
-    nvdec_oldest[0] = 1
-    assert pool._steal_candidate() is None  # NVDEC holds batch 1: unit 7 holds nothing back
-    nvdec_oldest[0] = 3
+    pool._gpu_parts = {5: 1}
+    assert pool._steal_candidate() is None  # NVDEC decodes an older unit (5) itself
+    pool._gpu_parts = {9: 1}
     assert pool._steal_candidate() == 7  # 4 rows in 0.04 s against 0.5 s of the CPU's left
     pool._pace.gpu_rows_per_s = 4.0
     assert pool._steal_candidate() is None  # 1 s on NVDEC: the CPU finishes first
     pool._pace.gpu_rows_per_s = 100.0
+    pool._cpu_units[7].reported.add((3, 0))
+    assert pool._steal_candidate() is None  # already reporting
+    pool._cpu_units[7].reported.clear()
+    pool._gpu_parts = {}
     pool._steal(7)
     assert [(t.unit, t.slot_ids, [p.batch_index for p in t.plans]) for t in sent] == [(7, [6], [3])]
     assert pool.steals == 1 and dict(pool._fenced) == {6: 1} and 7 not in pool._cpu_units
-    pool._queue.append(FillTask([6], [plan(4)], [0], unit=9))
-    assert pool._take_for_cpu() is None  # slot 6 is fenced: the unit is NVDEC's
+    assert pool._steal_candidate() is None  # one at a time: unit 8 is newer than NVDEC's 7
+    pool._cpu_queue.append(FillTask([6], [plan(4)], [0], unit=11))  # the CPU's only, fenced
+    pool._cpu_queue.append(FillTask([2], [plan(6)], [0], unit=12))  # the CPU's only
+    pool._queue.append(FillTask([6], [plan(4)], [4], unit=9))
+    assert pool._take_for_cpu().unit == 12  # the fenced unit 11 waits; the next one goes
+    assert pool._take_for_cpu() is None  # unit 9's slot 6 is fenced: the unit is NVDEC's
     pool._queue.append(FillTask([1], [plan(5)], [0], unit=10))
     assert pool._take_for_cpu().unit == 10
+    # The sibling unit 8 fails: its failure reaches the scheduler, the fence stays.
+    failure = Failure(3, [6], "RuntimeError('bad file')", "", unit=8)
+    assert pool._from_cpu(failure) is failure
+    assert dict(pool._fenced) == {6: 1} and 7 in pool._stolen
     assert pool._from_cpu(filled(7, 3, 6)) is None  # the worker's late report: dropped
     assert not pool._fenced and not pool._stolen and pool._cpu_load == [1, 1]
-    assert pool._take_for_cpu().unit == 9  # the fence is lifted
+    assert [pool._take_for_cpu().unit for _ in range(2)] == [11, 9]  # the fence is lifted
 
 
 def test_combo_with_nvdec_taking_over_cpu_units_delivers_the_cpu_stream(dataset, fake, monkeypatch):

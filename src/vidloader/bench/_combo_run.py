@@ -60,6 +60,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
         warm_batches += 1
     _sync()
     rows0 = _rows(loader)
+    steals0 = getattr(getattr(loader, "_pool", None), "steals", None)
     rates, gaps, t0 = [], [], time.monotonic()
     for _ in range(windows):
         start, frames = time.perf_counter(), 0
@@ -76,7 +77,8 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
     stats = dict(loader.stats)
     pool = getattr(loader, "_pool", None)
     idle = dict(getattr(pool, "idle_s", {}))  # the combo's dealing
-    steals = getattr(pool, "steals", None)  # CPU units NVDEC took over (COMBO_STEAL)
+    steals = getattr(pool, "steals", None)  # CPU units NVDEC took over (COMBO_STEAL), timed
+    steals = None if steals is None or steals0 is None else steals - steals0
     it.close()
     loader.shutdown()
     monitor.stop()

@@ -349,9 +349,12 @@ class ComboPool(BatchPool):
         taking the oldest unit, as before, gave bursts of batches between 2-5 s stalls on
         the H100 (combo 376-414 frames/s against NVDEC alone 599, ``combo-5``).
         """
-        if self._cpu_queue:
-            # A fenced slot (a stolen unit's worker may still write there) waits for its fence.
-            return None if self._fences(self._cpu_queue[0]) else self._cpu_queue.popleft()
+        for k, task in enumerate(self._cpu_queue):
+            # A unit into a fenced slot (a taken-over unit's worker may still write there)
+            # waits for its fence; the next one goes meanwhile.
+            if not self._fences(task):
+                del self._cpu_queue[k]
+                return task
         if not self._queue:
             return None
         tail = self._queue[-1]
@@ -366,23 +369,27 @@ class ComboPool(BatchPool):
 
     def _steal_candidate(self) -> int | None:
         """The CPU unit NVDEC should take over now, or ``None``: with :data:`COMBO_STEAL`,
-        when NVDEC has room and no queued unit, the CPU unit holding the oldest batch, if no
-        batch NVDEC holds is older (then that unit holds NVDEC's batches back) and NVDEC would
-        finish its unreported parts (at its measured rows/s) before the CPU worker is expected
-        to (its measured unit time, less the time the unit has been out)."""
+        when NVDEC has room and no queued unit, the CPU unit holding the oldest batch, if it
+        is older than every unit NVDEC has in flight (so it holds NVDEC's batches back; and
+        one taken over is in flight, so units are taken over one at a time), none of its
+        parts is reported yet, and NVDEC would fill them (at its measured rows/s) before the
+        CPU worker is expected to (its measured unit time, less the time since hand-out)."""
         if not COMBO_STEAL or len(self._gpu_parts) >= self.gpu_room or not self._cpu_units:
             return None
         pace = self._pace
         if pace.gpu_rows_per_s is None or pace.cpu_unit_s is None:
             return None
         unit = min(self._cpu_units, key=lambda u: (self._cpu_units[u].task.first_batch, u))
+        if self._gpu_parts and unit > min(self._gpu_parts):
+            return None  # NVDEC works on an older unit itself: this one holds nothing back yet
         held = self._cpu_units[unit]
-        rest = held.unreported()
-        if rest is None or self._needs_cpu(rest):
+        if held.reported:
+            # A worker reports a unit's parts together once all are written: the others are
+            # already on their way, and taking the unit over would only decode it twice.
             return None
-        nvdec_oldest = self.gpu.slots.oldest_batch()
-        if nvdec_oldest is not None and held.task.first_batch > nvdec_oldest:
-            return None  # NVDEC holds an older batch itself: this unit holds nothing back
+        rest = held.unreported()
+        if self._needs_cpu(rest):
+            return None
         cpu_left = pace.cpu_unit_s - (time.monotonic() - held.started)
         return unit if _rows(rest) / pace.gpu_rows_per_s < cpu_left else None
 
@@ -411,7 +418,8 @@ class ComboPool(BatchPool):
                 return
         self._end_stolen(held)
         self._cpu_load[held.worker] -= 1
-        self._pace.cpu_done(time.monotonic() - held.started)
+        if isinstance(msg, RowsFilled):  # a failed unit's time says nothing of the CPU's pace
+            self._pace.cpu_done(time.monotonic() - held.started)
 
     def _end_stolen(self, held: _CpuUnit) -> None:
         del self._stolen[held.task.unit]
@@ -467,8 +475,7 @@ class ComboPool(BatchPool):
         """Book a CPU worker's message; ``None`` for one of a unit already handed to NVDEC
         (a worker taken for dead that was still running: its parts were filled there)."""
         if isinstance(msg, Failure):
-            stale = next((h for h in self._stolen.values() if h.task.first_batch == msg.batch_index
-                          and list(h.task.slot_ids) == list(msg.slot_ids)), None)
+            stale = self._stolen.get(msg.unit) if msg.unit >= 0 else None
             if stale is not None:  # NVDEC fills its parts (and meets the same error, if any)
                 self._stale_report(stale, msg)
                 return None

@@ -139,3 +139,4 @@ class Failure:
     traceback: str
     path: str | None = None
     unit_key: int | None = None  # separation mode: the unit whose demux failed
+    unit: int = -1  # the failed task's ``FillTask.unit`` (the pool's number for it)

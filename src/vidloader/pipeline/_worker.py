@@ -99,7 +99,7 @@ class UnitMessages:
     def fail(self, exc: BaseException) -> list:
         path = getattr(exc, "path", None)
         return [Failure(self.task.first_batch, self.task.slot_ids, repr(exc),
-                        traceback.format_exc(), path)]
+                        traceback.format_exc(), path, unit=self.task.unit)]
 
     def finish(self) -> list:
         if self.error is not None:
