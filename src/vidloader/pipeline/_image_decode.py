@@ -17,7 +17,8 @@ augmentation's kernel launches hold it, so one thread does them all.
 Before writing a slot, the augmentation's stream waits for an event recorded on the
 consumer's stream when the batch was submitted: the slot's previous batch has been copied
 out by then (on the stream current when the loader is iterated: a loop that switches streams
-between batches must synchronise them itself, as with any CUDA tensor handed across streams). Decoded images are kept alive until an event recorded after their augmentation
+between batches must synchronise them itself, as with any CUDA tensor handed across
+streams). Decoded images are kept alive until an event recorded after their augmentation
 has passed: their memory belongs to the decoder's allocator, which may reuse it as soon as
 the tensors are dropped, while the kernels reading them may still be queued.
 """

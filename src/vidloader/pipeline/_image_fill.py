@@ -71,9 +71,9 @@ def fill_from_files(dataset, config, plan, staging: torch.Tensor) -> tuple[np.nd
     Raises:
         MediaError: a bad file, unless ``config.skips_bad_files``.
     """
-    proc, out_hw = config.proc, config.out_hw
+    out_hw = config.out_hw
     sizes = dataset.sizes[plan.video_indices]
-    windows = sample_windows(proc, sizes[:, 0], sizes[:, 1], plan.sample_seeds)
+    windows = plan_windows(config, plan)
     valid, errors = np.ones(plan.batch_size, dtype=bool), []
     for row, image in enumerate(plan.video_indices.tolist()):
         window = windows[row]
