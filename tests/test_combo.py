@@ -495,8 +495,8 @@ def test_combo_with_nvdec_taking_over_cpu_units_delivers_the_cpu_stream(dataset,
         if len(self._gpu_parts) >= self.gpu_room or not self._cpu_units:
             return None
         unit = min(self._cpu_units)
-        rest = self._cpu_units[unit].unreported()
-        return unit if rest is not None and not self._needs_cpu(rest) else None
+        held = self._cpu_units[unit]  # _steal takes units none of whose parts is reported
+        return unit if not held.reported and not self._needs_cpu(held.task) else None
 
     monkeypatch.setattr(_combo.ComboPool, "_steal_candidate", eager)
     steals = []

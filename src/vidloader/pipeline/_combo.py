@@ -79,9 +79,9 @@ COMBO_MIN_UNIT_ROWS = 1
 #: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
 CPU_HORIZON_SAFETY = 1.5
 
-#: NVDEC, with nothing else to do, takes over the unreported parts of the CPU unit holding the
-#: oldest batch back, when at their measured paces it would finish them before the CPU worker
-#: (:meth:`ComboPool._steal`). Batches are delivered in order, so one slow CPU unit (a clip
+#: NVDEC, with nothing else to do, takes over the CPU unit holding the oldest batch back (none
+#: of its parts reported yet), when at their measured paces it would finish it before the CPU
+#: worker (:meth:`ComboPool._steal`). Batches are delivered in order, so one slow CPU unit (a clip
 #: decoded from a keyframe up to 250 frames back on W4) holds every later batch, and NVDEC
 #: idles once its buffers are full of them: on the H200 it was 36% busy in the combo against
 #: 72% alone (``session12-3``). Off until measured on the device.
@@ -387,44 +387,30 @@ class ComboPool(BatchPool):
             # A worker reports a unit's parts together once all are written: the others are
             # already on their way, and taking the unit over would only decode it twice.
             return None
-        rest = held.unreported()
-        if self._needs_cpu(rest):
+        if self._needs_cpu(held.task):
             return None
         cpu_left = pace.cpu_unit_s - (time.monotonic() - held.started)
-        return unit if _rows(rest) / pace.gpu_rows_per_s < cpu_left else None
+        return unit if _rows(held.task) / pace.gpu_rows_per_s < cpu_left else None
 
     def _steal(self, unit: int) -> None:
-        """NVDEC fills the unreported parts of the CPU unit ``unit``. Its worker goes on with
-        it (a task cannot be called back) and keeps the load; what it reports for the unit
-        is dropped (:meth:`_from_cpu`), so the scheduler gets one message per part. Until it
-        has reported every part, the slots of the parts taken over are fenced: it may still
-        write into their shared memory, so no CPU unit is dealt into them (NVDEC writes into
-        its GPU buffers, and the collector reads each part from the executor that reported
-        it)."""
+        """NVDEC fills CPU unit ``unit`` (none of its parts reported: see
+        :meth:`_steal_candidate`). Its worker goes on with it (a task cannot be called back)
+        and keeps the load; what it reports for the unit is dropped (:meth:`_from_cpu`), so
+        the scheduler gets one message per part. Until it has reported every part, the unit's
+        slots are fenced: it may still write into their shared memory, so no CPU unit is dealt
+        into them (NVDEC writes into its GPU buffers, and the collector reads each part from
+        the executor that reported it)."""
         held = self._cpu_units.pop(unit)
-        rest = held.unreported()
-        held.fenced = list(rest.slot_ids)
-        self._fenced.update(held.fenced)
+        self._fenced.update(held.task.slot_ids)
         self._stolen[unit] = held
         self.steals += 1
-        self._to_gpu(rest)
-
-    def _stale_report(self, held: _CpuUnit, msg) -> None:
-        """Book a message of a unit NVDEC took over; once its worker has reported every part
-        (or failed it), lift its fences and free the worker's load."""
-        if isinstance(msg, RowsFilled):
-            held.reported.add((msg.batch_index, msg.row_start))
-            if len(held.reported) < len(held.task.plans):
-                return
-        self._end_stolen(held)
-        self._cpu_load[held.worker] -= 1
-        if isinstance(msg, RowsFilled):  # a failed unit's time says nothing of the CPU's pace
-            self._pace.cpu_done(time.monotonic() - held.started)
+        self._to_gpu(held.task)
 
     def _end_stolen(self, held: _CpuUnit) -> None:
+        """Lift the fences of a unit NVDEC took over: its worker writes no more."""
         del self._stolen[held.task.unit]
-        self._fenced.subtract(held.fenced)
-        for slot in held.fenced:
+        self._fenced.subtract(held.task.slot_ids)
+        for slot in held.task.slot_ids:
             if self._fenced[slot] <= 0:
                 del self._fenced[slot]
 
@@ -472,26 +458,31 @@ class ComboPool(BatchPool):
         return msg
 
     def _from_cpu(self, msg):
-        """Book a CPU worker's message; ``None`` for one of a unit already handed to NVDEC
-        (a worker taken for dead that was still running: its parts were filled there)."""
+        """Book a CPU worker's message; ``None`` for one of a unit NVDEC filled instead: a
+        unit it took over (:meth:`_steal`; its worker's load and the unit's fences go once
+        the worker has reported every part, or failed the unit), or one of a worker taken for
+        dead that was still running."""
+        if not isinstance(msg, (RowsFilled, Failure)):
+            return msg
+        stolen = self._stolen.get(msg.unit)
         if isinstance(msg, Failure):
-            stale = self._stolen.get(msg.unit) if msg.unit >= 0 else None
-            if stale is not None:  # NVDEC fills its parts (and meets the same error, if any)
-                self._stale_report(stale, msg)
-                return None
-        if isinstance(msg, RowsFilled):
-            held = self._cpu_units.get(msg.unit)
-            if held is None:
-                stale = self._stolen.get(msg.unit)
-                if stale is not None:
-                    self._stale_report(stale, msg)
-                return None
-            held.reported.add((msg.batch_index, msg.row_start))
-            if len(held.reported) == len(held.task.plans):
+            if stolen is None:
+                return msg
+            self._end_stolen(stolen)  # NVDEC fills its parts (and meets the same error, if any)
+            self._cpu_load[stolen.worker] -= 1
+            return None
+        held = self._cpu_units.get(msg.unit) or stolen
+        if held is None:
+            return None
+        held.reported.add((msg.batch_index, msg.row_start))
+        if len(held.reported) == len(held.task.plans):
+            if held is stolen:
+                self._end_stolen(held)
+            else:
                 del self._cpu_units[msg.unit]
-                self._cpu_load[held.worker] -= 1
-                self._pace.cpu_done(time.monotonic() - held.started)
-        return msg
+            self._cpu_load[held.worker] -= 1
+            self._pace.cpu_done(time.monotonic() - held.started)
+        return None if held is stolen else msg
 
 
 @dataclasses.dataclass
@@ -502,7 +493,6 @@ class _CpuUnit:
     task: FillTask
     reported: set = dataclasses.field(default_factory=set)  # (batch_index, row_start)
     started: float = dataclasses.field(default_factory=time.monotonic)
-    fenced: list = dataclasses.field(default_factory=list)  # slots NVDEC took parts of
 
     def unreported(self) -> FillTask | None:
         """The task's parts not reported yet, as a task of their own (``None``: all were)."""
