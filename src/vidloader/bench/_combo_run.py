@@ -166,6 +166,15 @@ def _gap_summary(gaps: list[float]) -> dict:
             "share_in_waits_over_100ms": round(long_s / sum(gaps), 3)}
 
 
+def summary_lines(row: dict) -> list[str]:
+    """A line per variant of one workload: frames/s (median and each window), each side's
+    share, NVDEC steals of CPU units, why the CPU workers idled, CPU and NVDEC use."""
+    return [f"{label:16s} {v['frames_per_s']:7.0f} windows {[round(x) for x in v['frames_per_s_windows']]} "
+            f"share {v['share_by_executor_timed']} steals {v.get('combo_steals')} "
+            f"idle {v['combo_cpu_idle_s']} cpu {v.get('cpu_util_pct', 0):.0f}% "
+            f"nvdec {v.get('nvdec_util_pct', 0):.0f}%" for label, v in row.items()]
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -217,6 +226,9 @@ def main(argv=None) -> None:
                 row[label]["over_sum"] = row[label]["frames_per_s"] / total
                 print(name, label, "/ (cpu + nvdec) =", round(row[label]["over_sum"], 3), flush=True)
         results[name] = row
+    for name, row in results.items():
+        for line in summary_lines(row):
+            print(name, "summary", line, flush=True)
     with open(args.out, "w") as f:
         json.dump({"scale": args.scale, "workers": args.workers, "window_s": args.window_s,
                    "windows": args.windows, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
