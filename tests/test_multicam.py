@@ -198,3 +198,95 @@ def test_streams_walk_each_row_through_its_video_and_decode_each_frame_once(rigs
     whole = VideoLoader(index, sampler=sampler, batch_size=2, num_workers=2, lookahead=2)
     collect_batches(whole)
     assert whole.decode_stats.decoded > 1.3 * whole.decode_stats.delivered, whole.decode_stats
+
+
+def _cell_key(plan, index, b, row):
+    bp = plan.batch(b)
+    video = int(bp.video_indices[row])
+    return video, int(index[video].keyframe_before(int(bp.frame_indices[row, 0])))
+
+
+@pytest.mark.parametrize(("stride", "span", "start"), [(1, None, 0), (2, None, 0), (3, 2, 0), (2, None, 3)])
+def test_stream_gop_units_cut_each_row_at_its_gops_in_order(rigs, stride, span, start):
+    """NVDEC's units over a plan of streams: every (batch, row) cell from ``start`` on comes
+    once; a unit's pieces (a row's cells in it) are runs of consecutive batches in one GOP of
+    one video, beginning in the unit's ``stride`` batches; a row's pieces are cut only where
+    its GOP changes (or, with ``span``, after that many batches)."""
+    from vidloader.pipeline._units import stream_gop_span, stream_gop_units
+
+    index, rig_positions = rigs
+    plan = MultiCameraClips(rig_positions, shuffle=False, streams=True).plan_epoch(
+        index, epoch=0, batch_size=2)
+    assert stream_gop_span(index) == 5  # the fixture's GOP
+    limit = 5
+    cells, pieces = collections.Counter(), collections.defaultdict(list)  # row -> [(first, last)]
+    windows = []  # each unit's window of first batches (a window where no piece begins has none)
+    for unit in stream_gop_units(plan, index, start, stride=stride, span=span):
+        by_row = collections.defaultdict(list)
+        for part in unit:
+            for row in range(*part.rows(plan.batch(part.batch).batch_size)):
+                cells[(part.batch, row)] += 1
+                by_row[row].append(part.batch)
+        for row, batches in by_row.items():
+            first = batches[0]
+            assert batches == list(range(first, first + len(batches))), (row, batches)
+            windows.append((first - start) // stride)
+            if span is None:  # one piece: one GOP
+                assert len(batches) <= limit
+                assert len({_cell_key(plan, index, b, row) for b in batches}) == 1
+            else:  # pieces cut at ``span`` beginning in one window may share a unit
+                assert len(batches) <= stride + span - 1
+            pieces[row].append((first, batches[-1]))
+        assert len(set(windows[-len(by_row):])) == 1, windows  # one window per unit
+    assert windows == sorted(windows)
+    rows = plan.batch(0).batch_size
+    assert cells == collections.Counter((b, r) for b in range(start, len(plan)) for r in range(rows))
+    for row, runs in pieces.items():
+        runs.sort()
+        for (a, z), (a2, _) in zip(runs, runs[1:]):
+            assert a2 == z + 1
+            assert span is not None or _cell_key(plan, index, z, row) != _cell_key(plan, index, a2, row)
+
+
+def test_streams_on_nvdec_decode_each_gop_once_and_resume(rigs, monkeypatch):
+    """The stream order on NVDEC with demux workers (the CPU stand-in of NVDEC): units are the
+    GOPs the rows walk through, so each frame is decoded about once (whole-batch units
+    decode each GOP again for every unit reaching into it); the batches are the plan's, in
+    order, with the reference decode's frames; a loader resumed mid-epoch goes on with the
+    same batches."""
+    from . import _fake_nvc
+
+    _fake_nvc.install_on_cpu(monkeypatch)
+    index, rig_positions = rigs
+    sampler = MultiCameraClips(rig_positions, shuffle=False, streams=True)
+
+    def make(**kw):
+        return VideoLoader(index, sampler=sampler, batch_size=2, backend="nvdec", num_workers=2,
+                           device="cpu", **kw)
+
+    loader = make()
+    assert loader.uses_stream_gops and not loader.uses_block_units
+    assert loader.memory_plan["gpu_staging_buffers"] < loader.staging_slots
+    batches = collect_batches(loader)
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=2)
+    assert len(batches) == len(plan)
+    refs = {v: reference_frames(index[v].path) for v in range(len(index))}
+    for b, batch in enumerate(batches):
+        bp = plan.batch(b)
+        assert batch["video_index"].reshape(-1).tolist() == bp.video_indices.tolist()
+        assert batch["frame_index"].reshape(-1).tolist() == bp.frame_indices[:, 0].tolist()
+        for video, frame, got in zip(bp.video_indices.tolist(), bp.frame_indices[:, 0].tolist(),
+                                     batch["frames"].reshape(-1, *batch["frames"].shape[-3:])):
+            diff = np.abs(got.numpy().astype(int) - refs[video][frame].astype(int))
+            assert diff.mean() < 2.0 and diff.max() <= 6, (video, frame)  # NV12 kernels vs swscale
+    stats = loader.decode_stats
+    # each run's start decodes from its keyframe (GOP 5, B-frames): about 75 for 60 here
+    assert stats.delivered == 6 * len(plan) and stats.decoded <= 1.3 * stats.delivered, stats
+    whole = make(lookahead=2)
+    assert not whole.uses_stream_gops
+    collect_batches(whole)
+    assert whole.decode_stats.decoded > 1.3 * whole.decode_stats.delivered, whole.decode_stats
+    stream, full, _ = resumed_stream(make, after=3)
+    assert len(stream) == len(full) == len(plan)
+    for a, b in zip(stream, full):
+        assert torch.equal(a["video_index"], b["video_index"]) and torch.equal(a["frames"], b["frames"])

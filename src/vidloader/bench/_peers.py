@@ -248,13 +248,19 @@ class VidloaderNvdecPeer(VidloaderPeer):
         # warm-up is 5 units and a cycle 4 (the harness times at least 3 cycles), or the
         # work done ahead during the warm-up would inflate a short timed window. (The CPU
         # model, workers x lookahead per cycle, made the first H200 runs time out.)
-        from ..pipeline import VideoLoader
+        # A plan of streams goes to NVDEC as the GOPs its rows walk through: units that begin
+        # STREAM_GOP_STRIDE batches apart and reach a GOP's span further.
+        from ..pipeline import VideoLoader, _loader
+        from ..pipeline._units import STREAM_GOP_STRIDE, has_row_affinity, stream_gop_span
 
-        unit = VideoLoader(job.index, sampler=job.plan.sampler,
-                           batch_size=job.plan.samples_per_batch,
-                           processing=job.workload.geometry.process(), num_workers=job.workers,
-                           drop_last=True).lookahead
-        return 5 * unit, 4 * unit
+        loader = VideoLoader(job.index, sampler=job.plan.sampler,
+                             batch_size=job.plan.samples_per_batch,
+                             processing=job.workload.geometry.process(), num_workers=job.workers,
+                             drop_last=True)
+        if _loader.STREAM_GOP_UNITS and job.workers > 0 and has_row_affinity(loader._epoch_plan(0)):
+            stride = STREAM_GOP_STRIDE
+            return 5 * stride + stream_gop_span(job.index), 4 * stride
+        return 5 * loader.lookahead, 4 * loader.lookahead
 
 
 # -- the exercise's naive loader --------------------------------------------------------------

@@ -55,12 +55,25 @@ from ._memory import (
 )
 from ._routing import cpu_only_mask, nvdec_routing
 from ._scheduler import Scheduler
-from ._units import has_block_units, has_row_affinity, max_unit_batches
+from ._units import (
+    STREAM_GOP_STRIDE,
+    has_block_units,
+    has_row_affinity,
+    max_unit_batches,
+    stream_gop_span,
+    stream_gop_units,
+)
 
 log = logging.getLogger(__name__)
 _LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
 #: The fork servers each backend's workers come from (:mod:`.._utils._procs`).
 _SERVERS_BY_BACKEND = {"nvdec": ("demux",), "combo": ("full", "demux")}
+
+
+#: Whether NVDEC with demux workers takes a plan of streams as the GOPs its rows walk through
+#: (:attr:`VideoLoader.uses_stream_gops`); False: whole batches, as before session 14 (kept for
+#: A/B runs, ``benchmarks/diag/stream_gops_ab.py``).
+STREAM_GOP_UNITS = True
 
 
 @atexit.register
@@ -245,6 +258,7 @@ class VideoLoader:
         if self.uses_block_units and has_row_affinity(self._epoch_plan(0)):
             self.config = _with_stream_files(self.config)
         self._sizes: VideoSizes | None = None  # for memory plans, computed once
+        self._span: int | None = None  # GOPs of streams: a piece's most batches, computed once
         if uses_nvdec and budget is not None:
             self._fit_memory(memory_budget)
         self._pool: BatchPool | None = None
@@ -300,16 +314,30 @@ class VideoLoader:
         GOP-local plan touches (each block is one unit), else the default."""
         if self.config.lookahead is not None:
             return self.config.lookahead
+        if self.uses_stream_gops:
+            return STREAM_GOP_STRIDE + self._stream_span - 1
         if self.uses_block_units:
             return max_unit_batches(self._epoch_plan(self._epoch))
         return DEFAULT_LOOKAHEAD_BATCHES
 
     @property
+    def unit_stride(self) -> int:
+        """Batches by which consecutive units' first batches advance: ``lookahead`` (units
+        touch disjoint batches), but for GOPs of streams (:attr:`uses_stream_gops`), whose
+        units overlap."""
+        return STREAM_GOP_STRIDE if self.uses_stream_gops else self.lookahead
+
+    @property
     def staging_slots(self) -> int:
         """Batches the loader can hold at once (decoded ahead, being decoded or, in
         separation mode, being demuxed): its staging slots, ``lookahead`` times the units in
-        flight. See :attr:`gpu_staging_buffers` for how many hold GPU memory."""
-        return self.lookahead * self._units_in_flight()
+        flight (for overlapping units, ``unit_stride`` times them plus what one unit reaches
+        beyond its stride). See :attr:`gpu_staging_buffers` for how many hold GPU memory."""
+        return self._slots_for(self._units_in_flight())
+
+    def _slots_for(self, units: int) -> int:
+        stride = self.unit_stride
+        return stride * units + self.lookahead - stride
 
     @property
     def gpu_staging_buffers(self) -> int:
@@ -322,7 +350,7 @@ class VideoLoader:
         if not self.config.uses_nvdec:
             return 0
         return gpu_staging_buffers(self._pool_kind, self.staging_slots, self.lookahead,
-                                   self.config.units_decoding)
+                                   self.config.units_decoding, stride=self.unit_stride)
 
     @property
     def _pool_kind(self) -> str:
@@ -335,11 +363,30 @@ class VideoLoader:
     def uses_block_units(self) -> bool:
         """Whether work is handed out one GOP-local block at a time (see ``lookahead``), or,
         for a plan of streams, one row over a few batches (CPU workers only: each keeps its
-        rows' videos open; NVDEC takes whole batches, as it decodes no stream forward)."""
+        rows' videos open; NVDEC in separation mode takes the GOPs of the streams instead,
+        :attr:`uses_stream_gops`; otherwise whole batches)."""
         plan = self._epoch_plan(self._epoch)
         if self.config.lookahead is not None or not has_block_units(plan):
             return False
         return not has_row_affinity(plan) or (self.config.backend == "cpu" and self.config.num_workers > 0)
+
+    @property
+    def uses_stream_gops(self) -> bool:
+        """Whether work is handed out as GOPs of streams (:func:`~._units.stream_gop_units`):
+        a plan of streams on NVDEC with demux workers, ``lookahead`` not given. Each GOP a
+        row walks through is then decoded once, whatever the batches it spans. (NVDEC with no
+        workers keeps whole batches: every one of its slots is a GPU buffer; the combo too.)"""
+        config = self.config
+        if (not STREAM_GOP_UNITS or config.lookahead is not None or config.backend != "nvdec"
+                or config.num_workers == 0):
+            return False
+        return has_row_affinity(self._epoch_plan(self._epoch))
+
+    @property
+    def _stream_span(self) -> int:
+        if self._span is None:
+            self._span = stream_gop_span(self.index)
+        return self._span
 
     def _units_in_flight(self, units_decoding: int | None = None) -> int:
         """Units the staging slots hold at once. Whole-batch units: one per worker plus the
@@ -349,7 +396,7 @@ class VideoLoader:
         once, plus the prefetch."""
         config = self.config
         decoding = config.units_decoding if units_decoding is None else units_decoding
-        if self.uses_block_units:
+        if self.uses_block_units or self.uses_stream_gops:
             return config.prefetch + (decoding if config.uses_nvdec else 1)
         if config.backend == "combo":  # a unit per CPU worker and NVDEC's queue, plus prefetch
             return config.num_workers + decoding + config.prefetch - 1
@@ -363,8 +410,8 @@ class VideoLoader:
         if self._sizes is None:
             self._sizes = VideoSizes.of(self.index, config.outputs)
         return PlanInputs(
-            pool=self._pool_kind, lookahead=lookahead,
-            slots_for_units=lambda units: lookahead * self._units_in_flight(units),
+            pool=self._pool_kind, lookahead=lookahead, stride=self.unit_stride,
+            slots_for_units=lambda units: self._slots_for(self._units_in_flight(units)),
             slot_bytes=sum(math.prod(shape) for shape in config.shapes.values()),
             sizes=self._sizes, cublas_bytes=cublas_workspace_bytes(_capability(config.gpu)),
         )
@@ -436,7 +483,10 @@ class VideoLoader:
 
     def _run(self, plan, start: int) -> Iterator[dict]:
         scheduler = self._scheduler
-        for done in scheduler.run(plan, start, lookahead=self.lookahead, blocks=self.uses_block_units):
+        units = (stream_gop_units(plan, self.index, start, span=self._stream_span)
+                 if self.uses_stream_gops else None)
+        for done in scheduler.run(plan, start, lookahead=self.lookahead, blocks=self.uses_block_units,
+                                  units=units):
             batch = self._collector(done, self._pool)
             self._next_batch = scheduler.next_batch
             if batch is not None:

@@ -10,7 +10,9 @@ The loader's GPU memory is the sum of (per decoder thread, ``d`` of them):
   NVDEC alone (units decode in order and a new one starts only once the delivered ones gave
   theirs back), and ``(lookahead + 1) × (units_decoding + 1)`` in the combo (its NVDEC units
   gather rows across a batch boundary, and may finish before the CPU rows of an earlier
-  batch: one unit's worth of room to run ahead);
+  batch: one unit's worth of room to run ahead). Units that overlap (the GOPs of a plan of
+  streams begin ``stride`` batches apart and each reaches ``lookahead``) need
+  ``stride × units_decoding + lookahead - stride``;
 - **GOP stacks**: decoded NV12/P016 pictures waiting for their conversion, at most
   ``stack_frames`` per decoder thread (``nvdec_options["stack_frames"]``, 8 by default);
 - **conversion workspace**: the float intermediates of converting a stack to RGB
@@ -170,14 +172,19 @@ def _max_gop_frames(index: VideoIndex) -> int:
     return max((int(rec.gop_lengths.max()) for rec in index if rec.num_frames), default=1)
 
 
-def gpu_staging_buffers(kind: str, slots: int, lookahead: int, units_decoding: int) -> int:
+def gpu_staging_buffers(kind: str, slots: int, lookahead: int, units_decoding: int, *,
+                        stride: int | None = None) -> int:
     """GPU staging buffers for ``slots`` scheduler slots (see the module docstring).
 
     ``kind``: ``"inline"`` (NVDEC in the calling process: units are filled as they are
-    handed out, so every slot is a buffer), ``"separation"`` or ``"combo"``.
+    handed out, so every slot is a buffer), ``"separation"`` or ``"combo"``. ``stride``:
+    batches by which consecutive units' first batches advance, when units overlap (GOPs of
+    streams, :func:`~._units.stream_gop_units`; default ``lookahead``, disjoint units): the
+    units decoding then reach ``stride × units_decoding + lookahead - stride`` batches.
     """
+    stride = lookahead if stride is None else min(stride, lookahead)
     if kind == "separation":
-        need = lookahead * units_decoding
+        need = stride * units_decoding + lookahead - stride
     elif kind == "combo":
         need = (lookahead + 1) * (units_decoding + 1)
     else:
@@ -277,6 +284,7 @@ class PlanInputs:
     slot_bytes: int
     sizes: VideoSizes
     cublas_bytes: int
+    stride: int | None = None  # batches between overlapping units' starts (None: lookahead)
 
 
 def make_plan(inputs: PlanInputs, *, budget: int | None, decoders: int, units_decoding: int,
@@ -285,7 +293,8 @@ def make_plan(inputs: PlanInputs, *, budget: int | None, decoders: int, units_de
     slots = inputs.slots_for_units(units_decoding)
     return MemoryPlan(
         budget=budget, pool=inputs.pool, staging_slots=slots,
-        gpu_staging_buffers=gpu_staging_buffers(inputs.pool, slots, inputs.lookahead, units_decoding),
+        gpu_staging_buffers=gpu_staging_buffers(inputs.pool, slots, inputs.lookahead, units_decoding,
+                                                stride=inputs.stride),
         slot_bytes=inputs.slot_bytes, decoders=decoders, units_decoding=units_decoding,
         stack_frames=stack_frames, frame_cache_bytes=frame_cache_bytes, sizes=inputs.sizes,
         cublas_bytes=inputs.cublas_bytes,

@@ -111,7 +111,8 @@ class Scheduler:
         #: Whether an epoch ran on this pool: the start-up ramp is for cold workers only.
         self._warm = False
 
-    def run(self, plan, start: int, *, lookahead: int, blocks: bool) -> Iterator[FinishedBatch]:
+    def run(self, plan, start: int, *, lookahead: int, blocks: bool,
+            units: Iterator[list[Part]] | None = None) -> Iterator[FinishedBatch]:
         """Batches ``start..len(plan)-1`` of ``plan`` in order. A finished batch's slot is
         reused as soon as the consumer asks for the next one: copy out of it before that.
 
@@ -120,12 +121,17 @@ class Scheduler:
                 ``blocks`` and with a pool that wants row units,
                 :attr:`~._contract.BatchPool.rows_per_unit`; see :func:`~._units.whole_batch_units`).
             blocks: hand out the plan's own GOP-local blocks (``plan.decode_units``).
+            units: the units to hand out, made by the caller from batch ``start`` on (the
+                GOPs of a plan of streams, :func:`~._units.stream_gop_units`), each to the
+                next executor in turn; ``blocks`` and ``lookahead`` are then not used.
         """
         pool, n = self.pool, len(plan)
         self._release_held()  # an earlier run ended by drain() or an error: nothing in flight
         free = list(range(len(pool.slots)))[::-1]
         open_batches: dict[int, OpenBatch] = {}  # dispatched, not yet yielded
-        if blocks:
+        if units is not None:
+            blocks = False
+        elif blocks:
             units = block_units(plan, start)
         elif pool.rows_per_unit:
             units = row_units(plan, start, pool.rows_per_unit)

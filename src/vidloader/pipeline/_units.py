@@ -12,6 +12,14 @@ A unit is a list of :class:`Part` s, each a row range of one batch. Two shapes e
   streams (``row_affinity``: each row continues the same video from batch to batch) names
   units of a row over a few batches, and each row's units go to one worker
   (:func:`has_row_affinity`).
+- **GOPs of streams** (NVDEC, separation mode): for a plan of streams, each row is cut into
+  pieces at GOP boundaries (a piece: one row, from the batch where its video enters a GOP to
+  the batch before it leaves it), and a unit holds the pieces that begin in
+  :data:`STREAM_GOP_STRIDE` consecutive batches (:func:`stream_gop_units`). Each GOP is then
+  decoded once, its frames dealt over the batches of its piece, where whole-batch units
+  decoded it again from its keyframe for every unit that reached into it (3.1-3.4 decoded
+  frames per delivered one on the W3 multi-camera stream, H200). NVDEC keeps no decoder
+  open from one unit to the next, so the unit must hold the whole GOP.
 
 A block unit can be split by video (:func:`split_by_video`) so that several CPU workers
 decode disjoint GOPs of one block at once: within a block, a batch's rows are sorted by
@@ -21,9 +29,17 @@ sample, hence by video, so each worker's share of a batch is a contiguous row ra
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Iterator
 
 import numpy as np
+
+#: Batches by which consecutive GOP-of-streams units advance: a unit holds the pieces that
+#: begin in that many batches (about ``rows × 8 / GOP length`` GOPs: 13 on W3's 48 rows).
+STREAM_GOP_STRIDE = 8
+#: The most batches one piece spans: a longer GOP is cut there, and its next piece decodes
+#: from the keyframe again (what bounds the staging buffers a unit holds).
+STREAM_GOP_MAX_BATCHES = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,3 +153,91 @@ def split_by_video(parts: list[Part], plans: dict, ways: int) -> list[list[Part]
         if share:
             shares.append(share)
     return shares
+
+
+def stream_gop_span(index) -> int:
+    """The most batches a piece of :func:`stream_gop_units` spans over ``index``: its longest
+    GOP in frames (a row advances at least a frame per batch), at most
+    :data:`STREAM_GOP_MAX_BATCHES`."""
+    longest = max((int(rec.gop_lengths.max()) for rec in index if rec.num_frames), default=1)
+    return max(1, min(STREAM_GOP_MAX_BATCHES, longest))
+
+
+def stream_gop_units(plan, index, start: int, *, stride: int = STREAM_GOP_STRIDE,
+                     span: int | None = None) -> Iterator[list[Part]]:
+    """Units for NVDEC over a plan of streams, from batch ``start`` on (see the module
+    docstring): each row is cut into pieces where its cell's (video, GOP of its first frame)
+    changes, or after ``span`` batches; unit ``u`` holds the pieces beginning in batches
+    ``start + u·stride … start + (u+1)·stride - 1``, as parts sorted by batch, then row
+    (adjacent rows of a batch merged). Units come in order; each touches at most
+    ``stride + span - 1`` batches, and unit ``u+1``'s begin ``stride`` batches after unit
+    ``u``'s. Computed batch by batch, ``span`` batches ahead at most.
+
+    Args:
+        plan: an epoch plan (``len``, ``batch(b)`` with ``video_indices`` and
+            ``frame_indices``).
+        index: the records the plan's video indices refer to (``keyframes``).
+        stride: batches of piece beginnings per unit.
+        span: the most batches a piece spans (default :func:`stream_gop_span`).
+    """
+    span = stream_gop_span(index) if span is None else int(span)
+    n = len(plan)
+    open_pieces: dict[int, tuple[int, int]] = {}  # row -> (key, first batch) of its open piece
+    closed: list[tuple[int, int, int]] = []  # heap of (first, last, row)
+    next_unit = 0
+
+    def unit_of(first: int) -> int:
+        return (first - start) // stride
+
+    def emit(upto_unit: int) -> Iterator[list[Part]]:
+        nonlocal next_unit
+        while next_unit < upto_unit:
+            pieces = []
+            while closed and unit_of(closed[0][0]) == next_unit:
+                pieces.append(heapq.heappop(closed))
+            if pieces:
+                yield _parts_of(pieces)
+            next_unit += 1
+
+    for b in range(start, n):
+        keys = _cell_keys(plan.batch(b), index)
+        for row in [r for r in open_pieces if r >= len(keys)]:  # a shorter last batch
+            first = open_pieces.pop(row)[1]
+            heapq.heappush(closed, (first, b - 1, row))
+        for row, key in enumerate(keys.tolist()):
+            piece = open_pieces.get(row)
+            if piece is not None and piece[0] == key and b - piece[1] < span:
+                continue
+            if piece is not None:
+                heapq.heappush(closed, (piece[1], b - 1, row))
+            open_pieces[row] = (key, b)
+        # Every piece of a unit before the oldest open piece's unit is closed.
+        yield from emit(unit_of(min(first for _, first in open_pieces.values())))
+    for row, (_, first) in open_pieces.items():
+        heapq.heappush(closed, (first, n - 1, row))
+    yield from emit(unit_of(n - 1) + 1 if n > start else 0)
+
+
+def _cell_keys(bp, index) -> np.ndarray:
+    """``[rows]`` int64 key of each row's cell: its video and the keyframe of the GOP its
+    first frame lies in (``video << 32 | keyframe``)."""
+    videos = np.asarray(bp.video_indices, np.int64)
+    frames = np.asarray(bp.frame_indices, np.int64)[:, 0]
+    keyframes = np.empty_like(frames)
+    for v in np.unique(videos).tolist():
+        rows = videos == v
+        kf = index[v].keyframes
+        keyframes[rows] = kf[np.searchsorted(kf, frames[rows], side="right") - 1]
+    return (videos << 32) | keyframes
+
+
+def _parts_of(pieces: list[tuple[int, int, int]]) -> list[Part]:
+    """Parts of pieces ``(first, last, row)``: per batch, runs of adjacent rows merged."""
+    cells = sorted((b, row) for first, last, row in pieces for b in range(first, last + 1))
+    parts: list[Part] = []
+    for b, row in cells:
+        if parts and parts[-1].batch == b and parts[-1].row_stop == row:
+            parts[-1] = Part(b, parts[-1].row_start, row + 1)
+        else:
+            parts.append(Part(b, row, row + 1))
+    return parts
