@@ -456,9 +456,12 @@ def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkey
     pool._gpu_parts = {5: 1}
     assert pool._steal_candidate() is None  # NVDEC decodes an older unit (5) itself
     pool._gpu_parts = {9: 1}
-    assert pool._steal_candidate() == 7  # 4 rows in 0.04 s against 0.5 s of the CPU's left
+    assert pool._steal_candidate() == 7  # 4 rows in 0.04 s against 1 s of the CPU's left
     pool._pace.gpu_rows_per_s = 4.0
     assert pool._steal_candidate() is None  # 1 s on NVDEC: the CPU finishes first
+    clock[0] = 102.0  # 3 s on a unit of 1.5 s on average: expected to take 3 s more
+    assert pool._steal_candidate() == 7
+    clock[0] = 100.0
     pool._pace.gpu_rows_per_s = 100.0
     pool._cpu_units[7].reported.add((3, 0))
     assert pool._steal_candidate() is None  # already reporting

@@ -373,7 +373,7 @@ class ComboPool(BatchPool):
         is older than every unit NVDEC has in flight (so it holds NVDEC's batches back; and
         one taken over is in flight, so units are taken over one at a time), none of its
         parts is reported yet, and NVDEC would fill them (at its measured rows/s) before the
-        CPU worker is expected to (its measured unit time, less the time since hand-out)."""
+        CPU worker is expected to (:func:`_expected_left`)."""
         if not COMBO_STEAL or len(self._gpu_parts) >= self.gpu_room or not self._cpu_units:
             return None
         pace = self._pace
@@ -389,7 +389,7 @@ class ComboPool(BatchPool):
             return None
         if self._needs_cpu(held.task):
             return None
-        cpu_left = pace.cpu_unit_s - (time.monotonic() - held.started)
+        cpu_left = _expected_left(pace.cpu_unit_s, time.monotonic() - held.started)
         return unit if _rows(held.task) / pace.gpu_rows_per_s < cpu_left else None
 
     def _steal(self, unit: int) -> None:
@@ -504,6 +504,17 @@ class _CpuUnit:
         return dataclasses.replace(t, slot_ids=[t.slot_ids[k] for k in keep],
                                    plans=[t.plans[k] for k in keep],
                                    row_starts=[t.row_starts[k] for k in keep])
+
+
+def _expected_left(mean_s: float, elapsed_s: float) -> float:
+    """Seconds a CPU unit that has run ``elapsed_s`` is expected to need still, units taking
+    ``mean_s`` on average: the mean less its age, but never less than its age. Unit times
+    have a long tail (a clip decoded from a keyframe up to 250 frames back; on W4 the CPU's
+    batch gaps reach 5.8 s at the 99th percentile), so a unit past half the mean is expected
+    to take about as long again as it has run. The mean less its age alone goes negative past
+    the mean, and NVDEC never took over the units that held the combo back (0 steals in three
+    W4 runs, ``session14-1``)."""
+    return max(mean_s - elapsed_s, elapsed_s)
 
 
 def _rows(task: FillTask) -> int:
