@@ -5,7 +5,8 @@ each run's JSON.
 
 Usage (on the device): ``python3 benchmarks/diag/stream_gops_ab.py [SCALE]`` (default
 ``gpu``); W3 is generated under /tmp/bench-data if missing; JSON per run under
-``$OUT/ab/<variant>/``.
+``$OUT/ab/<variant>/``. ``AB_VARIANTS`` picks and orders the runs (default
+``gops,batches,gops-again,random``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def run(out: str, workload: str, scale: str) -> None:
 if __name__ == "__main__":
     scale = sys.argv[1] if len(sys.argv) > 1 else "gpu"
     root = os.path.join(os.environ.get("OUT", "/tmp"), "ab")
-    for variant, on in (("gops", True), ("batches", False), ("gops-again", True)):
-        _loader.STREAM_GOP_UNITS = on
+    variants = os.environ.get("AB_VARIANTS", "gops,batches,gops-again,random").split(",")
+    for variant in variants:
+        _loader.STREAM_GOP_UNITS = variant != "batches"
         print(f"== {variant}", flush=True)
-        run(os.path.join(root, variant), "multicam-stream", scale)
-    print("== random", flush=True)
-    run(os.path.join(root, "random"), "multicam-random", scale)
+        workload = "multicam-random" if variant == "random" else "multicam-stream"
+        run(os.path.join(root, variant), workload, scale)
