@@ -442,7 +442,8 @@ def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkey
     pool._cpu_load = [2, 1]
     pool._pace = _combo._Pace()
     sent = []
-    monkeypatch.setattr(pool, "_to_gpu", lambda task: sent.append(task) or pool._gpu_parts.update({task.unit: 1}))
+    monkeypatch.setattr(pool, "_to_gpu", lambda task, first=False: sent.append((task, first))
+                        or pool._gpu_parts.update({task.unit: 1}))
     old = FillTask([6], [plan(3)], [0], unit=7)  # batch 3, slot 6
     sibling = FillTask([6], [plan(3, rows=2)], [4], unit=8)  # the rest of batch 3
     pool._cpu_units = {7: _combo._CpuUnit(0, old, started=99.0), 8: _combo._CpuUnit(1, sibling, started=99.9)}
@@ -452,7 +453,9 @@ def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkey
     assert pool._steal_candidate() is None  # no pace measured yet
     pool._pace.gpu_rows_per_s, pool._pace.cpu_unit_s = 100.0, 1.5
     pool._gpu_parts = {3: 1, 4: 1}
-    assert pool._steal_candidate() is None  # NVDEC at its room
+    assert pool._steal_candidate() is None  # NVDEC decodes older units (3, 4) itself
+    pool._gpu_parts = {9: 1, 10: 1, 11: 1}
+    assert pool._steal_candidate() == 7  # at its room with newer units: they wait on unit 7
     pool._gpu_parts = {5: 1}
     assert pool._steal_candidate() is None  # NVDEC decodes an older unit (5) itself
     pool._gpu_parts = {9: 1}
@@ -468,7 +471,8 @@ def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkey
     pool._cpu_units[7].reported.clear()
     pool._gpu_parts = {}
     pool._steal(7)
-    assert [(t.unit, t.slot_ids, [p.batch_index for p in t.plans]) for t in sent] == [(7, [6], [3])]
+    assert [(t.unit, t.slot_ids, [p.batch_index for p in t.plans], first) for t, first in sent] == [
+        (7, [6], [3], True)]  # decoded before NVDEC's units not started yet
     assert pool.steals == 1 and dict(pool._fenced) == {6: 1} and 7 not in pool._cpu_units
     assert pool._steal_candidate() is None  # one at a time: unit 8 is newer than NVDEC's 7
     pool._cpu_queue.append(FillTask([6], [plan(4)], [0], unit=11))  # the CPU's only, fenced

@@ -682,6 +682,24 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
     assert started == [(0, ["b0"]), (4, ["b4a", "b4b"]), (8, ["b8"]), (12, ["b12"])]
 
 
+def test_separation_pool_submits_a_unit_first_when_asked(monkeypatch):
+    """``submit(..., first=True)`` (the combo's NVDEC taking over a CPU unit) puts the unit
+    before every unit not started yet; a plain submit goes last."""
+    import vidloader.pipeline._pool as pool_mod
+
+    import collections
+
+    pool = _bare_separation_pool(units_decoding=2, batch_rows=4)
+    pool._keys, pool._order, pool.index = iter(range(10)), collections.deque(), None
+    monkeypatch.setattr(pool_mod, "plan_tasks", lambda plans, index: [])
+    monkeypatch.setattr(pool_mod, "demux_spans", lambda tasks, workers: [(0, 0)])
+    monkeypatch.setattr(pool_mod.SeparationPool, "num_workers", 1, raising=False)
+    monkeypatch.setattr(pool, "put", lambda worker, msg: None, raising=False)
+    for batch, first in ((1, False), (2, False), (0, True), (3, False)):
+        pool.submit(0, _task((batch, 0, 4)), first=first)
+    assert list(pool._order) == [2, 0, 1, 3]
+
+
 def test_demux_parts_cross_in_one_shared_memory_segment_and_the_cache_copies_out(media):
     """A demux part's payloads travel as one named shared-memory segment (mapped, not
     unpickled, by the GPU process, whose name is unlinked as it is mapped); the bundles come

@@ -369,12 +369,12 @@ class ComboPool(BatchPool):
 
     def _steal_candidate(self) -> int | None:
         """The CPU unit NVDEC should take over now, or ``None``: with :data:`COMBO_STEAL`,
-        when NVDEC has room and no queued unit, the CPU unit holding the oldest batch, if it
-        is older than every unit NVDEC has in flight (so it holds NVDEC's batches back; and
-        one taken over is in flight, so units are taken over one at a time), none of its
+        when no unit is queued, the CPU unit holding the oldest batch, if it is older than
+        every unit NVDEC has in flight (so it holds NVDEC's batches back; and one taken over
+        is in flight, so units are taken over one at a time), none of its
         parts is reported yet, and NVDEC would fill them (at its measured rows/s) before the
         CPU worker is expected to (:func:`_expected_left`)."""
-        if not COMBO_STEAL or len(self._gpu_parts) >= self.gpu_room or not self._cpu_units:
+        if not COMBO_STEAL or not self._cpu_units:
             return None
         pace = self._pace
         if pace.gpu_rows_per_s is None or pace.cpu_unit_s is None:
@@ -404,7 +404,11 @@ class ComboPool(BatchPool):
         self._fenced.update(held.task.slot_ids)
         self._stolen[unit] = held
         self.steals += 1
-        self._to_gpu(held.task)
+        # Beyond NVDEC's room, and decoded before its units not started yet: those hold rows
+        # of later batches, and when the loader stalls on this unit they wait for staging
+        # buffers that only its batch's delivery frees (in session14-4, NVDEC at its room
+        # with such units let no unit be taken over).
+        self._to_gpu(held.task, first=True)
 
     def _end_stolen(self, held: _CpuUnit) -> None:
         """Lift the fences of a unit NVDEC took over: its worker writes no more."""
@@ -436,11 +440,11 @@ class ComboPool(BatchPool):
         self._cpu_units[task.unit] = _CpuUnit(worker, task)
         self.cpu.submit(worker, task)
 
-    def _to_gpu(self, task: FillTask) -> None:
+    def _to_gpu(self, task: FillTask, *, first: bool = False) -> None:
         if not self._gpu_parts:
             self._pace.gpu_busy(True)
         self._gpu_parts[task.unit] = len(task.plans)
-        self.gpu.submit(self._next_demux, task)
+        self.gpu.submit(self._next_demux, task, first=first)
         self._next_demux = (self._next_demux + 1) % self.gpu.num_workers
 
     def _from_gpu(self, msg):

@@ -603,16 +603,22 @@ class SeparationPool(WorkerProcesses, BatchPool):
     def ways(self) -> int:
         return self.num_workers
 
-    def submit(self, worker: int, task: FillTask) -> None:
+    def submit(self, worker: int, task: FillTask, *, first: bool = False) -> None:
         """Hand a unit's demuxing to the workers: to ``worker`` alone, or, for a unit of more
         than :data:`DEMUX_GOPS_PER_PART` GOPs (a GopShuffle block), in slices of its tasks to
-        several workers, so one worker's demux speed does not bound a large unit."""
+        several workers, so one worker's demux speed does not bound a large unit. With
+        ``first``, the unit starts decoding before every unit not started yet (the combo's
+        NVDEC taking over the CPU unit that holds the oldest batch, which the units queued
+        here wait behind)."""
         key = next(self._keys)
         decode_tasks = plan_tasks(task.plans, self.index)
         spans = demux_spans(decode_tasks, self.num_workers)
         self._units[key] = (task, decode_tasks)  # planned once, reused to decode
         self._parts[key] = [None] * len(spans)
-        self._order.append(key)
+        if first:
+            self._order.appendleft(key)
+        else:
+            self._order.append(key)
         for part, (start, stop) in enumerate(spans):
             self.put((worker + part) % self.num_workers, DemuxTask(key, task.plans, part, start, stop))
 
