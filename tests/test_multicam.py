@@ -290,3 +290,28 @@ def test_streams_on_nvdec_decode_each_gop_once_and_resume(rigs, monkeypatch):
     assert len(stream) == len(full) == len(plan)
     for a, b in zip(stream, full):
         assert torch.equal(a["video_index"], b["video_index"]) and torch.equal(a["frames"], b["frames"])
+
+
+@pytest.mark.parametrize("units_decoding", [1, 4])
+def test_streams_on_nvdec_with_gop_boundaries_at_different_batches(rigs, monkeypatch, units_decoding):
+    """Single-camera rigs (each video six times) cut into 30 runs: each row enters a new GOP
+    at its own batch, so a unit holds several parts per batch (38 parts in 12 batches here,
+    against 28 slots with one unit decoding). The scheduler counts the slots a unit needs by
+    batch, not by part (counted by part, such a unit never fitted: a KeyError or a hang), and
+    every planned frame comes, whatever ``units_decoding``."""
+    from vidloader.pipeline._units import stream_gop_units
+
+    from . import _fake_nvc
+
+    _fake_nvc.install_on_cpu(monkeypatch)
+    index, _ = rigs
+    sampler = MultiCameraClips([[v] for v in range(len(index))] * 6, shuffle=False, streams=True)
+    loader = VideoLoader(index, sampler=sampler, batch_size=30, backend="nvdec", num_workers=2,
+                         device="cpu", nvdec_options={"units_decoding": units_decoding})
+    assert loader.uses_stream_gops
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=30)
+    assert max(len(u) for u in stream_gop_units(plan, index, 0)) > loader.staging_slots or units_decoding > 1
+    batches = collect_batches(loader)
+    assert [b["frame_index"].reshape(-1).tolist() for b in batches] == [
+        plan.batch(k).frame_indices[:, 0].tolist() for k in range(len(plan))]
+    assert loader.stats["gpu_staging"]["overflows"] == 0

@@ -449,14 +449,16 @@ class ComboPool(BatchPool):
 
     def _from_gpu(self, msg):
         """Book NVDEC's message. A :class:`Failure` ends the epoch (the loader raises it); its
-        unit is the oldest in flight (NVDEC reports units in submission order)."""
+        unit is the one it names, else the oldest in flight (NVDEC reports units in
+        submission order, but for one taken over, :meth:`_steal`)."""
         if isinstance(msg, RowsFilled):
             self._gpu_parts[msg.unit] -= 1
             if not self._gpu_parts[msg.unit]:
                 del self._gpu_parts[msg.unit]
             self._pace.gpu_filled(len(msg.valid))
-        else:
-            del self._gpu_parts[next(iter(self._gpu_parts))]
+        else:  # its unit when NVDEC names it (a unit taken over is decoded out of turn)
+            unit = msg.unit if msg.unit in self._gpu_parts else next(iter(self._gpu_parts))
+            del self._gpu_parts[unit]
         if not self._gpu_parts:
             self._pace.gpu_busy(False)
         return msg

@@ -310,7 +310,8 @@ class VideoLoader:
 
     @property
     def lookahead(self) -> int:
-        """Batches per unit of work: the argument, else the most batches one block of a
+        """Batches per unit of work: the argument, else, for GOPs of streams, the most batches
+        one unit touches (``unit_stride + span - 1``), else the most batches one block of a
         GOP-local plan touches (each block is one unit), else the default."""
         if self.config.lookahead is not None:
             return self.config.lookahead
@@ -345,7 +346,8 @@ class VideoLoader:
         process fills units as they are handed out: one per slot. In separation mode a unit
         holds GPU buffers only from the start of its decoding to the delivery of its batches,
         and units decode in order, so ``lookahead × units_decoding`` buffers serve however
-        many demux workers there are; the combo's NVDEC side needs
+        many demux workers there are (overlapping units, GOPs of streams: ``unit_stride ×
+        units_decoding + lookahead - unit_stride``); the combo's NVDEC side needs
         ``(lookahead + 1) × (units_decoding + 1)`` (see :mod:`._memory`)."""
         if not self.config.uses_nvdec:
             return 0

@@ -667,11 +667,13 @@ class SeparationPool(WorkerProcesses, BatchPool):
         """Bind GPU buffers to the slots of unit ``key`` before it starts decoding, or say it
         must wait for delivered batches to free some (``False``).
 
-        With NVDEC alone it never waits: units start in order, a new one only once the
-        messages of the finished ones were taken (so their batches were delivered and
+        With NVDEC alone it never waits for long: units start in order, a new one only once
+        the messages of the finished ones were taken (so their batches were delivered and
         released), so the slots bound are those of the units decoding (fewer than
         ``units_decoding``, at most ``lookahead`` batches each) and a batch shared with this
-        unit. In the combo NVDEC may finish units whose batches wait for the CPU rows of an
+        unit. (Overlapping units, GOPs of streams, may wait for the oldest unit decoding to
+        finish: the buffers, ``stride × units_decoding + lookahead - stride``, hold this unit
+        and those decoding once the batches before this unit's first are delivered.) In the combo NVDEC may finish units whose batches wait for the CPU rows of an
         earlier batch; this unit then waits for those deliveries, unless they cannot come
         first: a unit not started yet (this one, or one queued behind it, as a dead CPU
         worker's units are) holds rows of a batch no later than every bound one. Then, or

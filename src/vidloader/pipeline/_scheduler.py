@@ -148,8 +148,10 @@ class Scheduler:
         unit, self.outstanding = next(units, None), 0
         for b in range(start, n):
             # Hand out units while slots are free. A unit needs a slot for each batch it
-            # touches that has none yet (a batch straddling two blocks shares its slot).
-            while unit is not None and len(free) >= sum(p.batch not in open_batches for p in unit):
+            # touches that has none yet (a batch straddling two blocks shares its slot), counted
+            # once however many parts of the unit are in it (a unit of GOPs of streams has a
+            # part per run of rows: counted by part, it could never fit).
+            while unit is not None and len(free) >= len({p.batch for p in unit} - open_batches.keys()):
                 self._dispatch(plan, unit, open_batches, free,
                                split=blocks and pool.splits_blocks and not affine, affine=affine)
                 unit = next(units, None)
