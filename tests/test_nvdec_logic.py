@@ -685,9 +685,9 @@ def test_separation_pool_starts_units_in_submission_order_whatever_the_arrival_o
 def test_separation_pool_submits_a_unit_first_when_asked(monkeypatch):
     """``submit(..., first=True)`` (the combo's NVDEC taking over a CPU unit) puts the unit
     before every unit not started yet; a plain submit goes last."""
-    import vidloader.pipeline._pool as pool_mod
-
     import collections
+
+    import vidloader.pipeline._pool as pool_mod
 
     pool = _bare_separation_pool(units_decoding=2, batch_rows=4)
     pool._keys, pool._order, pool.index = iter(range(10)), collections.deque(), None
