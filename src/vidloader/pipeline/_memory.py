@@ -165,10 +165,11 @@ class VideoSizes:
             conversion = max(conversion, results + max(conversion_bytes(h, w, s, deep=deep)
                                                        for s in sizes))
             weights += sum(4 * (ow * w + oh * h) * 3 // 2 for oh, ow in sizes if (oh, ow) != (h, w))
-        return cls(frame, surface, conversion, weights, _max_gop_frames(index))
+        return cls(frame, surface, conversion, weights, max_gop_frames(index))
 
 
-def _max_gop_frames(index: VideoIndex) -> int:
+def max_gop_frames(index: VideoIndex) -> int:
+    """The longest GOP of ``index``, in frames (1 for an index without frames)."""
     return max((int(rec.gop_lengths.max()) for rec in index if rec.num_frames), default=1)
 
 

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ._memory import max_gop_frames
+
 #: Batches by which consecutive GOP-of-streams units advance: a unit holds the pieces that
 #: begin in that many batches (about ``rows × 8 / GOP length`` GOPs: 13 on W3's 48 rows).
 STREAM_GOP_STRIDE = 8
@@ -159,8 +161,7 @@ def stream_gop_span(index) -> int:
     """The most batches a piece of :func:`stream_gop_units` spans over ``index``: its longest
     GOP in frames (a row advances at least a frame per batch), at most
     :data:`STREAM_GOP_MAX_BATCHES`."""
-    longest = max((int(rec.gop_lengths.max()) for rec in index if rec.num_frames), default=1)
-    return max(1, min(STREAM_GOP_MAX_BATCHES, longest))
+    return max(1, min(STREAM_GOP_MAX_BATCHES, max_gop_frames(index)))
 
 
 def stream_gop_units(plan, index, start: int, *, stride: int = STREAM_GOP_STRIDE,
@@ -226,8 +227,7 @@ def _cell_keys(bp, index) -> np.ndarray:
     keyframes = np.empty_like(frames)
     for v in np.unique(videos).tolist():
         rows = videos == v
-        kf = index[v].keyframes
-        keyframes[rows] = kf[np.searchsorted(kf, frames[rows], side="right") - 1]
+        keyframes[rows] = index[v].keyframe_before(frames[rows])
     return (videos << 32) | keyframes
 
 
