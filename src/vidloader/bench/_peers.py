@@ -250,14 +250,16 @@ class VidloaderNvdecPeer(VidloaderPeer):
         # model, workers x lookahead per cycle, made the first H200 runs time out.)
         # A plan of streams goes to NVDEC as the GOPs its rows walk through: units that begin
         # STREAM_GOP_STRIDE batches apart and reach a GOP's span further.
-        from ..pipeline import VideoLoader, _loader
-        from ..pipeline._units import STREAM_GOP_STRIDE, has_row_affinity, stream_gop_span
+        from ..pipeline import VideoLoader
+        from ..pipeline._loader import takes_stream_gops
+        from ..pipeline._units import STREAM_GOP_STRIDE, stream_gop_span
 
         loader = VideoLoader(job.index, sampler=job.plan.sampler,
                              batch_size=job.plan.samples_per_batch,
                              processing=job.workload.geometry.process(), num_workers=job.workers,
                              drop_last=True)
-        if _loader.STREAM_GOP_UNITS and job.workers > 0 and has_row_affinity(loader._epoch_plan(0)):
+        if takes_stream_gops(lambda: loader._epoch_plan(0), backend=self.backend,
+                             num_workers=job.workers, lookahead=None):
             stride = STREAM_GOP_STRIDE
             return 5 * stride + stream_gop_span(job.index), 4 * stride
         return 5 * loader.lookahead, 4 * loader.lookahead

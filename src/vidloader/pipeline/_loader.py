@@ -76,6 +76,14 @@ _SERVERS_BY_BACKEND = {"nvdec": ("demux",), "combo": ("full", "demux")}
 STREAM_GOP_UNITS = True
 
 
+def takes_stream_gops(plan, *, backend: str, num_workers: int, lookahead: int | None) -> bool:
+    """Whether a loader with these settings hands out a plan as GOPs of streams
+    (:attr:`VideoLoader.uses_stream_gops`); ``plan()`` gives the epoch plan, asked last."""
+    if not STREAM_GOP_UNITS or lookahead is not None or backend != "nvdec" or num_workers == 0:
+        return False
+    return has_row_affinity(plan())
+
+
 @atexit.register
 def _shutdown_all() -> None:  # interpreter exit: no worker may outlive the program
     for loader in list(_LIVE_LOADERS):
@@ -379,10 +387,8 @@ class VideoLoader:
         row walks through is then decoded once, whatever the batches it spans. (NVDEC with no
         workers keeps whole batches: every one of its slots is a GPU buffer; the combo too.)"""
         config = self.config
-        if (not STREAM_GOP_UNITS or config.lookahead is not None or config.backend != "nvdec"
-                or config.num_workers == 0):
-            return False
-        return has_row_affinity(self._epoch_plan(self._epoch))
+        return takes_stream_gops(lambda: self._epoch_plan(self._epoch), backend=config.backend,
+                                 num_workers=config.num_workers, lookahead=config.lookahead)
 
     @property
     def _stream_span(self) -> int:
