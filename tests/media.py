@@ -202,3 +202,16 @@ def flooding_worker(start, task_q, result_q) -> None:
         result_q.put(b"x" * (1 << 20))
     while task_q.get() is not None:
         pass
+
+
+def slot_writing_worker(slots, task_q, result_q) -> None:
+    """Writes ``value`` into every byte of output ``name`` of slot ``k`` for each ``(k,
+    name, value)`` task (``SharedSlots`` as its argument); ``None`` stops it."""
+    from vidloader.pipeline._messages import Ready
+
+    arrays = slots.arrays()
+    result_q.put(Ready(0))
+    while (task := task_q.get()) is not None:
+        k, name, value = task
+        arrays[k][name][...] = value
+        result_q.put("written")

@@ -413,8 +413,8 @@ def test_combo_takes_cpu_reports_while_nvdec_decodes(dataset, fake, monkeypatch)
 
 
 def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkeypatch):
-    """With COMBO_STEAL, NVDEC with room and nothing queued takes the parts of the CPU unit
-    holding the oldest batch, one unit at a time, when it would finish them first at the
+    """With COMBO_STEAL, NVDEC takes the parts of the CPU unit holding the oldest batch
+    (older than every unit queued or in flight on NVDEC), one unit at a time, when it would finish them first at the
     measured paces, and never a unit already reporting (its other parts are on their way).
     The worker's later reports of that unit are dropped (one message per part reaches the
     scheduler) and, until it has reported them all, no CPU unit is dealt into the unit's
@@ -460,6 +460,8 @@ def test_idle_nvdec_takes_over_the_slow_cpu_unit_holding_the_oldest_batch(monkey
     assert pool._steal_candidate() is None  # NVDEC decodes an older unit (5) itself
     pool._gpu_parts = {9: 1}
     assert pool._steal_candidate() == 7  # 4 rows in 0.04 s against 1 s of the CPU's left
+    assert pool._steal_candidate(FillTask([2], [plan(5)], [0], unit=12)) == 7  # newer queued
+    assert pool._steal_candidate(FillTask([2], [plan(2)], [0], unit=5)) is None  # older queued
     pool._pace.gpu_rows_per_s = 4.0
     assert pool._steal_candidate() is None  # 1 s on NVDEC: the CPU finishes first
     clock[0] = 102.0  # 3 s on a unit of 1.5 s on average: expected to take 3 s more
@@ -498,7 +500,7 @@ def test_combo_with_nvdec_taking_over_cpu_units_delivers_the_cpu_stream(dataset,
     workers go on decoding units NVDEC took and report them late, into fenced slots."""
     from vidloader.pipeline import _combo
 
-    def eager(self):
+    def eager(self, head=None):
         if len(self._gpu_parts) >= self.gpu_room or not self._cpu_units:
             return None
         unit = min(self._cpu_units)

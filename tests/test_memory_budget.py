@@ -68,14 +68,20 @@ def _every_frame(index) -> list[tuple[int, int]]:
 
 
 def _count_staging(monkeypatch) -> list[tuple[int, bool]]:
-    """``(slots, shared)`` of every staging allocation from now on (GPU buffers: unshared)."""
-    made, allocate = [], _pool._allocate
+    """``(slots, shared)`` of every staging allocation from now on: GPU buffers unshared,
+    CPU workers' slots (``SharedSlots``) shared."""
+    made, allocate, shared_slots = [], _pool._allocate, _pool.SharedSlots
 
-    def counted(shapes, num_slots, *, device=None, shared=False):
-        made.append((num_slots, shared))
-        return allocate(shapes, num_slots, device=device, shared=shared)
+    def counted(shapes, num_slots, *, device=None):
+        made.append((num_slots, False))
+        return allocate(shapes, num_slots, device=device)
+
+    def counted_shared(shapes, num_slots):
+        made.append((num_slots, True))
+        return shared_slots(shapes, num_slots)
 
     monkeypatch.setattr(_pool, "_allocate", counted)
+    monkeypatch.setattr(_pool, "SharedSlots", counted_shared)
     return made
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from .media import make_small_dataset
 
 # The README's quick start as a user saves it: no `if __name__ == "__main__":` guard. Under
@@ -53,22 +55,115 @@ def test_quick_start_runs_as_a_script_without_main_guard(tmp_path):
     assert not marker and main_file is None and not cuda
 
 
-def test_the_demux_modules_import_no_torch():
-    """What the demux fork server preloads, and what a demux worker unpickles (its start
-    message, tasks, index and plans), import no torch: not through a package ``__init__``
-    either (``vidloader``, ``pipeline``, ``decoding``, ``nvdec`` re-export lazily)."""
-    from vidloader._utils._procs import DEMUX_PRELOAD
+# What each torch-free server's workers import or unpickle beside the server's preload: a demux
+# worker its start message, tasks, index and plans; a CPU decode worker its start message (the
+# loader's config, processing specs, labels), its shared slots, the index and plans.
+_UNPICKLED = {
+    "demux": ["vidloader.pipeline._messages", "vidloader.pipeline._payloads", "vidloader.index",
+              "vidloader.sampling", "vidloader.planning", "vidloader.decoding.nvdec._annexb",
+              "vidloader._utils._nvtx"],
+    "decode": ["vidloader.pipeline._messages", "vidloader.pipeline._shared_slots",
+               "vidloader.pipeline._config", "vidloader.pipeline._assemble",
+               "vidloader.processing._spec", "vidloader.processing._geometry",
+               "vidloader.sampling._labels", "vidloader.decoding.cpu", "vidloader.index",
+               "vidloader.sampling", "vidloader.planning"],
+}
 
-    modules = [*DEMUX_PRELOAD, "vidloader.pipeline._messages", "vidloader.pipeline._payloads",
-               "vidloader.index", "vidloader.sampling", "vidloader.planning",
-               "vidloader.decoding.nvdec._annexb", "vidloader._utils._nvtx"]
+
+@pytest.mark.parametrize("server", ["demux", "decode"])
+def test_the_torch_free_servers_modules_import_no_torch(server):
+    """What the demux and decode fork servers preload, and what their workers unpickle, import
+    no torch: not through a package ``__init__`` either (``vidloader``, ``pipeline``,
+    ``decoding``, ``processing``, ``nvdec`` re-export lazily)."""
+    from vidloader._utils._procs import SERVERS
+
+    modules = [*SERVERS[server], *_UNPICKLED[server]]
     code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[]"
-    assert "torch" not in DEMUX_PRELOAD
+    assert "torch" not in SERVERS[server]
+
+
+def _maps(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/PID/maps (Linux)")
+def test_cpu_workers_fill_every_output_without_torch(tmp_path):
+    """CPU decode workers fill clips with crops, flips, two outputs of different sizes and
+    labels, with batches equal to the loader's own process filling them, and afterwards map
+    neither libtorch nor libcuda: the config arrives without its device, the slots as one
+    shared file of numpy views, and nothing in their path imports torch."""
+    import torch
+
+    import vidloader
+    from vidloader import Clips, Process, VideoLoader
+
+    paths = make_small_dataset(tmp_path / "videos", n=3)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    processing = {"input": Process(size=(24, 40), scale=(32, 48), crop="random",
+                                   random_flip=True, dtype="float32", normalized=True,
+                                   mean=[0.4, 0.5, 0.6], std=[0.2, 0.3, 0.4], layout="tchw"),
+                  "target": Process(index_map=[-1, 0, -1], layout="thwc")}
+
+    def batches(workers):
+        loader = VideoLoader(index, sampler=Clips(sequence_length=3, stride=2, seed=5),
+                             batch_size=4, processing=processing, num_workers=workers,
+                             labels=list(range(len(index))), persistent_workers=True)
+        try:
+            out = [b for _, b in zip(range(4), loader)]
+            maps = [_maps(p.pid) for p in loader._pool.procs] if workers else []
+        finally:
+            loader.shutdown()
+        return out, maps
+
+    here, _ = batches(0)
+    there, maps = batches(2)
+    assert len(maps) == 2
+    for m in maps:
+        assert "libtorch" not in m and "libcuda" not in m
+    for a, b in zip(here, there, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+
+
+def test_shared_slots_cross_to_a_worker_without_a_dev_shm_entry():
+    """A worker's writes into :class:`SharedSlots` are the loader's tensors' bytes; the
+    slots leave no ``/dev/shm`` entry; closed slots refuse to be sent again."""
+    import pickle
+
+    import numpy as np
+
+    from vidloader.pipeline._pool import WorkerProcesses
+    from vidloader.pipeline._shared_slots import SharedSlots
+
+    from .media import slot_writing_worker
+
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    shared = SharedSlots({"frames": (2, 3, 4), "target": (5,)}, 3)
+    tensors = shared.tensors()
+    pool = WorkerProcesses(slot_writing_worker, [shared], 1)
+    try:
+        pool.put(0, (1, "target", 7))
+        assert pool.get() == "written"
+        pool.put(0, None)
+    finally:
+        pool.shutdown()
+    assert tensors[1]["target"].tolist() == [7] * 5
+    assert int(tensors[0]["target"].sum()) == int(tensors[2]["target"].sum()) == 0
+    assert int(tensors[1]["frames"].sum()) == 0  # outputs of a slot do not overlap
+    tensors[2]["frames"][1, 2, 3] = 9  # and the arrays see the tensors' writes
+    assert shared.arrays()[2]["frames"][1, 2, 3] == 9 and isinstance(shared.arrays()[0]["frames"], np.ndarray)
+    if os.path.isdir("/dev/shm"):
+        assert {e for e in os.listdir("/dev/shm") if not e.startswith("sem.")} <= shm_before
+    shared.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pickle.dumps(shared)
 
 
 def test_a_demux_worker_runs_without_torch_or_cuda(tmp_path):

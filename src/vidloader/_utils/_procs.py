@@ -4,14 +4,17 @@ Every worker is a fork of a warm server process that vidloader starts on first u
 is a fresh interpreter (exec'd, not forked from this process), so it never holds this
 process's CUDA context, threads or locks; it imports its preload list once and never touches
 CUDA. Forking it costs milliseconds where a spawned worker re-imports torch (seconds each).
-There are two servers, by what their workers need:
+There are three servers, by what their workers need:
 
-- ``"full"`` (:data:`PRELOAD`: numpy, PyAV, torch, vidloader's worker modules): CPU decode
-  workers, index probes, synthetic-video jobs;
+- ``"decode"`` (:data:`DECODE_PRELOAD`: numpy, PyAV, vidloader's decode worker modules, no
+  torch): CPU decode workers, index probes, synthetic-video jobs;
 - ``"demux"`` (:data:`DEMUX_PRELOAD`: numpy, PyAV and the demux worker's module, no torch):
-  separation mode's demux workers. torch costs ~190 MiB of RSS per process on the CPU
-  machine (more with CUDA's libraries), which a worker that only demuxes has no use for; a
-  process without torch cannot create a CUDA context either.
+  separation mode's demux workers;
+- ``"torch"`` (:data:`TORCH_PRELOAD`): image workers, which crop and resize with torch.
+
+torch costs ~190 MiB of RSS per process on the CPU machine (more with CUDA's libraries) and
+~2 s to import there, which a worker that only decodes or demuxes has no use for; a process
+without torch cannot create a CUDA context either.
 
 Two things differ from ``multiprocessing.get_context("forkserver")``:
 
@@ -33,30 +36,28 @@ import multiprocessing
 import os
 from multiprocessing import context, forkserver, reduction, spawn, util
 
-#: Imported once by the full server, so its forks start warm. Never CUDA: importing torch does
-#: not initialise it. Strings, not imports: this module stays light and below every layer.
-PRELOAD = ("numpy", "av", "torch", "vidloader.pipeline._worker", "vidloader.index._build",
-           "vidloader.synthetic", "vidloader._utils._freeze")
+#: Imported once by the decode server, so its forks start warm: CPU decode workers (which
+#: write numpy into shared memory, ``pipeline._shared_slots``), index probes and synthetic-video
+#: jobs. No torch: ~2 s of the program's first loader on 2 cores, ~190 MiB of RSS per worker
+#: (``tests/test_procs.py`` checks that these modules import none). Strings, not imports:
+#: this module stays light and below every layer.
+DECODE_PRELOAD = ("numpy", "av", "vidloader.pipeline._worker", "vidloader.index._build",
+                  "vidloader.synthetic", "vidloader._utils._freeze")
 
 #: Imported once by the demux server: what a demux worker runs, and no torch (the modules
 #: named import none; ``tests/test_procs.py`` checks it).
 DEMUX_PRELOAD = ("numpy", "av", "vidloader.pipeline._entry", "vidloader.pipeline._demux",
                  "vidloader._utils._freeze")  # last: freezes what the others imported
 
+#: Imported once by the torch server: image workers, which crop and resize with torch. Never
+#: CUDA: importing torch does not initialise it.
+TORCH_PRELOAD = ("numpy", "torch", "PIL.Image", "vidloader.pipeline._image_fill",
+                 "vidloader._utils._freeze")
+
 #: The servers by name, and what each preloads.
-SERVERS = {"full": PRELOAD, "demux": DEMUX_PRELOAD}
+SERVERS = {"decode": DECODE_PRELOAD, "demux": DEMUX_PRELOAD, "torch": TORCH_PRELOAD}
 
 HAS_FORK_SERVER = "forkserver" in multiprocessing.get_all_start_methods()
-
-
-def _fork_server(preload: tuple) -> forkserver.ForkServer:
-    server = forkserver.ForkServer()
-    server.set_forkserver_preload(list(preload))  # no "__main__": the user's script never runs there
-    return server
-
-
-_SERVER = _fork_server(PRELOAD)
-_DEMUX_SERVER = _fork_server(DEMUX_PRELOAD)
 
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 
@@ -69,6 +70,12 @@ def _preparation_data(name: str) -> dict:
     return data
 
 
+def _fork_server(preload: tuple) -> forkserver.ForkServer:
+    server = forkserver.ForkServer()
+    server.set_forkserver_preload(list(preload))  # no "__main__": the user's script never runs there
+    return server
+
+
 if HAS_FORK_SERVER:
     from multiprocessing import popen_forkserver
 
@@ -77,10 +84,10 @@ if HAS_FORK_SERVER:
 
         Mirrors the stdlib's ``_launch`` (unchanged from Python 3.8 to 3.14); it names the
         module-level server and ``spawn.get_preparation_data`` directly, so it is rewritten
-        here rather than wrapped.
+        here rather than wrapped. A subclass per server sets :attr:`server`.
         """
 
-        server = _SERVER
+        server: forkserver.ForkServer
 
         def _launch(self, process_obj) -> None:
             prep_data = _preparation_data(process_obj._name)
@@ -99,35 +106,26 @@ if HAS_FORK_SERVER:
                 f.write(buf.getbuffer())
             self.pid = forkserver.read_signed(self.sentinel)
 
-    class _DemuxPopen(_Popen):
-        server = _DEMUX_SERVER
+    def _context(name: str, server: forkserver.ForkServer) -> context.ForkServerContext:
+        """A ``multiprocessing`` context whose processes are forks of ``server``. Its
+        ``Process`` class is a module attribute (``DecodeProcess``, ...): a process object is
+        pickled to the server, so its class must be importable by name."""
+        popen = type(f"_{name.title()}Popen", (_Popen,), {"server": server, "__module__": __name__})
+        process = type(f"{name.title()}Process", (context.ForkServerProcess,), {
+            "__doc__": f"A ``multiprocessing.Process`` forked from vidloader's {name} server.",
+            "__module__": __name__, "_Popen": staticmethod(popen)})
+        globals()[process.__name__] = process
+        return type(f"_{name.title()}Context", (context.ForkServerContext,),
+                    {"Process": process, "__module__": __name__})()
 
-    class WorkerProcess(context.ForkServerProcess):
-        """A ``multiprocessing.Process`` forked from vidloader's full server."""
-
-        @staticmethod
-        def _Popen(process_obj):
-            return _Popen(process_obj)
-
-    class DemuxProcess(context.ForkServerProcess):
-        """A ``multiprocessing.Process`` forked from vidloader's demux server (no torch)."""
-
-        @staticmethod
-        def _Popen(process_obj):
-            return _DemuxPopen(process_obj)
-
-    class _WorkerContext(context.ForkServerContext):
-        Process = WorkerProcess
-
-    class _DemuxContext(context.ForkServerContext):
-        Process = DemuxProcess
-
-    _CONTEXTS = {"full": _WorkerContext(), "demux": _DemuxContext()}
-    _SERVERS = {"full": _SERVER, "demux": _DEMUX_SERVER}
+    _SERVERS = {name: _fork_server(preload) for name, preload in SERVERS.items()}
+    _CONTEXTS = {name: _context(name, server) for name, server in _SERVERS.items()}
 else:  # pragma: no cover - Windows
     _CONTEXTS = dict.fromkeys(SERVERS, multiprocessing.get_context("spawn"))
-    WorkerProcess = DemuxProcess = _CONTEXTS["full"].Process
     _SERVERS = {}
+
+#: The decode server's ``Process`` class (tests subclass it).
+WorkerProcess = _CONTEXTS["decode"].Process
 
 
 def _check_server(server: str) -> None:
@@ -136,15 +134,15 @@ def _check_server(server: str) -> None:
                          f"{sorted(SERVERS)}")
 
 
-def worker_context(server: str = "full"):
+def worker_context(server: str = "decode"):
     """The ``multiprocessing`` context a vidloader worker is made with: its queues, its
-    processes, and ``mp_context`` of a ``ProcessPoolExecutor``. ``server``: ``"full"`` (torch
-    preloaded) or ``"demux"`` (no torch, for separation mode's demux workers)."""
+    processes, and ``mp_context`` of a ``ProcessPoolExecutor``. ``server``: one of
+    :data:`SERVERS` (module docstring)."""
     _check_server(server)
     return _CONTEXTS[server]
 
 
-def start_server(server: str = "full") -> None:
+def start_server(server: str = "decode") -> None:
     """Start fork server ``server`` now (it starts on its first worker otherwise); it imports
     its preload list in the background, so a loader created later starts its workers warm."""
     _check_server(server)

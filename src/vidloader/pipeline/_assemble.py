@@ -10,7 +10,6 @@ import logging
 from collections import defaultdict
 
 import numpy as np
-import torch
 
 from .._utils._nvtx import NO_RANGES, Ranges
 from ..decoding import Executor
@@ -107,6 +106,8 @@ def _write(dst, row: int, col: int, frame) -> None:
     """``dst[row, col] = frame``, also for a CPU decoder's numpy frame into a GPU staging
     tensor (the NVDEC side's CPU fallback), which torch refuses to assign directly."""
     if isinstance(frame, np.ndarray) and not isinstance(dst, np.ndarray):
+        import torch  # here only: CPU workers write numpy into numpy and never load torch
+
         frame = torch.from_numpy(np.ascontiguousarray(frame))
     dst[row, col] = frame
 

@@ -304,13 +304,17 @@ class ComboPool(BatchPool):
         while True:
             took = False
             head = self._oldest(self._gpu_queue, self._queue)
-            if head is not None and (len(self._gpu_parts) < self.gpu_room or self._overdue(head[1])):
+            # A CPU unit older than every queued one holds back every batch NVDEC would
+            # fill next: taken over first, whatever NVDEC's room (session15-1: only
+            # considered with nothing queued, no unit was ever taken over, since the shared
+            # queue is rarely empty while NVDEC sits at its room).
+            if (victim := self._steal_candidate(head[1] if head else None)) is not None:
+                self._steal(victim)
+                took = True
+            elif head is not None and (len(self._gpu_parts) < self.gpu_room or self._overdue(head[1])):
                 queue, task = head
                 queue.popleft()
                 self._to_gpu(self._gather(queue, task))
-                took = True
-            elif head is None and (victim := self._steal_candidate()) is not None:
-                self._steal(victim)
                 took = True
             worker = min(range(len(self._cpu_load)), key=self._cpu_load.__getitem__)
             room = self._cpu_load[worker] < CPU_UNITS_PER_WORKER
@@ -367,13 +371,13 @@ class ComboPool(BatchPool):
 
     # -- NVDEC taking over a slow CPU unit --------------------------------------------------
 
-    def _steal_candidate(self) -> int | None:
+    def _steal_candidate(self, head: FillTask | None = None) -> int | None:
         """The CPU unit NVDEC should take over now, or ``None``: with :data:`COMBO_STEAL`,
-        when no unit is queued, the CPU unit holding the oldest batch, if it is older than
-        every unit NVDEC has in flight (so it holds NVDEC's batches back; and one taken over
-        is in flight, so units are taken over one at a time), none of its
-        parts is reported yet, and NVDEC would fill them (at its measured rows/s) before the
-        CPU worker is expected to (:func:`_expected_left`)."""
+        the CPU unit holding the oldest batch, if it is older than every unit NVDEC has in
+        flight and than ``head``, the oldest unit queued (so it holds back every batch NVDEC
+        would fill next; and one taken over is in flight, so units are taken over one at a
+        time), none of its parts is reported yet, and NVDEC would fill them (at its measured
+        rows/s) before the CPU worker is expected to (:func:`_expected_left`)."""
         if not COMBO_STEAL or not self._cpu_units:
             return None
         pace = self._pace
@@ -382,6 +386,8 @@ class ComboPool(BatchPool):
         unit = min(self._cpu_units, key=lambda u: (self._cpu_units[u].task.first_batch, u))
         if self._gpu_parts and unit > min(self._gpu_parts):
             return None  # NVDEC works on an older unit itself: this one holds nothing back yet
+        if head is not None and head.unit < unit:
+            return None  # an older unit waits for NVDEC: that one comes first
         held = self._cpu_units[unit]
         if held.reported:
             # A worker reports a unit's parts together once all are written: the others are

@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 
 from .._utils._args import check_bool, check_choice, check_int, check_optional_int
 from .._utils._nvtx import NVTX_ENV, Ranges
@@ -23,6 +22,9 @@ from ..errors import BackendUnavailableError, ConfigError
 from ..index import VideoIndex
 from ..processing import Process, geometry
 from ._memory import parse_memory_budget
+
+if TYPE_CHECKING:
+    import torch
 
 Backend = Literal["cpu", "nvdec", "combo"]
 OnError = Literal["raise", "skip"]
@@ -107,6 +109,8 @@ class LoaderConfig:
     @property
     def gpu(self) -> torch.device:
         """The GPU NVDEC decodes on."""
+        import torch
+
         return torch.device("cuda", self.nvdec_options["device"])
 
     def executor_options(self, backend: str) -> dict:
@@ -185,6 +189,8 @@ def resolve_device(device) -> torch.device | None:
     """
     if device is None:
         return None
+    import torch  # here, not at the top: CPU workers unpickle this module and never load torch
+
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):

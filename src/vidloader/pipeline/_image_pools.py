@@ -97,7 +97,7 @@ class PillowProcessPool(WorkerProcesses, BatchPool):
     def __init__(self, config, num_slots: int) -> None:
         self.slots = allocate_image_slots(config, num_slots, shared=True)
         args = [ImageWorkerStart(i, config, self.slots) for i in range(config.num_workers)]
-        super().__init__(image_worker_main, args, config.num_workers)
+        super().__init__(image_worker_main, args, config.num_workers, server="torch")
 
     @property
     def ways(self) -> int:

@@ -67,7 +67,7 @@ from ._units import (
 log = logging.getLogger(__name__)
 _LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
 #: The fork servers each backend's workers come from (:mod:`.._utils._procs`).
-_SERVERS_BY_BACKEND = {"nvdec": ("demux",), "combo": ("full", "demux")}
+_SERVERS_BY_BACKEND = {"nvdec": ("demux",), "combo": ("decode", "demux")}
 
 
 #: Whether NVDEC with demux workers takes a plan of streams as the GOPs its rows walk through
@@ -228,12 +228,12 @@ class VideoLoader:
         rows_per_sample = self.sampler.rows_per_sample  # cameras of a rig fill a row each
         if num_workers is None or num_workers > 0:
             # The workers start at the first batch; the fork server they come from imports
-            # torch and PyAV meanwhile (once per program), while this constructor asks the
-            # driver about the GPU (CUDA's start-up: 0.5 s on the H200) and the caller builds
-            # its model. After the cheap checks: a mistake found so far starts no server.
-            # NVDEC's demux workers come from the server without torch (``make_pool``); the
-            # combo has workers of both kinds.
-            for server in _SERVERS_BY_BACKEND.get(backend, ("full",)):
+            # PyAV and numpy meanwhile (once per program; no torch, in neither server), while
+            # this constructor asks the driver about the GPU (CUDA's start-up: 0.5 s on the
+            # H200) and the caller builds its model. After the cheap checks: a mistake found
+            # so far starts no server. NVDEC's demux workers come from the demux server
+            # (``make_pool``); the combo has workers of both kinds.
+            for server in _SERVERS_BY_BACKEND.get(backend, ("decode",)):
                 start_server(server)
         uses_nvdec = backend_uses_nvdec(backend)
         nv_options, units_decoding = (

@@ -46,7 +46,6 @@ from ..constants import DEFAULT_STACK_FRAMES
 from ..errors import ConfigError
 from ..index import VideoIndex
 from ..processing import Process, geometry
-from ..processing._nv12 import conversion_bytes, nv12_rows
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -151,6 +150,10 @@ class VideoSizes:
 
     @classmethod
     def of(cls, index: VideoIndex, outputs: dict[str, Process]) -> VideoSizes:
+        # Here, not at the top: ``_nv12`` is torch's, and the loader's config (which CPU
+        # workers unpickle without loading torch) imports this module for its budget parser.
+        from ..processing._nv12 import conversion_bytes, nv12_rows
+
         frame = surface = conversion = weights = 0
         kinds = {}
         for rec in index:  # one record per picture size, depth and rotation

@@ -22,12 +22,13 @@ STOP = None
 
 @dataclasses.dataclass(frozen=True)
 class CpuWorkerStart:
-    """A CPU decode worker's arguments: the loader's resolved config and the staging slots
-    (shared-memory tensors) it writes into."""
+    """A CPU decode worker's arguments: the loader's resolved config (without its device:
+    unpickling a ``torch.device`` imports torch, which CPU workers never load) and the
+    staging slots it writes into (a :class:`~._shared_slots.SharedSlots`)."""
 
     worker_id: int
     config: Any  # LoaderConfig
-    slots: list
+    slots: Any  # SharedSlots
     nice: int = 0  # added to the worker's niceness (the combo's CPU side: spare cycles only)
 
 

@@ -46,12 +46,13 @@ from ._messages import (
     RowsFilled,
 )
 from ._payloads import discard, unpack_payloads
+from ._shared_slots import SharedSlots
 from ._worker import fill_unit_messages, start_unit_messages, worker_main
 
 
-def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=False) -> list:
+def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None) -> list:
     """``num_slots`` staging slots, each a uint8 tensor of ``shapes[name]`` per output, on
-    ``device`` (or in shared memory).
+    ``device`` (CPU workers' slots are :class:`~._shared_slots.SharedSlots` instead).
 
     Raises:
         GpuMemoryError: the GPU has no room for them (naming the slots' bytes).
@@ -60,8 +61,6 @@ def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None, shared=F
     try:
         for _ in range(num_slots):
             slots.append({n: torch.zeros(s, dtype=torch.uint8, device=device) for n, s in shapes.items()})
-            if shared:
-                slots[-1] = {name: t.share_memory_() for name, t in slots[-1].items()}
         return slots
     except Exception as exc:
         if not is_gpu_out_of_memory(exc):
@@ -228,8 +227,8 @@ class WorkerDied(WorkerError):
 
 class WorkerProcesses:
     """``num_workers`` processes forked from one of vidloader's fork servers
-    (:mod:`.._utils._procs`: a clean interpreter that imported numpy and PyAV once, torch too
-    unless it is the ``"demux"`` server, never CUDA, and never runs the user's main module),
+    (:mod:`.._utils._procs`: a clean interpreter that imported numpy and PyAV once, torch only
+    if it is the ``"torch"`` server, never CUDA, and never runs the user's main module),
     each with its own task queue and its own result queue. ``get`` never hangs: it notices
     a dead worker and raises :class:`WorkerError`.
 
@@ -247,7 +246,7 @@ class WorkerProcesses:
     kills a CPU worker. Now such a worker's queue alone ends, in an end-of-file.
     """
 
-    def __init__(self, target, args: list, num_workers: int, *, server: str = "full") -> None:
+    def __init__(self, target, args: list, num_workers: int, *, server: str = "decode") -> None:
         ctx = worker_context(server)
         self.num_workers = num_workers
         self.result_qs = [ctx.Queue() for _ in range(num_workers)]
@@ -455,18 +454,24 @@ class WorkerProcesses:
 class ProcessPool(WorkerProcesses, BatchPool):
     """CPU decoding in worker processes that write into shared-memory staging slots.
 
-    Slots are torch tensors in shared memory (``share_memory_``): torch frees them when the
-    last process lets go, so no named segment can outlive the loader.
+    Slots are one anonymous shared file (:class:`~._shared_slots.SharedSlots`): torch
+    tensors here, numpy arrays in the workers, which never import torch; no named segment,
+    so nothing outlives the processes.
     """
 
     def __init__(self, config: LoaderConfig, num_slots: int, *, nice: int = 0) -> None:
         """``nice``: added to each worker's niceness (the combo runs its CPU side at a lower
         priority than the process feeding NVDEC)."""
-        self.slots = _allocate(config.shapes, num_slots, shared=True)
+        self._shared = SharedSlots(config.shapes, num_slots)
+        self.slots = self._shared.tensors()
         self.index = config.index
         #: Per worker, the parts handed to it and not reported yet: (plan, row_start), oldest first.
         self._held: list[list] = [[] for _ in range(config.num_workers)]
-        args = [CpuWorkerStart(i, config, self.slots, nice) for i in range(config.num_workers)]
+        # Workers write CPU slots whatever the batches' device: theirs is not sent, so
+        # unpickling the config loads no torch there.
+        worker_config = dataclasses.replace(config, device=None)
+        args = [CpuWorkerStart(i, worker_config, self._shared, nice)
+                for i in range(config.num_workers)]
         super().__init__(worker_main, args, config.num_workers)
 
     def get(self, deadline: float | None = None):
@@ -518,6 +523,7 @@ class ProcessPool(WorkerProcesses, BatchPool):
     def shutdown(self) -> None:
         super().shutdown()
         self.slots = []
+        self._shared.close()
 
 
 #: Seconds a unit of the combo's NVDEC side waits for a free GPU staging buffer, with nothing

@@ -1,7 +1,9 @@
 """CPU decode workers and the unit-filling they share with the in-process pools (separation
 mode's demux workers are in ``_demux``: torch-free).
 
-Workers are forks of vidloader's fork server (``_utils._procs``) and never touch CUDA. They never raise: a failure is sent
+Workers are forks of vidloader's torch-free fork server (``_utils._procs``): they write bytes
+into shared memory (``_shared_slots``) and never import torch or touch CUDA. They never
+raise: a failure is sent
 to the loader as a :class:`~._messages.Failure` with its traceback and the file name
 (torchdata.nodes style). Every message is a dataclass of :mod:`._messages`.
 
@@ -17,6 +19,8 @@ import os
 import signal
 import traceback
 
+import numpy as np
+
 from ..decoding import get_executor, gpu_memory_error, is_gpu_out_of_memory
 from ..errors import GpuMemoryError
 from ._assemble import BatchAssembler
@@ -31,8 +35,11 @@ from ._messages import (
 
 
 def _staging_views(slot: dict, start: int, count: int) -> dict:
-    """Writable views of a slot's rows ``start:start + count``: numpy on CPU, torch on a GPU."""
+    """Writable views of a slot's rows ``start:start + count``: numpy on CPU (a worker's
+    slots are numpy already), torch on a GPU."""
     views = {name: tensor[start:start + count] for name, tensor in slot.items()}
+    if all(isinstance(t, np.ndarray) for t in views.values()):
+        return views
     if all(t.device.type == "cpu" for t in views.values()):
         return {name: t.numpy() for name, t in views.items()}
     return views
@@ -45,9 +52,6 @@ def worker_main(start: CpuWorkerStart, task_q, result_q) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if start.nice:
         os.nice(start.nice)
-    import torch
-
-    torch.set_num_threads(1)
     config = start.config
     try:
         executor = get_executor("cpu", **config.executor_options("cpu"))
@@ -57,7 +61,7 @@ def worker_main(start: CpuWorkerStart, task_q, result_q) -> None:
         return
     result_q.put(Ready(start.worker_id))
     try:
-        _serve(assembler, start.slots, task_q, result_q)
+        _serve(assembler, start.slots.arrays(), task_q, result_q)
     finally:
         executor.close()
 
