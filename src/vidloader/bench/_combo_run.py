@@ -44,9 +44,13 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> dict:
-    """Frames/s of ``windows`` consecutive windows of one loader's steady state."""
+def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
+             profile: bool = False) -> dict:
+    """Frames/s of ``windows`` consecutive windows of one loader's steady state; with
+    ``profile``, where the loader process's threads spent the timed windows
+    (:class:`~vidloader.bench._stacks.StackSampler`, every 10 ms)."""
     from vidloader.bench._monitor import Monitor
+    from vidloader.bench._stacks import StackSampler
 
     monitor = Monitor().start()
     t_created = time.perf_counter()
@@ -61,6 +65,9 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
     _sync()
     rows0 = _rows(loader)
     steals0 = getattr(getattr(loader, "_pool", None), "steals", None)
+    sampler = StackSampler(interval=0.01).start() if profile else None
+    if sampler:
+        sampler.phase = "timed"
     rates, gaps, t0 = [], [], time.monotonic()
     for _ in range(windows):
         start, frames = time.perf_counter(), 0
@@ -73,6 +80,8 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
         _sync()
         rates.append(frames / (time.perf_counter() - start))
     t1 = time.monotonic()
+    if sampler:
+        sampler.stop()
     rows1 = _rows(loader)
     stats = dict(loader.stats)
     pool = getattr(loader, "_pool", None)
@@ -94,6 +103,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float) -> 
             "cpu_fallback_files": len(stats["cpu_fallback_files"]),
             "combo_cpu_idle_s": {k: round(v, 2) for k, v in idle.items()},
             "combo_steals": steals,
+            **({"profile": sampler.summary(top=8)} if sampler else {}),
             **monitor.summary(t0, t1)}
 
 
@@ -147,6 +157,11 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # NVDEC, with room and nothing queued, takes over the slow CPU unit holding its batches back
     "combo-steal": _combo({"COMBO_STEAL": True}),
     "combo-h0-steal": _combo({"COMBO_STEAL": True, "CPU_HORIZON_SAFETY": 0.0}),
+    # Is NVDEC short of CPU in the combo (session15-2: the machine 90-95% busy, NVDEC at half
+    # its pace alone)? The CPU decoders at the lowest priority, or fewer of them.
+    "combo-h0-nice19": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_CPU_NICE": 19}),
+    "combo-h0-w12": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=12),
+    "combo-h0-w8": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=8),
 }
 
 #: What runs without ``--variants``: each side alone, the combo, and seed 000's static splits.
@@ -193,6 +208,8 @@ def main(argv=None) -> None:
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help="comma-separated, of: " + ", ".join(VARIANTS))
     ap.add_argument("--out", default="combo.json")
+    ap.add_argument("--profile", action="store_true",
+                    help="sample the loader process's threads during the timed windows")
     args = ap.parse_args(argv)
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown:
@@ -212,9 +229,10 @@ def main(argv=None) -> None:
             try:
                 row[label] = _measure(
                     # persistent workers: a small dataset's epochs must not restart 16 processes
-                    lambda extra=extra: VideoLoader(index, num_workers=args.workers, device=args.device,
-                                                    persistent_workers=True, **kwargs, **extra),
-                    warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s)
+                    lambda extra=extra: VideoLoader(index, device=args.device, persistent_workers=True,
+                                                    **{"num_workers": args.workers, **kwargs, **extra}),
+                    warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s,
+                    profile=args.profile)
             finally:
                 for k, v in saved.items():
                     setattr(_combo, k, v)
