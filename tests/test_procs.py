@@ -164,6 +164,9 @@ def test_shared_slots_cross_to_a_worker_without_a_dev_shm_entry():
     shared.close()
     with pytest.raises(RuntimeError, match="closed"):
         pickle.dumps(shared)
+    with pytest.raises(RuntimeError, match="closed"):
+        shared.arrays()
+    assert tensors[1]["target"].tolist() == [7] * 5  # the views kept keep the memory mapped
 
 
 def test_a_demux_worker_runs_without_torch_or_cuda(tmp_path):

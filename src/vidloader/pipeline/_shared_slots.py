@@ -72,6 +72,8 @@ class SharedSlots:
 
     def arrays(self) -> list[dict[str, np.ndarray]]:
         """Per slot, ``{output: uint8 array}`` over the shared memory."""
+        if self._buffer is None:
+            raise RuntimeError("these staging slots were closed (the loader shut down)")
         if self._arrays is None:
             slots, offset = [], 0
             for _ in range(self.num_slots):
@@ -92,11 +94,12 @@ class SharedSlots:
         return [{name: torch.from_numpy(a) for name, a in slot.items()} for slot in self.arrays()]
 
     def close(self) -> None:
-        """Give up this side's descriptor; the mapping goes with the last view of it."""
+        """Give up this side's descriptor and views: the memory is unmapped once no view
+        of it is left (the loader copies batches out of the slots, so none outlives it)."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._arrays = None
+        self._arrays = self._buffer = self._map = None
 
     def __reduce__(self):
         if _WINDOWS:  # pragma: no cover
