@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import time
 
 import numpy as np
 import pytest
@@ -387,3 +389,33 @@ def test_monitor_reads_memory_at_most_once_a_second_and_never_for_the_demo(monke
     assert 2 <= len(reads) <= 3 * 3  # two or three readings, one per process of a small tree
     assert bench.summary(1000.0, 1002.0)["peak_host_memory_bytes"] >= 1 << 20
     assert demo.summary(1000.0, 1000.0).get("peak_host_memory_bytes") is None
+
+
+@pytest.mark.parametrize("children_files", [True, False])
+def test_monitor_finds_the_process_tree_with_or_without_children_files(monkeypatch, children_files):
+    """The tree of the loader's process (a child and its own child here) is found through the
+    threads' ``children`` files, reading nothing of the machine's other processes, and by the
+    machine-wide walk (psutil's, or ``/proc``'s) where they are off: the same processes."""
+    import subprocess
+    import sys
+
+    from vidloader.bench import _monitor
+
+    monkeypatch.setattr(_monitor, "CHILDREN_FILES", children_files)
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            tree = _monitor.Monitor(memory_seconds=None).tree
+            pids = set(tree.sample(memory=False))
+            grandchildren = [p for p in pids if p not in (os.getpid(), child.pid)]
+            if child.pid in pids and grandchildren or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert os.getpid() in pids and child.pid in pids and grandchildren, pids
+        if children_files and _monitor._has_children_files():
+            assert _monitor.subtree(os.getpid()) is not None
+    finally:
+        child.kill()
+        child.wait()

@@ -122,8 +122,8 @@ def _combo(patches: dict | None = None, **loader) -> tuple[dict, dict]:
     return {"backend": "combo", **loader}, patches or {}
 
 
-#: Each variant: the loader's arguments, and constants of ``vidloader.pipeline._combo``
-#: patched for its run (diagnostics).
+#: Each variant: the loader's arguments, and constants patched for its run (diagnostics):
+#: ``NAME`` of ``vidloader.pipeline._combo``, or ``module:NAME`` of ``vidloader.<module>``.
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "cpu": ({"backend": "cpu"}, {}),
     "nvdec": ({"backend": "nvdec"}, {}),
@@ -162,10 +162,27 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "combo-h0-nice19": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_CPU_NICE": 19}),
     "combo-h0-w12": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=12),
     "combo-h0-w8": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=8),
+    # As before session 15's two mends: the workers' liveness asked after every 2 ms wait,
+    # and the monitor walking the machine's processes every 200 ms, both in the loader's
+    # process (session15-3's profile).
+    "nvdec-tree0": ({"backend": "nvdec"}, {"bench._monitor:CHILDREN_FILES": False}),
+    "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
+                            "bench._monitor:CHILDREN_FILES": False}),
 }
 
 #: What runs without ``--variants``: each side alone, the combo, and seed 000's static splits.
 DEFAULT_VARIANTS = ("cpu", "nvdec", "combo", "combo-share-0.5", "combo-share-0.4")
+
+
+def _patch_target(key: str) -> tuple:
+    """``(module, name)`` of a variant's patched constant (see :data:`VARIANTS`)."""
+    import importlib
+
+    module, _, name = key.rpartition(":")
+    mod = importlib.import_module(f"vidloader.{module or 'pipeline._combo'}")
+    if not hasattr(mod, name):
+        raise SystemExit(f"variant patch {key!r}: {mod.__name__} has no {name}")
+    return mod, name
 
 
 def _gap_summary(gaps: list[float]) -> dict:
@@ -220,12 +237,11 @@ def main(argv=None) -> None:
         index = load_index(prepare_dataset(dataset, args.scale, data_dir=args.data_dir))
         row = {}
         for label in args.variants.split(","):
-            from vidloader.pipeline import _combo
-
             extra, patches = VARIANTS[label]
-            saved = {k: getattr(_combo, k) for k in patches}
+            targets = {k: _patch_target(k) for k in patches}
+            saved = {k: getattr(*targets[k]) for k in patches}
             for k, v in patches.items():
-                setattr(_combo, k, v)
+                setattr(*targets[k], v)
             try:
                 row[label] = _measure(
                     # persistent workers: a small dataset's epochs must not restart 16 processes
@@ -235,7 +251,7 @@ def main(argv=None) -> None:
                     profile=args.profile)
             finally:
                 for k, v in saved.items():
-                    setattr(_combo, k, v)
+                    setattr(*targets[k], v)
             row[label]["settings"] = {**{k: v for k, v in extra.items() if k != "backend"}, **patches}
             print(name, label, json.dumps(row[label]), flush=True)
         if {"cpu", "nvdec"} <= row.keys():

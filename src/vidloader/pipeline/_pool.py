@@ -49,6 +49,10 @@ from ._payloads import discard, unpack_payloads
 from ._shared_slots import SharedSlots
 from ._worker import fill_unit_messages, start_unit_messages, worker_main
 
+#: Seconds between two checks of the workers' liveness from :meth:`WorkerProcesses.poll`
+#: and ``get`` (a dead worker is reported this much later at most).
+ALIVE_CHECK_SECONDS = 0.05
+
 
 def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None) -> list:
     """``num_slots`` staging slots, each a uint8 tensor of ``shapes[name]`` per output, on
@@ -262,6 +266,7 @@ class WorkerProcesses:
         self._closed = False
         self.retired: set[int] = set()  # dead workers a pool chose to carry on without
         self._ended: set[int] = set()  # workers whose result queue reached its end
+        self._alive_checked_at = -math.inf  # when _check_alive last asked every worker
         self._last_read = -1  # the worker read last: the next read starts after it
         try:
             for q, a in zip(self.task_qs, args):
@@ -352,6 +357,15 @@ class WorkerProcesses:
         return msg
 
     def _check_alive(self) -> None:
+        # At most every ALIVE_CHECK_SECONDS, unless a queue ended (its worker is exiting): a
+        # poll with a short timeout comes here after each empty wait, and asking each worker
+        # (``is_alive`` builds a selector per call) 500 times a second held the GIL the
+        # NVDEC decoder threads of the combo's process need (25% of its main thread's
+        # samples, session15-3).
+        now = time.monotonic()
+        if now < self._alive_checked_at + ALIVE_CHECK_SECONDS and not self._ended - self.retired:
+            return
+        self._alive_checked_at = now
         for i, p in enumerate(self.procs):
             if i in self.retired:
                 continue
