@@ -9,8 +9,9 @@ the newest (:meth:`ComboPool._take_for_cpu`): a CPU worker holds up to
 one per demux worker being demuxed. The faster side frees up sooner and so takes more units,
 with nothing to tune. Units mostly of videos NVDEC cannot decode go to the CPU workers only. ``combo_share`` instead deals a
 fixed share of units to NVDEC (seed 000's static split, kept for comparison). With
-:data:`COMBO_STEAL`, NVDEC with room and nothing queued also takes over the slow CPU unit
-holding its batches back (:meth:`ComboPool._steal`).
+:data:`COMBO_STEAL`, NVDEC also takes over the CPU unit holding the oldest batch when that
+unit is older than everything queued or in flight on NVDEC (:meth:`ComboPool._steal`; off:
+on W4 clips it never fired, NVDEC always had an older unit of its own, session15-4).
 
 Measured on the H100 (16 cores, 1080p random frames, ``benchmarks/results/gpu/combo-3`` and
 ``combo-4``): with NVDEC demuxing in this process's threads and gathering at most one batch
@@ -79,12 +80,12 @@ COMBO_MIN_UNIT_ROWS = 1
 #: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
 CPU_HORIZON_SAFETY = 1.5
 
-#: NVDEC, with nothing else to do, takes over the CPU unit holding the oldest batch back (none
-#: of its parts reported yet), when at their measured paces it would finish it before the CPU
-#: worker (:meth:`ComboPool._steal`). Batches are delivered in order, so one slow CPU unit (a clip
-#: decoded from a keyframe up to 250 frames back on W4) holds every later batch, and NVDEC
-#: idles once its buffers are full of them: on the H200 it was 36% busy in the combo against
-#: 72% alone (``session12-3``). Off until measured on the device.
+#: NVDEC takes over the CPU unit holding the oldest batch (older than every unit queued or in
+#: flight on NVDEC, none of its parts reported yet), when at their measured paces it would
+#: finish it before the CPU worker (:meth:`ComboPool._steal`). Batches are delivered in order,
+#: so one slow CPU unit (a clip decoded from a keyframe up to 250 frames back on W4) could hold
+#: every later batch. Off: on the H200 it never fired in six W4 runs (sessions 14-15), NVDEC
+#: always having an older unit of its own in flight (``session15-4/NOTE.md``).
 COMBO_STEAL = False
 
 
