@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import av
@@ -204,14 +205,28 @@ def flooding_worker(start, task_q, result_q) -> None:
         pass
 
 
-def slot_writing_worker(slots, task_q, result_q) -> None:
+def slot_writing_worker(start, task_q, result_q, slots) -> None:
     """Writes ``value`` into every byte of output ``name`` of slot ``k`` for each ``(k,
-    name, value)`` task (``SharedSlots`` as its argument); ``None`` stops it."""
+    name, value)`` task (``slots``, a ``SharedSlots``, inherited with the fork request);
+    ``"fds"`` asks for the targets of its open descriptors; ``None`` stops it."""
     from vidloader.pipeline._messages import Ready
 
     arrays = slots.arrays()
     result_q.put(Ready(0))
     while (task := task_q.get()) is not None:
+        if task == "fds":
+            result_q.put(_fd_targets())
+            continue
         k, name, value = task
         arrays[k][name][...] = value
         result_q.put("written")
+
+
+def _fd_targets() -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    return out

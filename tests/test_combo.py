@@ -8,6 +8,8 @@ run on the device machine.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -525,3 +527,25 @@ def test_combo_with_nvdec_taking_over_cpu_units_delivers_the_cpu_stream(dataset,
         assert steals and pool.steals == len(steals)
     finally:
         loader.shutdown()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/PID/maps (Linux)")
+def test_combo_cpu_and_demux_workers_load_no_torch(dataset, fake):
+    """The combo's CPU decoders (forks of the decode server, their config without the device,
+    their slots in one shared file) and its demux workers map neither libtorch nor libcuda
+    while they work."""
+    index, _ = dataset
+    loader = _loader(index, "combo", num_workers=2, persistent_workers=True)
+    try:
+        batches = [b for _, b in zip(range(3), loader)]
+        pool = loader._pool
+        procs = [*pool.cpu.procs, *pool.gpu.procs]
+        maps = {}
+        for p in procs:
+            with open(f"/proc/{p.pid}/maps") as f:
+                maps[f"{type(p).__name__} {p.pid}"] = f.read()
+    finally:
+        loader.shutdown()
+    assert len(batches) == 3 and len(maps) == len(procs) >= 3
+    for name, m in maps.items():
+        assert "libtorch" not in m and "libcuda" not in m, name

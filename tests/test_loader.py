@@ -236,8 +236,9 @@ def test_worker_arguments_travel_through_the_task_queue_not_the_start_pipe(monke
     pool = WorkerProcesses(echo_sum_worker, [(i, big) for i in range(2)], 2)
     try:
         assert len(ArgsRecordingProcess.created_with) == 2
-        for args in ArgsRecordingProcess.created_with:  # the target and the two queues
-            assert len(args) == 3 and not any(isinstance(a, (tuple, np.ndarray)) for a in args), args
+        for args in ArgsRecordingProcess.created_with:  # the target, the two queues, no inherited
+            assert len(args) == 4 and args[3] is None, args
+            assert not any(isinstance(a, (tuple, np.ndarray)) for a in args), args
         for i in range(2):
             pool.put(i, "sum?")
         got = sorted(tuple(pool.get()) for _ in range(2))

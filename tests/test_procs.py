@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from .media import make_small_dataset
@@ -132,41 +133,146 @@ def test_cpu_workers_fill_every_output_without_torch(tmp_path):
             assert torch.equal(a[key], b[key]), key
 
 
-def test_shared_slots_cross_to_a_worker_without_a_dev_shm_entry():
-    """A worker's writes into :class:`SharedSlots` are the loader's tensors' bytes; the
-    slots leave no ``/dev/shm`` entry; closed slots refuse to be sent again."""
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="reads /proc/self/fd (Linux)")
+def test_shared_slots_reach_a_worker_with_its_fork_request():
+    """A worker's writes into :class:`SharedSlots` are the loader's tensors' bytes. The file
+    is an anonymous memfd; it reaches the worker as a ``Process`` argument (the fork server
+    passes the descriptor on), so no copy waits in this process's ``resource_sharer``, and
+    the worker keeps only its mapping, no descriptor. Closed slots refuse to be sent again,
+    and the tensors still held keep their memory."""
     import pickle
-
-    import numpy as np
 
     from vidloader.pipeline._pool import WorkerProcesses
     from vidloader.pipeline._shared_slots import SharedSlots
 
     from .media import slot_writing_worker
 
-    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     shared = SharedSlots({"frames": (2, 3, 4), "target": (5,)}, 3)
+    assert os.readlink(f"/proc/self/fd/{shared._fd}").startswith("/memfd:vidloader-staging")
     tensors = shared.tensors()
-    pool = WorkerProcesses(slot_writing_worker, [shared], 1)
+    pool = WorkerProcesses(slot_writing_worker, [0], 1, inherited=shared)
     try:
         pool.put(0, (1, "target", 7))
         assert pool.get() == "written"
+        pool.put(0, "fds")
+        worker_fds = pool.get()
         pool.put(0, None)
     finally:
         pool.shutdown()
+    assert not any("vidloader-staging" in target for target in worker_fds), worker_fds
     assert tensors[1]["target"].tolist() == [7] * 5
     assert int(tensors[0]["target"].sum()) == int(tensors[2]["target"].sum()) == 0
     assert int(tensors[1]["frames"].sum()) == 0  # outputs of a slot do not overlap
     tensors[2]["frames"][1, 2, 3] = 9  # and the arrays see the tensors' writes
     assert shared.arrays()[2]["frames"][1, 2, 3] == 9 and isinstance(shared.arrays()[0]["frames"], np.ndarray)
-    if os.path.isdir("/dev/shm"):
-        assert {e for e in os.listdir("/dev/shm") if not e.startswith("sem.")} <= shm_before
+    assert shared.slot_stride % 4096 == 0  # each slot on pages of its own
+    fd = shared._fd
     shared.close()
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or "vidloader-staging" not in os.readlink(f"/proc/self/fd/{fd}")
     with pytest.raises(RuntimeError, match="closed"):
         pickle.dumps(shared)
     with pytest.raises(RuntimeError, match="closed"):
         shared.arrays()
     assert tensors[1]["target"].tolist() == [7] * 5  # the views kept keep the memory mapped
+
+
+def _staging_fds() -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if "vidloader-staging" in target:
+            out.append(target)
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="reads /proc/self/fd (Linux)")
+def test_a_failed_worker_start_leaves_no_staging_file_behind(tmp_path, monkeypatch):
+    """The second of two CPU workers fails to start: the loader raises, and neither its
+    descriptor of the slots' file nor a copy parked for a worker that never came (in
+    ``multiprocessing.resource_sharer``, where descriptors sent through a queue wait) is left
+    in this process."""
+    import gc
+    from multiprocessing import resource_sharer
+
+    import vidloader
+    from vidloader._utils._procs import worker_context
+
+    paths = make_small_dataset(tmp_path / "videos", n=2)
+    index = vidloader.build_index(paths, num_workers=0, progress=False)
+    process = worker_context("decode").Process
+    start, started = process.start, []
+
+    def start_once(self):
+        if started:
+            raise OSError("no more processes (a test)")
+        started.append(self)
+        start(self)
+
+    monkeypatch.setattr(process, "start", start_once)
+    before = _staging_fds()
+    loader = vidloader.VideoLoader(index, batch_size=4, size=(32, 48), num_workers=2)
+    with pytest.raises(OSError, match="a test"):
+        next(iter(loader))
+    loader.shutdown()
+    del loader
+    gc.collect()
+    assert _staging_fds() == before
+    assert not getattr(resource_sharer._resource_sharer, "_cache", {})
+
+
+def test_dropped_shared_slots_close_their_descriptor():
+    """Slots dropped without ``close()`` (a pool whose start failed) give their descriptor
+    back when collected."""
+    import gc
+
+    from vidloader.pipeline._shared_slots import SharedSlots
+
+    shared = SharedSlots({"frames": (4, 4)}, 2)
+    fd = shared._fd
+    del shared
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_liveness_is_asked_at_most_every_50_ms_and_a_dead_worker_still_shows_at_once():
+    """``poll`` with a short timeout asks each worker whether it lives at most every
+    ``ALIVE_CHECK_SECONDS`` (it asked after every empty wait, 500 times a second in the combo,
+    holding the GIL its NVDEC threads need); a killed worker is still reported at the next
+    poll (its queue ends), and ``check_alive`` always asks."""
+    import signal
+    import time
+
+    from vidloader.pipeline import _pool
+    from vidloader.pipeline._pool import WorkerDied, WorkerProcesses
+
+    from .media import echo_sum_worker
+
+    pool = WorkerProcesses(echo_sum_worker, [(0, np.arange(3)), (1, np.arange(3))], 2)
+    asked = []
+    for p in pool.procs:
+        p.is_alive = (lambda orig: lambda: asked.append(1) or orig())(p.is_alive)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.3:
+            assert pool.poll(timeout=0.002) is None
+        # about 0.3 s / 50 ms = 6 rounds of 2 workers (not 100+)
+        assert len(asked) <= 2 * (0.3 / _pool.ALIVE_CHECK_SECONDS + 2), len(asked)
+        before = len(asked)
+        pool.check_alive()
+        assert len(asked) == before + 2
+        os.kill(pool.procs[1].pid, signal.SIGKILL)
+        pool.procs[1].join(5)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDied, match="killed by signal 9"):
+            while time.monotonic() - t0 < 5:
+                pool.poll(timeout=0.002)
+        assert time.monotonic() - t0 < 0.5
+    finally:
+        pool.shutdown()
 
 
 def test_a_demux_worker_runs_without_torch_or_cuda(tmp_path):

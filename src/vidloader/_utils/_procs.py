@@ -10,7 +10,8 @@ There are three servers, by what their workers need:
   torch): CPU decode workers, index probes, synthetic-video jobs;
 - ``"demux"`` (:data:`DEMUX_PRELOAD`: numpy, PyAV and the demux worker's module, no torch):
   separation mode's demux workers;
-- ``"torch"`` (:data:`TORCH_PRELOAD`): image workers, which crop and resize with torch.
+- ``"torch"`` (:data:`TORCH_PRELOAD`): image workers, which crop and resize with torch, and CPU
+  decode workers when NVTX ranges are on (they are torch's).
 
 torch costs ~190 MiB of RSS per process on the CPU machine (more with CUDA's libraries) and
 ~2 s to import there, which a worker that only decodes or demuxes has no use for; a process
@@ -41,18 +42,21 @@ from multiprocessing import context, forkserver, reduction, spawn, util
 #: jobs. No torch: ~2 s of the program's first loader on 2 cores, ~190 MiB of RSS per worker
 #: (``tests/test_procs.py`` checks that these modules import none). Strings, not imports:
 #: this module stays light and below every layer.
-DECODE_PRELOAD = ("numpy", "av", "vidloader.pipeline._worker", "vidloader.index._build",
-                  "vidloader.synthetic", "vidloader._utils._freeze")
+DECODE_PRELOAD = ("numpy", "av", "vidloader.pipeline._entry", "vidloader.pipeline._worker",
+                  "vidloader.pipeline._config", "vidloader.pipeline._shared_slots",
+                  "vidloader.decoding.cpu", "vidloader.index._build", "vidloader.synthetic",
+                  "vidloader._utils._freeze")
 
 #: Imported once by the demux server: what a demux worker runs, and no torch (the modules
 #: named import none; ``tests/test_procs.py`` checks it).
 DEMUX_PRELOAD = ("numpy", "av", "vidloader.pipeline._entry", "vidloader.pipeline._demux",
                  "vidloader._utils._freeze")  # last: freezes what the others imported
 
-#: Imported once by the torch server: image workers, which crop and resize with torch. Never
-#: CUDA: importing torch does not initialise it.
-TORCH_PRELOAD = ("numpy", "torch", "PIL.Image", "vidloader.pipeline._image_fill",
-                 "vidloader._utils._freeze")
+#: Imported once by the torch server: image workers, which crop and resize with torch, and
+#: CPU decode workers with NVTX ranges on (torch's ``cuda.nvtx``). Never CUDA: importing torch
+#: does not initialise it.
+TORCH_PRELOAD = ("numpy", "av", "torch", "PIL.Image", "vidloader.pipeline._image_fill",
+                 *DECODE_PRELOAD[2:])  # the decode server's modules, _freeze last
 
 #: The servers by name, and what each preloads.
 SERVERS = {"decode": DECODE_PRELOAD, "demux": DEMUX_PRELOAD, "torch": TORCH_PRELOAD}

@@ -64,7 +64,7 @@ class Geometry:
 
     def process(self) -> Process:
         """The same geometry as a vidloader :class:`Process`."""
-        from ..processing import Process  # imports torch: not while building the command line
+        from ..processing import Process
 
         if self.short_side is not None:
             return Process(short_side=self.short_side, size=self.crop, crop="center")

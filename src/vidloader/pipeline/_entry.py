@@ -54,10 +54,13 @@ def _parent_sentinel() -> int | None:
     return None if parent is None else parent.sentinel
 
 
-def bootstrap(target, task_q, result_q) -> None:
+def bootstrap(target, task_q, result_q, inherited=None) -> None:
     """Run ``target(start, task_q, result_q)``; ``start``, the worker's arguments, comes as the
     first message of its task queue. The worker reads its tasks through a
-    :class:`ParentWatchingQueue`: if the loader's process dies, the worker stops."""
+    :class:`ParentWatchingQueue`: if the loader's process dies, the worker stops.
+
+    ``inherited``, when given, came with the fork request itself (a ``Process`` argument: file
+    descriptors travel with it, see ``_shared_slots``) and is passed on as a fourth argument."""
     tasks = ParentWatchingQueue(task_q, _parent_sentinel(), result_q)
     try:
         start = tasks.get()
@@ -67,4 +70,7 @@ def bootstrap(target, task_q, result_q) -> None:
         return
     if start is STOP:  # the loader's process died before the worker started
         return
-    target(start, tasks, result_q)
+    if inherited is None:
+        target(start, tasks, result_q)
+    else:
+        target(start, tasks, result_q, inherited)

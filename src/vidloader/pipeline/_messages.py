@@ -23,20 +23,19 @@ STOP = None
 @dataclasses.dataclass(frozen=True)
 class CpuWorkerStart:
     """A CPU decode worker's arguments: the loader's resolved config (without its device:
-    unpickling a ``torch.device`` imports torch, which CPU workers never load) and the
-    staging slots it writes into (a :class:`~._shared_slots.SharedSlots`)."""
+    unpickling a ``torch.device`` imports torch, which CPU workers never load). Its staging
+    slots (a :class:`~._shared_slots.SharedSlots`) come with its fork request instead."""
 
     worker_id: int
     config: Any  # LoaderConfig
-    slots: Any  # SharedSlots
     nice: int = 0  # added to the worker's niceness (the combo's CPU side: spare cycles only)
 
 
 @dataclasses.dataclass(frozen=True)
 class DemuxWorkerStart:
     """A demux worker's arguments (separation mode): the index, the error policy, the videos
-    routed to the CPU and whether NVTX ranges are on. Not the ``LoaderConfig``: unpickling
-    that imports torch, which demux workers never load."""
+    routed to the CPU and whether NVTX ranges are on: what it needs, not the whole
+    ``LoaderConfig``."""
 
     worker_id: int
     index: Any  # VideoIndex

@@ -54,6 +54,13 @@ from ._worker import fill_unit_messages, start_unit_messages, worker_main
 ALIVE_CHECK_SECONDS = 0.05
 
 
+def cpu_worker_server(config: LoaderConfig) -> str:
+    """The fork server CPU decode workers come from: ``"decode"`` (no torch), or ``"torch"``
+    with NVTX ranges on, which are torch's (``torch.cuda.nvtx``): there every worker shares
+    the server's torch instead of importing it in its first unit."""
+    return "torch" if config.nvtx else "decode"
+
+
 def _allocate(shapes: dict[str, tuple], num_slots: int, *, device=None) -> list:
     """``num_slots`` staging slots, each a uint8 tensor of ``shapes[name]`` per output, on
     ``device`` (CPU workers' slots are :class:`~._shared_slots.SharedSlots` instead).
@@ -250,7 +257,11 @@ class WorkerProcesses:
     kills a CPU worker. Now such a worker's queue alone ends, in an end-of-file.
     """
 
-    def __init__(self, target, args: list, num_workers: int, *, server: str = "decode") -> None:
+    def __init__(self, target, args: list, num_workers: int, *, server: str = "decode",
+                 inherited=None) -> None:
+        """``inherited``: given to every worker with its fork request (a ``Process``
+        argument, so a file descriptor in it reaches the worker through the fork server, see
+        ``_shared_slots``) and passed to ``target`` as a fourth argument."""
         ctx = worker_context(server)
         self.num_workers = num_workers
         self.result_qs = [ctx.Queue() for _ in range(num_workers)]
@@ -258,7 +269,7 @@ class WorkerProcesses:
         self.task_qs = [ctx.Queue() for _ in range(num_workers)]
         self.procs = [
             ctx.Process(
-                target=bootstrap, args=(target, self.task_qs[i], self.result_qs[i]),
+                target=bootstrap, args=(target, self.task_qs[i], self.result_qs[i], inherited),
                 daemon=True, name=f"vidloader-worker-{i}",
             )
             for i in range(num_workers)
@@ -346,8 +357,9 @@ class WorkerProcesses:
         return {self.result_qs[i]._reader: i for i in range(self.num_workers) if i not in self._ended}
 
     def check_alive(self) -> None:
-        """Raise :class:`WorkerDied` if a worker that was not retired has died."""
-        self._check_alive()
+        """Raise :class:`WorkerDied` if a worker that was not retired has died (asked now,
+        whenever it was last asked)."""
+        self._check_alive(force=True)
 
     def _unpack(self, msg):
         """The first of a unit's messages (they arrive together as a list); the rest wait."""
@@ -356,14 +368,15 @@ class WorkerProcesses:
             msg = msg[0]
         return msg
 
-    def _check_alive(self) -> None:
+    def _check_alive(self, *, force: bool = False) -> None:
         # At most every ALIVE_CHECK_SECONDS, unless a queue ended (its worker is exiting): a
         # poll with a short timeout comes here after each empty wait, and asking each worker
         # (``is_alive`` builds a selector per call) 500 times a second held the GIL the
         # NVDEC decoder threads of the combo's process need (25% of its main thread's
         # samples, session15-3).
         now = time.monotonic()
-        if now < self._alive_checked_at + ALIVE_CHECK_SECONDS and not self._ended - self.retired:
+        if (not force and now < self._alive_checked_at + ALIVE_CHECK_SECONDS
+                and not self._ended - self.retired):
             return
         self._alive_checked_at = now
         for i, p in enumerate(self.procs):
@@ -484,9 +497,10 @@ class ProcessPool(WorkerProcesses, BatchPool):
         # Workers write CPU slots whatever the batches' device: theirs is not sent, so
         # unpickling the config loads no torch there.
         worker_config = dataclasses.replace(config, device=None)
-        args = [CpuWorkerStart(i, worker_config, self._shared, nice)
-                for i in range(config.num_workers)]
-        super().__init__(worker_main, args, config.num_workers)
+        args = [CpuWorkerStart(i, worker_config, nice) for i in range(config.num_workers)]
+        # The slots' descriptor goes with each fork request, not through the queues.
+        super().__init__(worker_main, args, config.num_workers,
+                         server=cpu_worker_server(config), inherited=self._shared)
 
     def get(self, deadline: float | None = None):
         try:

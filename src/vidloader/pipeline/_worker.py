@@ -45,14 +45,19 @@ def _staging_views(slot: dict, start: int, count: int) -> dict:
     return views
 
 
-def worker_main(start: CpuWorkerStart, task_q, result_q) -> None:
-    """Loop: take a :class:`FillTask`, fill the slots, report; :data:`STOP` stops the worker."""
+def worker_main(start: CpuWorkerStart, task_q, result_q, slots) -> None:
+    """Loop: take a :class:`FillTask`, fill ``slots`` (the loader's
+    :class:`~._shared_slots.SharedSlots`), report; :data:`STOP` stops the worker."""
     # Ctrl-C goes to the whole process group: the loader in the parent handles it and shuts
     # the workers down, so they must not die mid-write with their own traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if start.nice:
         os.nice(start.nice)
     config = start.config
+    if config.nvtx:  # its ranges are torch's: loaded (the torch server's, shared) before Ready
+        import torch
+
+        torch.set_num_threads(1)
     try:
         executor = get_executor("cpu", **config.executor_options("cpu"))
         assembler = BatchAssembler.for_config(config, executor)
@@ -61,7 +66,7 @@ def worker_main(start: CpuWorkerStart, task_q, result_q) -> None:
         return
     result_q.put(Ready(start.worker_id))
     try:
-        _serve(assembler, start.slots.arrays(), task_q, result_q)
+        _serve(assembler, slots.arrays(), task_q, result_q)
     finally:
         executor.close()
 
