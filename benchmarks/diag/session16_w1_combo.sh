@@ -4,11 +4,7 @@
 # best without the rule in sessions 11-15 (0.78-0.80 against 0.51-0.67 with it); the rule
 # stays the default because W1 reached 0.94 with it (combo-6) and has never run without it.
 # ~7 min, carry .whl.
-set -u
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > $OUT/gpu.txt
-timeout 150 python3 -c "from vidloader.bench import prepare_dataset as p; p('W1', 'gpu-quick', data_dir='/tmp/bench-data')" > $OUT/prepare_W1.log 2>&1
-echo "prepared rc $?"
+source "$(dirname "$0")/device_prepare.sh" W1 gpu-quick
 timeout 420 python3 -m vidloader.bench._combo_run --workloads W1-random --scale gpu-quick \
   --variants cpu,nvdec,combo,combo-horizon0 --warmup-s 8 --window-s 12 --windows 3 \
   --out $OUT/combo_w1.json 2>&1 | grep -v "^Svt" > $OUT/combo_w1.log
