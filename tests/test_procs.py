@@ -421,3 +421,18 @@ def test_a_worker_killed_mid_message_ends_only_its_own_results():
     finally:
         pool.shutdown()
     assert not any(p.is_alive() for p in pool.procs)
+
+
+def test_cpu_workers_with_nvtx_come_from_the_torch_server():
+    """NVTX ranges are torch's (``torch.cuda.nvtx``): CPU workers that emit them are forks of
+    the server with torch preloaded (shared), not of the torch-free one, where each would
+    import torch in its first unit; without NVTX they come from the decode server."""
+    from types import SimpleNamespace
+
+    from vidloader._utils._procs import SERVERS
+    from vidloader.pipeline._pool import cpu_worker_server
+
+    assert cpu_worker_server(SimpleNamespace(nvtx=False)) == "decode"
+    assert cpu_worker_server(SimpleNamespace(nvtx=True)) == "torch"
+    assert "torch" in SERVERS["torch"] and "vidloader.pipeline._worker" in SERVERS["torch"]
+    assert SERVERS["torch"][-1] == SERVERS["decode"][-1] == "vidloader._utils._freeze"
