@@ -47,6 +47,7 @@ from ._memory import (
     PlanInputs,
     VideoSizes,
     apply_knobs,
+    batches_reached,
     cublas_workspace_bytes,
     fit_budget,
     gpu_staging_buffers,
@@ -345,8 +346,7 @@ class VideoLoader:
         return self._slots_for(self._units_in_flight())
 
     def _slots_for(self, units: int) -> int:
-        stride = self.unit_stride
-        return stride * units + self.lookahead - stride
+        return batches_reached(units, self.lookahead, self.unit_stride)
 
     @property
     def gpu_staging_buffers(self) -> int:

@@ -176,6 +176,15 @@ def max_gop_frames(index: VideoIndex) -> int:
     return max((int(rec.gop_lengths.max()) for rec in index if rec.num_frames), default=1)
 
 
+def batches_reached(units: int, lookahead: int, stride: int | None = None) -> int:
+    """Batches ``units`` consecutive units touch, each reaching ``lookahead`` batches and
+    beginning ``stride`` batches after the one before (default ``lookahead``: disjoint units,
+    ``units × lookahead``; overlapping units, GOPs of streams: ``stride × units + lookahead -
+    stride``). The loader's staging slots and separation mode's GPU buffers are both this."""
+    stride = lookahead if stride is None else min(stride, lookahead)
+    return stride * units + lookahead - stride
+
+
 def gpu_staging_buffers(kind: str, slots: int, lookahead: int, units_decoding: int, *,
                         stride: int | None = None) -> int:
     """GPU staging buffers for ``slots`` scheduler slots (see the module docstring).
@@ -184,11 +193,10 @@ def gpu_staging_buffers(kind: str, slots: int, lookahead: int, units_decoding: i
     handed out, so every slot is a buffer), ``"separation"`` or ``"combo"``. ``stride``:
     batches by which consecutive units' first batches advance, when units overlap (GOPs of
     streams, :func:`~._units.stream_gop_units`; default ``lookahead``, disjoint units): the
-    units decoding then reach ``stride × units_decoding + lookahead - stride`` batches.
+    units decoding then reach :func:`batches_reached` of them.
     """
-    stride = lookahead if stride is None else min(stride, lookahead)
     if kind == "separation":
-        need = stride * units_decoding + lookahead - stride
+        need = batches_reached(units_decoding, lookahead, stride)
     elif kind == "combo":
         need = (lookahead + 1) * (units_decoding + 1)
     else:

@@ -1,9 +1,9 @@
 """CPU decode workers and the unit-filling they share with the in-process pools (separation
 mode's demux workers are in ``_demux``: torch-free).
 
-Workers are forks of vidloader's torch-free fork server (``_utils._procs``): they write bytes
-into shared memory (``_shared_slots``) and never import torch or touch CUDA. They never
-raise: a failure is sent
+Workers are forks of vidloader's torch-free decode server (``_utils._procs``; of the torch
+server when NVTX ranges are on, which are torch's): they write bytes into shared memory
+(``_shared_slots``) and never touch CUDA. They never raise: a failure is sent
 to the loader as a :class:`~._messages.Failure` with its traceback and the file name
 (torchdata.nodes style). Every message is a dataclass of :mod:`._messages`.
 
