@@ -6,6 +6,12 @@ stride 2 and a 112² crop) it runs ``VideoLoader`` with ``backend="cpu"``, ``"nv
 frames/s of each, each executor's share of the combo's rows, CPU and NVDEC utilisation, and
 ``combo / (cpu + nvdec)``.
 
+A variant ``A+B`` (e.g. ``cpu+nvdec``) runs variants ``A`` and ``B`` at once, each in a
+process of its own, with their timed windows at the same moments: what the machine gives two
+independent loaders sharing its cores, memory and GPU, against which the combo's coordination
+is judged (``over_pair``), beside the sum of each alone (``over_sum``). A side ``A@N`` runs
+under niceness ``N`` (``cpu@10+nvdec``: the CPU side as niced as the combo's CPU workers).
+
 Timing: a warm-up of ``--warmup-s`` seconds (and at least ``num_workers + prefetch`` batches, so the
 staging slots are full and the window sees production, not a drain of what was made before),
 then ``--windows`` timed windows of ``--window-s`` seconds each; frames/s is reported per
@@ -45,10 +51,11 @@ def _sync() -> None:
 
 
 def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
-             profile: bool = False) -> dict:
+             profile: bool = False, start_at: float | None = None) -> dict:
     """Frames/s of ``windows`` consecutive windows of one loader's steady state; with
     ``profile``, where the loader process's threads spent the timed windows
-    (:class:`~vidloader.bench._stacks.StackSampler`, every 10 ms)."""
+    (:class:`~vidloader.bench._stacks.StackSampler`, every 10 ms). ``start_at``: the warm-up
+    also lasts until this ``time.time()`` (a pair's two processes time the same moments)."""
     from vidloader.bench._monitor import Monitor
     from vidloader.bench._stacks import StackSampler
 
@@ -59,10 +66,12 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     next(it)
     first_batch_s = time.perf_counter() - t_created
     t_warm, warm_batches = time.perf_counter(), 1
-    while time.perf_counter() - t_warm < warmup_s or warm_batches < loader.num_workers + loader.prefetch:
+    while (time.perf_counter() - t_warm < warmup_s or warm_batches < loader.num_workers + loader.prefetch
+           or (start_at is not None and time.time() < start_at)):
         next(it)
         warm_batches += 1
     _sync()
+    late_s = None if start_at is None else time.time() - start_at
     rows0 = _rows(loader)
     steals0 = getattr(getattr(loader, "_pool", None), "steals", None)
     sampler = StackSampler(interval=0.01).start() if profile else None
@@ -96,6 +105,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     return {"frames_per_s": statistics.median(rates), "frames_per_s_min": min(rates),
             "frames_per_s_windows": rates, "window_s": window_s, "warmup_batches": warm_batches,
             "first_batch_s": first_batch_s,
+            **({} if late_s is None else {"started_late_s": round(late_s, 3)}),
             # how evenly batches come: a combo delivering in bursts shows long gaps
             "batch_gap_ms": _gap_summary(gaps),
             "rows_by_executor_timed": share,
@@ -200,17 +210,117 @@ def _gap_summary(gaps: list[float]) -> dict:
 
 def summary_lines(row: dict) -> list[str]:
     """A line per variant of one workload: frames/s (median and each window), each side's
-    share, NVDEC steals of CPU units, why the CPU workers idled, CPU and NVDEC use."""
+    share, NVDEC steals of CPU units, why the CPU workers idled, CPU and NVDEC use, and the
+    ratios to each side alone and to both at once (where measured)."""
+    def ratios(v: dict) -> str:
+        return "".join(f" {k} {v[k]:.3f}" for k in ("over_sum", "over_pair") if k in v)
+
     return [f"{label:16s} {v['frames_per_s']:7.0f} windows {[round(x) for x in v['frames_per_s_windows']]} "
             f"share {v['share_by_executor_timed']} steals {v.get('combo_steals')} "
             f"idle {v['combo_cpu_idle_s']} cpu {v.get('cpu_util_pct', 0):.0f}% "
-            f"nvdec {v.get('nvdec_util_pct', 0):.0f}%" for label, v in row.items()]
+            f"nvdec {v.get('nvdec_util_pct', 0):.0f}%{ratios(v)}" for label, v in row.items()]
+
+
+def _run_variant(label: str, index, kwargs: dict, args, start_at: float | None = None) -> dict:
+    """One variant measured in this process, its patched constants restored afterwards."""
+    from vidloader import VideoLoader
+
+    extra, patches = VARIANTS[label]
+    targets = {k: _patch_target(k) for k in patches}
+    saved = {k: getattr(*targets[k]) for k in patches}
+    for k, v in patches.items():
+        setattr(*targets[k], v)
+    try:
+        result = _measure(
+            # persistent workers: a small dataset's epochs must not restart 16 processes
+            lambda: VideoLoader(index, device=args.device, persistent_workers=True,
+                                **{"num_workers": args.workers, **kwargs, **extra}),
+            warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s,
+            profile=args.profile, start_at=start_at)
+    finally:
+        for k, v in saved.items():
+            setattr(*targets[k], v)
+    result["settings"] = {**{k: v for k, v in extra.items() if k != "backend"}, **patches}
+    if start_at is not None:  # a pair's side: the niceness it ran at
+        import os
+
+        result["process_nice"] = os.nice(0)
+    return result
+
+
+def _pair_labels(label: str) -> list[str] | None:
+    """``["a", "b@10"]`` for a pair label ``"a+b@10"``, else ``None``."""
+    return label.split("+") if "+" in label else None
+
+
+def _side(side: str) -> tuple[str, int]:
+    """``(variant, niceness)`` of one side of a pair: ``"cpu@10"`` → ``("cpu", 10)``."""
+    name, _, nice = side.partition("@")
+    return name, int(nice) if nice else 0
+
+
+def _run_pair(labels: list[str], workload: str, args) -> dict:
+    """Variants ``labels`` at once, each in a child process of this module, their timed
+    windows starting at the same wall-clock moment (after every child's start-up and
+    warm-up: ``--pair-slack-s`` plus ``--warmup-s`` from now)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    start_at = time.time() + args.pair_slack_s + args.warmup_s
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [os.path.join(tmp, f"{i}.json") for i in range(len(labels))]
+        common = ["--scale", args.scale, "--pair-slack-s", str(args.pair_slack_s), "--workers", str(args.workers), "--warmup-s", str(args.warmup_s),
+                  "--window-s", str(args.window_s), "--windows", str(args.windows),
+                  "--data-dir", args.data_dir, "--device", args.device, "--workloads", workload,
+                  *(["--profile"] if args.profile else [])]
+        children = [subprocess.Popen(["nice", "-n", str(_side(label)[1]), sys.executable, "-m",
+                                      "vidloader.bench._combo_run", *common, "--variants", _side(label)[0],
+                                      "--start-at", repr(start_at), "--out", out])
+                    for label, out in zip(labels, outs)]
+        codes = [c.wait() for c in children]
+        if any(codes):
+            raise SystemExit(f"pair {'+'.join(labels)}: children exited {codes}")
+        sides = {}
+        for i, (label, out) in enumerate(zip(labels, outs)):
+            with open(out) as f:
+                side = json.load(f)["results"][workload][_side(label)[0]]
+            sides[label if label not in sides else f"{label}#{i}"] = side
+    windows = [sum(w) for w in zip(*(v["frames_per_s_windows"] for v in sides.values()))]
+    return {"frames_per_s": statistics.median(windows), "frames_per_s_min": min(windows),
+            "frames_per_s_windows": windows, "window_s": args.window_s,
+            "sides": sides,
+            "share_by_executor_timed": {k: v["frames_per_s"] / (sum(x["frames_per_s"] for x in sides.values()) or 1)
+                                        for k, v in sides.items()},
+            "combo_cpu_idle_s": {}, "combo_steals": None,
+            "cpu_util_pct": sum(v.get("cpu_util_pct", 0) for v in sides.values()),
+            "nvdec_util_pct": max(v.get("nvdec_util_pct", 0) for v in sides.values()),
+            "started_late_s": {k: v.get("started_late_s") for k, v in sides.items()},
+            "settings": {"pair": labels}}
+
+
+def _ratios(name: str, row: dict) -> None:
+    """``over_sum`` (to cpu + nvdec alone) and ``over_pair`` (to both at once in two
+    processes) of every combo variant and pair in ``row``."""
+    total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"] if {"cpu", "nvdec"} <= row.keys() else None
+    pairs = [v["frames_per_s"] for k, v in row.items() if _pair_labels(k) and {_side(p)[0] for p in _pair_labels(k)} == {"cpu", "nvdec"}]
+    pair = max(pairs, default=None)  # the best of the cpu+nvdec pairs measured
+    for label, v in row.items():
+        combo = _pair_labels(label) is not None or VARIANTS[label][0]["backend"] == "combo"
+        if not combo:
+            continue
+        if total:
+            v["over_sum"] = v["frames_per_s"] / total
+            print(name, label, "/ (cpu + nvdec) =", round(v["over_sum"], 3), flush=True)
+        if pair and _pair_labels(label) is None:
+            v["over_pair"] = v["frames_per_s"] / pair
+            print(name, label, "/ (cpu + nvdec at once) =", round(v["over_pair"], 3), flush=True)
 
 
 def main(argv=None) -> None:
     import torch
 
-    from vidloader import VideoLoader
     from vidloader.bench._datasets import load_index, prepare_dataset
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -223,12 +333,18 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cuda", help="where batches go (cpu: a CPU-only dry run)")
     ap.add_argument("--workloads", default="W1-random,W4-clips")
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                    help="comma-separated, of: " + ", ".join(VARIANTS))
+                    help="comma-separated, of: " + ", ".join(VARIANTS)
+                    + "; or A+B: variants A and B at once, each in its own process")
     ap.add_argument("--out", default="combo.json")
     ap.add_argument("--profile", action="store_true",
                     help="sample the loader process's threads during the timed windows")
+    ap.add_argument("--pair-slack-s", type=float, default=20.0,
+                    help="seconds an A+B pair's processes get for imports and loader start-up "
+                         "before their warm-up counts")
+    ap.add_argument("--start-at", type=float, default=None, help=argparse.SUPPRESS)  # a pair's child
     args = ap.parse_args(argv)
-    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    labels = args.variants.split(",")
+    unknown = [p for v in labels for p in (_pair_labels(v) or [v]) if _side(p)[0] not in VARIANTS]
     if unknown:
         ap.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     results = {}
@@ -236,31 +352,14 @@ def main(argv=None) -> None:
         dataset, kwargs = _workloads()[name]
         index = load_index(prepare_dataset(dataset, args.scale, data_dir=args.data_dir))
         row = {}
-        for label in args.variants.split(","):
-            extra, patches = VARIANTS[label]
-            targets = {k: _patch_target(k) for k in patches}
-            saved = {k: getattr(*targets[k]) for k in patches}
-            for k, v in patches.items():
-                setattr(*targets[k], v)
-            try:
-                row[label] = _measure(
-                    # persistent workers: a small dataset's epochs must not restart 16 processes
-                    lambda extra=extra: VideoLoader(index, device=args.device, persistent_workers=True,
-                                                    **{"num_workers": args.workers, **kwargs, **extra}),
-                    warmup_s=args.warmup_s, windows=args.windows, window_s=args.window_s,
-                    profile=args.profile)
-            finally:
-                for k, v in saved.items():
-                    setattr(*targets[k], v)
-            row[label]["settings"] = {**{k: v for k, v in extra.items() if k != "backend"}, **patches}
+        for label in labels:
+            pair = _pair_labels(label)
+            row[label] = (_run_pair(pair, name, args) if pair
+                          else _run_variant(label, index, kwargs, args, start_at=args.start_at))
             print(name, label, json.dumps(row[label]), flush=True)
-        if {"cpu", "nvdec"} <= row.keys():
-            total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"]
-            for label in (k for k in row if VARIANTS[k][0]["backend"] == "combo"):
-                row[label]["over_sum"] = row[label]["frames_per_s"] / total
-                print(name, label, "/ (cpu + nvdec) =", round(row[label]["over_sum"], 3), flush=True)
+        _ratios(name, row)
         results[name] = row
-    for name, row in results.items():
+    for name, row in results.items() if args.start_at is None else ():  # a pair's child: no summary
         for line in summary_lines(row):
             print(name, "summary", line, flush=True)
     with open(args.out, "w") as f:

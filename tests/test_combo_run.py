@@ -1,0 +1,54 @@
+"""The combo bench's runner (``vidloader.bench._combo_run``): a pair of variants measured at
+once in two processes, and the ratios it reports. Runs on the CPU with ``--device cpu``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vidloader.bench import _combo_run
+from vidloader.bench._datasets import prepare_dataset
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("combo-run-data")
+    prepare_dataset("W1", "tiny", data_dir=d)
+    return d
+
+
+def test_a_pair_runs_both_variants_at_once_and_sums_their_windows(tmp_path, data_dir):
+    out = tmp_path / "pair.json"
+    _combo_run.main(["--scale", "tiny", "--workers", "1", "--device", "cpu", "--workloads", "W1-random",
+                     "--variants", "cpu+cpu@5", "--warmup-s", "0.5", "--window-s", "0.5", "--windows", "2",
+                     "--pair-slack-s", "8", "--data-dir", str(data_dir), "--out", str(out)])
+    pair = json.loads(out.read_text())["results"]["W1-random"]["cpu+cpu@5"]
+    sides = pair["sides"]
+    assert list(sides) == ["cpu", "cpu@5"]
+    for side in sides.values():
+        assert len(side["frames_per_s_windows"]) == 2 and min(side["frames_per_s_windows"]) > 0
+        # both children waited for the common start: neither began its windows long after it
+        assert side["started_late_s"] < 5
+    assert sides["cpu@5"]["process_nice"] - sides["cpu"]["process_nice"] == 5
+    summed = [a + b for a, b in zip(*(s["frames_per_s_windows"] for s in sides.values()))]
+    assert pair["frames_per_s_windows"] == pytest.approx(summed)
+    assert sum(pair["share_by_executor_timed"].values()) == pytest.approx(1.0)
+
+
+def test_ratios_divide_combos_by_each_alone_and_by_the_pair():
+    row = {"cpu": {"frames_per_s": 100.0}, "nvdec": {"frames_per_s": 300.0},
+           "cpu+nvdec": {"frames_per_s": 320.0}, "combo": {"frames_per_s": 288.0}}
+    _combo_run._ratios("W", row)
+    assert row["combo"]["over_sum"] == pytest.approx(0.72)
+    assert row["combo"]["over_pair"] == pytest.approx(0.9)
+    assert row["cpu+nvdec"]["over_sum"] == pytest.approx(0.8)
+    assert "over_pair" not in row["cpu+nvdec"] and "over_sum" not in row["cpu"]
+    for v in row.values():
+        v.update(frames_per_s_windows=[v["frames_per_s"]], share_by_executor_timed={}, combo_cpu_idle_s={})
+    assert "over_sum 0.720 over_pair 0.900" in _combo_run.summary_lines(row)[3]
+
+
+def test_unknown_sides_of_a_pair_are_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        _combo_run.main(["--variants", "cpu+gpu", "--device", "cpu", "--out", str(tmp_path / "x.json")])
