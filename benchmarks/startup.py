@@ -85,6 +85,31 @@ def _one_loader(index, args, timeline=None) -> dict:
     return out
 
 
+def _decode_floor(index, args) -> dict:
+    """What the first batch costs to decode, in this process, without a loader: batch 0's
+    frames (the same sampler and seed as the loaders) decoded by one CPU executor, converted
+    to the output size. GOPs shared by the batch's rows are decoded once, as no split of the
+    batch over workers can beat; so ``floor_s`` (that time over the cores the workers can use)
+    is the least a first batch can take, whatever the start-up."""
+    import vidloader
+    from vidloader.decoding.cpu._executor import CpuExecutor
+    from vidloader.planning import plan_tasks
+
+    plan = vidloader.RandomFrames(seed=0).plan_epoch(index, batch_size=args.batch_size, epoch=0)
+    tasks = plan_tasks(plan.batch(0), index)
+    executor = CpuExecutor()
+    size = (args.size, args.size)
+    start = time.monotonic()
+    for task in tasks:
+        executor.decode(task, lambda i, frame: frame.to_rgb(size))
+    seconds = time.monotonic() - start
+    executor.close()
+    cores = min(args.workers, os.cpu_count() or 1)
+    return {"batch0_decode_s": round(seconds, 3), "batch0_decoded_frames": executor.stats.decoded,
+            "batch0_delivered_frames": executor.stats.delivered, "cores": cores,
+            "floor_s": round(seconds / cores, 3)}
+
+
 def _patch(item: str) -> None:
     """Set ``module.NAME`` to ``VALUE`` (a Python literal)."""
     import ast
@@ -125,6 +150,9 @@ def main(argv=None) -> int:
     p.add_argument("--prime-nvdec", action="store_true",
                    help="decode one frame on NVDEC (vidloader.decode_frames) before the first "
                         "loader: whether the first loader's extra wait is paid once per process")
+    p.add_argument("--floor", action="store_true",
+                   help="also decode the first batch in this process, without a loader (CPU), "
+                        "and report the least time its decoding allows on --workers cores")
     p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
                    help="set a module constant for this run (A/B of a change), e.g. "
                         "vidloader.pipeline._pool.PARTS_COUNT_AS_ROWS=False")
@@ -188,6 +216,9 @@ def main(argv=None) -> int:
         result["loaders"].append(_one_loader(index, args, timeline))
         print(f"loader {k}: " + json.dumps({key: v for key, v in result["loaders"][-1].items()
                                             if key not in ("profile", "timeline_events")}), flush=True)
+    if args.floor:
+        result["decode_floor"] = _decode_floor(index, args)
+        print("decode floor: " + json.dumps(result["decode_floor"]), flush=True)
     result["load_avg_after"] = load_average()
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
