@@ -21,6 +21,6 @@ for first in "--cuda-first" ""; do
     $first --floor --out $OUT/startup_cpu16${first:+_cudafirst}.json 2>&1 | grep -E "^loader|floor|CUDA" | cut -c1-220
 done
 timeout 300 python3 -m vidloader.bench._combo_run --workloads W1-random --scale gpu-quick \
-  --variants cpu,nvdec,cpu+nvdec,combo --warmup-s 8 --window-s 10 --windows 3 \
+  --variants cpu,nvdec,cpu+nvdec,combo --warmup-s 6 --window-s 8 --windows 3 --pair-slack-s 15 \
   --out $OUT/combo_pair_w1.json 2>&1 | grep -v "^Svt" > $OUT/combo_pair_w1.log
 grep -E "summary|/ \(" $OUT/combo_pair_w1.log
