@@ -287,6 +287,34 @@ def test_combo_cpu_workers_yield_to_the_process_feeding_nvdec(dataset, fake):
         loader.shutdown()
 
 
+def test_combo_cpu_workers_keep_off_the_reserved_cores(dataset, fake, monkeypatch):
+    """With ``COMBO_RESERVED_CORES``, the CPU decoders run only on the other cores (the
+    threads feeding NVDEC wait for a core behind them otherwise); NVDEC's demux worker and
+    this process keep every core."""
+    import os
+
+    from vidloader.pipeline import _combo
+
+    every = sorted(os.sched_getaffinity(0))
+    with monkeypatch.context() as m:
+        m.setattr(_combo.os, "sched_getaffinity", lambda pid: {0, 1, 2})  # 3 cores
+        assert _combo.cpu_decoder_cores(1) == (1, 2)
+        assert _combo.cpu_decoder_cores(2) is None  # one core would remain: anywhere
+        assert _combo.cpu_decoder_cores(0) is None
+    index, _ = dataset
+    monkeypatch.setattr(_combo, "cpu_decoder_cores", lambda: (every[-1],))
+    loader = _loader(index, "combo", num_workers=2)
+    it = iter(loader)
+    next(it)
+    try:
+        for p in loader._pool.cpu.procs:
+            assert os.sched_getaffinity(p.pid) == {every[-1]}
+        (demux,) = loader._pool.gpu.procs
+        assert sorted(os.sched_getaffinity(demux.pid)) == every
+    finally:
+        loader.shutdown()
+
+
 def test_cpu_workers_take_the_newest_unit_and_only_beyond_nvdecs_horizon(monkeypatch):
     """Batches are delivered in order: a CPU unit that NVDEC catches up with holds every later
     batch back (bursts between 2-5 s stalls on the H100). NVDEC takes the oldest units; a CPU

@@ -21,16 +21,19 @@ def data_dir(tmp_path_factory):
 def test_a_pair_runs_both_variants_at_once_and_sums_their_windows(tmp_path, data_dir):
     out = tmp_path / "pair.json"
     _combo_run.main(["--scale", "tiny", "--workers", "1", "--device", "cpu", "--workloads", "W1-random",
-                     "--variants", "cpu+cpu@5", "--warmup-s", "0.5", "--window-s", "0.5", "--windows", "2",
+                     "--variants", "cpu+cpu@5~1", "--warmup-s", "0.5", "--window-s", "0.5", "--windows", "2",
                      "--pair-slack-s", "8", "--data-dir", str(data_dir), "--out", str(out)])
-    pair = json.loads(out.read_text())["results"]["W1-random"]["cpu+cpu@5"]
+    pair = json.loads(out.read_text())["results"]["W1-random"]["cpu+cpu@5~1"]
     sides = pair["sides"]
-    assert list(sides) == ["cpu", "cpu@5"]
+    assert list(sides) == ["cpu", "cpu@5~1"]
     for side in sides.values():
         assert len(side["frames_per_s_windows"]) == 2 and min(side["frames_per_s_windows"]) > 0
         # both children waited for the common start: neither began its windows long after it
         assert side["started_late_s"] < 5
-    assert sides["cpu@5"]["process_nice"] - sides["cpu"]["process_nice"] == 5
+    assert sides["cpu@5~1"]["process_nice"] - sides["cpu"]["process_nice"] == 5
+    cores = sides["cpu"]["process_cores"]
+    # off the first core where two or more would remain (the 2-core CI machine keeps both)
+    assert sides["cpu@5~1"]["process_cores"] == (cores[1:] if len(cores) >= 3 else cores)
     summed = [a + b for a, b in zip(*(s["frames_per_s_windows"] for s in sides.values()))]
     assert pair["frames_per_s_windows"] == pytest.approx(summed)
     assert sum(pair["share_by_executor_timed"].values()) == pytest.approx(1.0)
@@ -47,6 +50,13 @@ def test_ratios_divide_combos_by_each_alone_and_by_the_pair():
     for v in row.values():
         v.update(frames_per_s_windows=[v["frames_per_s"]], share_by_executor_timed={}, combo_cpu_idle_s={})
     assert "over_sum 0.720 over_pair 0.900" in _combo_run.summary_lines(row)[3]
+
+
+def test_a_side_names_its_variant_niceness_and_cores_kept_off():
+    assert _combo_run._side("cpu") == ("cpu", 0, 0)
+    assert _combo_run._side("cpu@10") == ("cpu", 10, 0)
+    assert _combo_run._side("cpu@10~4") == ("cpu", 10, 4)
+    assert _combo_run._side("nvdec~2") == ("nvdec", 0, 2)
 
 
 def test_unknown_sides_of_a_pair_are_refused(tmp_path):

@@ -10,7 +10,8 @@ A variant ``A+B`` (e.g. ``cpu+nvdec``) runs variants ``A`` and ``B`` at once, ea
 process of its own, with their timed windows at the same moments: what the machine gives two
 independent loaders sharing its cores, memory and GPU, against which the combo's coordination
 is judged (``over_pair``), beside the sum of each alone (``over_sum``). A side ``A@N`` runs
-under niceness ``N`` (``cpu@10+nvdec``: the CPU side as niced as the combo's CPU workers).
+under niceness ``N`` (``cpu@10+nvdec``: the CPU side as niced as the combo's CPU workers),
+``A~R`` off the first ``R`` cores (``cpu~4+nvdec``).
 
 Timing: a warm-up of ``--warmup-s`` seconds (and at least ``num_workers + prefetch`` batches, so the
 staging slots are full and the window sees production, not a drain of what was made before),
@@ -172,6 +173,10 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "combo-h0-nice19": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_CPU_NICE": 19}),
     "combo-h0-w12": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=12),
     "combo-h0-w8": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=8),
+    # The CPU decoders kept off 2 or 4 cores, left to the threads feeding NVDEC (session16-1:
+    # beside a CPU loader, NVDEC alone fell to 54% of its pace, niced or not).
+    "combo-h0-reserve2": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_RESERVED_CORES": 2}),
+    "combo-h0-reserve4": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_RESERVED_CORES": 4}),
     # As before session 15's two mends: the workers' liveness asked after every 2 ms wait,
     # and the monitor walking the machine's processes every 200 ms, both in the loader's
     # process (session15-3's profile).
@@ -245,6 +250,7 @@ def _run_variant(label: str, index, kwargs: dict, args, start_at: float | None =
         import os
 
         result["process_nice"] = os.nice(0)
+        result["process_cores"] = sorted(os.sched_getaffinity(0))
     return result
 
 
@@ -253,10 +259,29 @@ def _pair_labels(label: str) -> list[str] | None:
     return label.split("+") if "+" in label else None
 
 
-def _side(side: str) -> tuple[str, int]:
-    """``(variant, niceness)`` of one side of a pair: ``"cpu@10"`` → ``("cpu", 10)``."""
-    name, _, nice = side.partition("@")
-    return name, int(nice) if nice else 0
+def _side(side: str) -> tuple[str, int, int]:
+    """``(variant, niceness, cores kept off)`` of one side of a pair ``NAME[@N][~R]``:
+    ``"cpu@10~4"`` → ``("cpu", 10, 4)``: variant cpu at niceness 10, off the first 4 cores."""
+    rest, _, reserved = side.partition("~")
+    name, _, nice = rest.partition("@")
+    return name, int(nice) if nice else 0, int(reserved) if reserved else 0
+
+
+def _side_setup(side: str):
+    """What a pair's child runs before it starts: its niceness and cores (see :func:`_side`)."""
+    import os
+
+    from vidloader.pipeline._combo import cpu_decoder_cores
+
+    _, nice, reserved = _side(side)
+    cores = cpu_decoder_cores(reserved) if reserved else None
+
+    def setup() -> None:
+        if nice:
+            os.nice(nice)
+        if cores:
+            os.sched_setaffinity(0, cores)
+    return setup
 
 
 def _run_pair(labels: list[str], workload: str, args) -> dict:
@@ -275,9 +300,9 @@ def _run_pair(labels: list[str], workload: str, args) -> dict:
                   "--window-s", str(args.window_s), "--windows", str(args.windows),
                   "--data-dir", args.data_dir, "--device", args.device, "--workloads", workload,
                   *(["--profile"] if args.profile else [])]
-        children = [subprocess.Popen(["nice", "-n", str(_side(label)[1]), sys.executable, "-m",
-                                      "vidloader.bench._combo_run", *common, "--variants", _side(label)[0],
-                                      "--start-at", repr(start_at), "--out", out])
+        children = [subprocess.Popen([sys.executable, "-m", "vidloader.bench._combo_run", *common,
+                                      "--variants", _side(label)[0], "--start-at", repr(start_at),
+                                      "--out", out], preexec_fn=_side_setup(label))
                     for label, out in zip(labels, outs)]
         codes = [c.wait() for c in children]
         if any(codes):

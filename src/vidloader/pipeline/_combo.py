@@ -31,6 +31,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import os
 import time
 
 from ..constants import DEFAULT_LOOKAHEAD_BATCHES
@@ -76,6 +77,14 @@ COMBO_DEMUX_EXTRA = True
 #: delivered about half of what they did alone at the same CPU use (``session11-2``).
 COMBO_MIN_UNIT_ROWS = 1
 
+#: Cores the combo keeps its CPU decoders off, for the threads feeding NVDEC (this process's
+#: decoder threads and the demux workers), which otherwise wait for a core behind the CPU
+#: decoders at every hand-over of the GIL or of a unit. On W4 clips (H200, 16 cores), two
+#: independent loaders at once, CPU and NVDEC, got 0.72 of what each gets alone: the CPU side
+#: kept its pace, NVDEC fell to 54% of its own, at nice 0 or 10 alike (``session16-1``).
+#: 0: anywhere. See :func:`cpu_decoder_cores`.
+COMBO_RESERVED_CORES = 0
+
 #: A CPU worker takes a unit only if NVDEC, at its measured pace, would need this many times
 #: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
 CPU_HORIZON_SAFETY = 1.5
@@ -87,6 +96,17 @@ CPU_HORIZON_SAFETY = 1.5
 #: every later batch. Off: on the H200 it never fired in six W4 runs (sessions 14-15), NVDEC
 #: always having an older unit of its own in flight (``session15-4/NOTE.md``).
 COMBO_STEAL = False
+
+
+def cpu_decoder_cores(reserved: int | None = None) -> tuple[int, ...] | None:
+    """The cores the combo's CPU decoders may run on: this process's cores less the first
+    ``reserved`` (default :data:`COMBO_RESERVED_CORES`); ``None`` (anywhere) when nothing is
+    reserved or fewer than two cores would remain."""
+    reserved = COMBO_RESERVED_CORES if reserved is None else reserved
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if reserved <= 0 or len(cores) - reserved < 2:
+        return None
+    return tuple(cores[reserved:])
 
 
 def combo_split(num_workers: int) -> tuple[int, int]:
@@ -117,7 +137,7 @@ class ComboPool(BatchPool):
         num_cpu, num_demux = combo_split(config.num_workers)
         # Workers first: no CUDA before a process start (both kinds are fork-server forks).
         self.cpu = ProcessPool(dataclasses.replace(config, num_workers=num_cpu), num_slots,
-                               nice=COMBO_CPU_NICE)
+                               nice=COMBO_CPU_NICE, cpus=cpu_decoder_cores())
         try:
             fallback = get_executor("cpu", **config.executor_options("cpu"))
             assembler = BatchAssembler.for_config(config, nvdec_executor, fallback=fallback)

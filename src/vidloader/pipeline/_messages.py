@@ -29,6 +29,9 @@ class CpuWorkerStart:
     worker_id: int
     config: Any  # LoaderConfig
     nice: int = 0  # added to the worker's niceness (the combo's CPU side: spare cycles only)
+    #: The cores the worker may run on (``None``: wherever it was started): the combo keeps
+    #: its CPU decoders off the cores it leaves to the threads feeding NVDEC.
+    cpus: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

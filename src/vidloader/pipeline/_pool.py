@@ -486,9 +486,11 @@ class ProcessPool(WorkerProcesses, BatchPool):
     so nothing outlives the processes.
     """
 
-    def __init__(self, config: LoaderConfig, num_slots: int, *, nice: int = 0) -> None:
+    def __init__(self, config: LoaderConfig, num_slots: int, *, nice: int = 0,
+                 cpus: tuple[int, ...] | None = None) -> None:
         """``nice``: added to each worker's niceness (the combo runs its CPU side at a lower
-        priority than the process feeding NVDEC)."""
+        priority than the process feeding NVDEC); ``cpus``: the cores the workers may run on
+        (``None``: anywhere)."""
         self._shared = SharedSlots(config.shapes, num_slots)
         self.slots = self._shared.tensors()
         self.index = config.index
@@ -497,7 +499,7 @@ class ProcessPool(WorkerProcesses, BatchPool):
         # Workers write CPU slots whatever the batches' device: theirs is not sent, so
         # unpickling the config loads no torch there.
         worker_config = dataclasses.replace(config, device=None)
-        args = [CpuWorkerStart(i, worker_config, nice) for i in range(config.num_workers)]
+        args = [CpuWorkerStart(i, worker_config, nice, cpus) for i in range(config.num_workers)]
         # The slots' descriptor goes with each fork request, not through the queues.
         super().__init__(worker_main, args, config.num_workers,
                          server=cpu_worker_server(config), inherited=self._shared)

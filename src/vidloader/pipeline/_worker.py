@@ -53,6 +53,8 @@ def worker_main(start: CpuWorkerStart, task_q, result_q, slots) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if start.nice:
         os.nice(start.nice)
+    if start.cpus:
+        os.sched_setaffinity(0, start.cpus)
     config = start.config
     if config.nvtx:  # its ranges are torch's: loaded (the torch server's, shared) before Ready
         import torch
