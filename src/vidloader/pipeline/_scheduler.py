@@ -25,6 +25,7 @@ from ._messages import Failure, FillTask, RowsFilled
 from ._units import (
     Part,
     block_units,
+    first_batch_shares,
     has_row_affinity,
     row_units,
     split_by_video,
@@ -141,8 +142,11 @@ class Scheduler:
             # one against 1.46, half the throughput, on a 5-batch epoch (2 cores).
             units = whole_batch_units(start, n, lookahead, ramp=False)
         else:
-            units = whole_batch_units(start, n, lookahead, ways=pool.ways,
-                                      first_rows=plan.batch(start).batch_size if start < n else 0)
+            index = getattr(pool, "index", None)  # the pool's executors' videos, if it has one
+            first = plan.batch(start) if start < n else None
+            units = whole_batch_units(
+                start, n, lookahead, ways=pool.ways, first_rows=first.batch_size if first else 0,
+                first_shares=first_batch_shares(first, index, pool.ways) if first and index is not None else None)
         self._warm = True
         affine = blocks and has_row_affinity(plan)
         unit, self.outstanding = next(units, None), 0

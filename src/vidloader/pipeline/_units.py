@@ -80,22 +80,27 @@ def has_row_affinity(plan) -> bool:
 
 
 def whole_batch_units(start: int, num_batches: int, lookahead: int, *, ways: int = 1,
-                      first_rows: int = 0, ramp: bool = True) -> Iterator[list[Part]]:
+                      first_rows: int = 0, ramp: bool = True,
+                      first_shares: list[list[Part]] | None = None) -> Iterator[list[Part]]:
     """Units of consecutive whole batches from ``start`` on, ramping up to ``lookahead``.
 
     The first batch waits for the unit that holds it, and a unit of ``lookahead`` batches in
     one worker took seconds (4 × 128 frames at about 130 frames/s per core): the first batch
-    came 4 s after the workers were ready. So batch ``start``'s ``first_rows`` rows are cut
-    into ``ways`` units of contiguous rows (every executor fills a share of it at once), and
-    the following rounds of ``ways`` units hold 1, 2, 4 … batches, up to ``lookahead``.
-    With ``ramp=False`` (warm workers), every unit holds ``lookahead`` batches.
+    came 4 s after the workers were ready. So batch ``start`` is cut into ``ways`` units
+    (every executor fills a share of it at once): ``first_shares`` if given (see
+    :func:`first_batch_shares`), else its ``first_rows`` rows in contiguous ranges; the
+    following rounds of ``ways`` units hold 1, 2, 4 … batches, up to ``lookahead``. With
+    ``ramp=False`` (warm workers), every unit holds ``lookahead`` batches.
     """
     b = start
     if not ramp:
         for first in range(start, num_batches, lookahead):
             yield [Part(k) for k in range(first, min(first + lookahead, num_batches))]
         return
-    if ways > 1 and first_rows >= 2 * ways and start < num_batches:
+    if first_shares and start < num_batches:
+        yield from first_shares
+        b += 1
+    elif ways > 1 and first_rows >= 2 * ways and start < num_batches:
         cuts = np.linspace(0, first_rows, ways + 1).round().astype(int).tolist()
         yield from ([Part(start, a, z)] for a, z in zip(cuts[:-1], cuts[1:]))
         b += 1
@@ -107,6 +112,50 @@ def whole_batch_units(start: int, num_batches: int, lookahead: int, *, ways: int
             if b >= num_batches:
                 return
         size = min(lookahead, 2 * size)
+
+
+def first_batch_shares(batch, index, ways: int) -> list[list[Part]] | None:
+    """Batch ``batch`` (a :class:`~vidloader.sampling.BatchPlan`) cut into ``ways`` units of
+    whole GOPs with about equal decode work, for the start-up ramp of
+    :func:`whole_batch_units`; ``None`` where that cannot be done (one executor, fewer GOPs
+    than executors, a batch of fewer than ``2 × ways`` rows): the caller cuts rows instead.
+
+    A row goes with the GOP of its first frame (video, keyframe before it); a GOP's work is
+    the frames from its keyframe to the last one its rows want. GOPs are dealt largest first,
+    each to the least loaded unit. Cut into contiguous row ranges instead, rows of one GOP
+    fell in different units and the GOP was decoded by each (uniform random frames, W1 on 2
+    cores: 1,009 frames decoded for the first batch's 128 against 817 with GOPs kept whole,
+    ``benchmarks/results/cpu/startup-session16``). A unit's rows are its runs of adjacent rows,
+    a part each.
+    """
+    videos = np.asarray(batch.video_indices, np.int64)
+    frames = np.asarray(batch.frame_indices, np.int64).reshape(len(videos), -1)
+    if ways < 2 or len(videos) < 2 * ways:
+        return None
+    first, last = frames.min(axis=1), frames.max(axis=1)
+    keys: dict[tuple[int, int], list[int]] = {}
+    for row, (v, f) in enumerate(zip(videos.tolist(), first.tolist())):
+        keys.setdefault((v, int(index[v].keyframe_before(f))), []).append(row)
+    if len(keys) < ways:
+        return None
+    work = {key: int(last[rows].max()) - key[1] + 1 for key, rows in keys.items()}
+    loads = [(0, u) for u in range(ways)]  # (work, unit): a heap, least loaded first
+    rows_of: list[list[int]] = [[] for _ in range(ways)]
+    for key in sorted(keys, key=lambda k: (-work[k], k)):
+        load, u = heapq.heappop(loads)
+        rows_of[u].extend(keys[key])
+        heapq.heappush(loads, (load + work[key], u))
+    return [_runs(batch.batch_index, sorted(rows)) for rows in rows_of if rows]
+
+
+def _runs(batch_index: int, rows: list[int]) -> list[Part]:
+    """Sorted ``rows`` of one batch as parts of adjacent rows."""
+    parts, a = [], rows[0]
+    for prev, row in zip(rows, [*rows[1:], None]):
+        if row != prev + 1:
+            parts.append(Part(batch_index, a, prev + 1))
+            a = row
+    return parts
 
 
 def block_units(plan, start: int) -> Iterator[list[Part]]:
