@@ -288,9 +288,9 @@ def test_combo_cpu_workers_yield_to_the_process_feeding_nvdec(dataset, fake):
 
 
 def test_combo_cpu_workers_keep_off_the_reserved_cores(dataset, fake, monkeypatch):
-    """With ``COMBO_RESERVED_CORES``, the CPU decoders run only on the other cores (the
-    threads feeding NVDEC wait for a core behind them otherwise); NVDEC's demux worker and
-    this process keep every core."""
+    """The CPU decoders run only on the cores the combo does not keep for the threads feeding
+    NVDEC (which wait for a core behind them otherwise: ``session16-1``); NVDEC's demux worker
+    and this process keep every core."""
     import os
 
     from vidloader.pipeline import _combo
@@ -302,11 +302,13 @@ def test_combo_cpu_workers_keep_off_the_reserved_cores(dataset, fake, monkeypatc
         assert _combo.cpu_decoder_cores(2) is None  # one core would remain: anywhere
         assert _combo.cpu_decoder_cores(0) is None
     index, _ = dataset
-    monkeypatch.setattr(_combo, "cpu_decoder_cores", lambda: (every[-1],))
+    asked = []
+    monkeypatch.setattr(_combo, "cpu_decoder_cores", lambda n: asked.append(n) or (every[-1],))
     loader = _loader(index, "combo", num_workers=2)
     it = iter(loader)
     next(it)
     try:
+        assert asked == [1]  # by default, a core per demux worker (one here)
         for p in loader._pool.cpu.procs:
             assert os.sched_getaffinity(p.pid) == {every[-1]}
         (demux,) = loader._pool.gpu.procs

@@ -2,8 +2,8 @@
 # Session 16, call 3 (issue 15): the image cuda tests (image workers now come from the "torch"
 # fork server, session 15), then: is it the files? vidloader's nvImageCodec decoder fed bytes
 # read beforehand against paths (the loader's way), one and two threads, then the loader
-# (benchmarks/diag/jpeg_paths_probe.py). ~3 min, carry .whl-images (PyAV, nvImageCodec,
-# nvJPEG wheels; install all into .site).
+# (benchmarks/diag/jpeg_paths_probe.py). ~3 min, carry .imgwhl (nvImageCodec and
+# nvJPEG wheels; install them into .site; no PyAV needed).
 set -u
 export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$PWD/.site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}

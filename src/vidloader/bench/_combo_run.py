@@ -173,10 +173,13 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "combo-h0-nice19": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_CPU_NICE": 19}),
     "combo-h0-w12": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=12),
     "combo-h0-w8": _combo({"CPU_HORIZON_SAFETY": 0.0}, num_workers=8),
-    # The CPU decoders kept off 2 or 4 cores, left to the threads feeding NVDEC (session16-1:
-    # beside a CPU loader, NVDEC alone fell to 54% of its pace, niced or not).
+    # The CPU decoders kept off 0, 2 or 4 cores, left to the threads feeding NVDEC (session16-1:
+    # beside a CPU loader, NVDEC alone fell to 54% of its pace, niced or not). Since session
+    # 16 the default keeps one core per demux worker (4 at 16 workers).
+    "combo-h0-reserve0": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_RESERVED_CORES": 0}),
     "combo-h0-reserve2": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_RESERVED_CORES": 2}),
     "combo-h0-reserve4": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_RESERVED_CORES": 4}),
+    "combo-h0-reserve6": _combo({"CPU_HORIZON_SAFETY": 0.0, "COMBO_RESERVED_CORES": 6}),
     # As before session 15's two mends: the workers' liveness asked after every 2 ms wait,
     # and the monitor walking the machine's processes every 200 ms, both in the loader's
     # process (session15-3's profile).

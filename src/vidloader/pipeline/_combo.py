@@ -1,7 +1,8 @@
 """The combo: CPU worker processes and NVDEC in this process fill batches at once.
 
 The combo starts processes of two kinds (:func:`combo_split`): ``num_workers`` decode on the
-CPU, at a lower priority, and a quarter as many more demux for NVDEC as in separation mode
+CPU, at a lower priority and off the cores kept for the NVDEC side
+(:data:`COMBO_RESERVED_CORES`), and a quarter as many more demux for NVDEC as in separation mode
 (:class:`~._pool.SeparationPool`), so NVDEC is fed as fast as when it decodes alone. Both
 sides take units from one queue whenever they have room, NVDEC the oldest and a CPU worker
 the newest (:meth:`ComboPool._take_for_cpu`): a CPU worker holds up to
@@ -78,12 +79,13 @@ COMBO_DEMUX_EXTRA = True
 COMBO_MIN_UNIT_ROWS = 1
 
 #: Cores the combo keeps its CPU decoders off, for the threads feeding NVDEC (this process's
-#: decoder threads and the demux workers), which otherwise wait for a core behind the CPU
-#: decoders at every hand-over of the GIL or of a unit. On W4 clips (H200, 16 cores), two
-#: independent loaders at once, CPU and NVDEC, got 0.72 of what each gets alone: the CPU side
-#: kept its pace, NVDEC fell to 54% of its own, at nice 0 or 10 alike (``session16-1``).
-#: 0: anywhere. See :func:`cpu_decoder_cores`.
-COMBO_RESERVED_CORES = 0
+#: decoder threads and the demux workers). ``None``: as many as the combo has demux workers
+#: (4 for ``num_workers=16``). On W4 clips (H200, 16 cores), two independent loaders at once,
+#: CPU and NVDEC, got 0.68-0.72 of what each gets alone: the CPU side kept its pace, NVDEC fell
+#: to about half its own, at nice 0 or 10 alike (``session16-1``): its threads wait for a
+#: core at every hand-over (of the GIL, of a unit). With 4 cores kept for them the combo gave
+#: 2,036 frames/s against 1,807 with none, in one call (``session16-4``). 0: anywhere.
+COMBO_RESERVED_CORES: int | None = None
 
 #: A CPU worker takes a unit only if NVDEC, at its measured pace, would need this many times
 #: the CPU's measured unit time to reach that unit (see :meth:`ComboPool._take_for_cpu`).
@@ -98,11 +100,10 @@ CPU_HORIZON_SAFETY = 1.5
 COMBO_STEAL = False
 
 
-def cpu_decoder_cores(reserved: int | None = None) -> tuple[int, ...] | None:
+def cpu_decoder_cores(reserved: int) -> tuple[int, ...] | None:
     """The cores the combo's CPU decoders may run on: this process's cores less the first
-    ``reserved`` (default :data:`COMBO_RESERVED_CORES`); ``None`` (anywhere) when nothing is
-    reserved or fewer than two cores would remain."""
-    reserved = COMBO_RESERVED_CORES if reserved is None else reserved
+    ``reserved``; ``None`` (anywhere) when nothing is reserved or fewer than two cores would
+    remain (a small machine keeps every core for both sides, as before)."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if reserved <= 0 or len(cores) - reserved < 2:
         return None
@@ -137,7 +138,9 @@ class ComboPool(BatchPool):
         num_cpu, num_demux = combo_split(config.num_workers)
         # Workers first: no CUDA before a process start (both kinds are fork-server forks).
         self.cpu = ProcessPool(dataclasses.replace(config, num_workers=num_cpu), num_slots,
-                               nice=COMBO_CPU_NICE, cpus=cpu_decoder_cores())
+                               nice=COMBO_CPU_NICE,
+                               cpus=cpu_decoder_cores(num_demux if COMBO_RESERVED_CORES is None
+                                                      else COMBO_RESERVED_CORES))
         try:
             fallback = get_executor("cpu", **config.executor_options("cpu"))
             assembler = BatchAssembler.for_config(config, nvdec_executor, fallback=fallback)
