@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,38 +211,6 @@ def test_next_batch_decodes_while_this_one_is_augmented(jpegs, monkeypatch):
     got = [b["sample_index"].tolist() for b in loader]
     assert seen == [True]
     assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]  # order kept
-
-
-class PillowFiles(PillowBatch):
-    """A stand-in that opens files itself, apart from decoding them (as nvImageCodec's
-    decoder does): records which thread opened each batch."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.openers: list[str] = []
-
-    def open_files(self, paths):
-        self.openers.append(threading.current_thread().name)
-        return [Path(p).read_bytes() for p in paths]
-
-    def decode_opened(self, streams, paths, regions=None):
-        return self.decode(streams)
-
-    def decode_files(self, paths, regions=None):
-        return self.decode_opened(self.open_files(paths), paths, regions)
-
-
-def test_files_are_opened_ahead_on_a_reader_thread(jpegs):
-    """A decoder that opens files apart from decoding has each batch's opened on a reader
-    thread as it is submitted, not by its lane before decoding (opened in the lane, nvImageCodec
-    decoded 12,507 images/s against 17,424 for files opened beforehand: ``session16-3``)."""
-    pillow = ImageLoader(jpegs, batch_size=4, processing=PROC, num_workers=0)
-    decoder = PillowFiles()
-    ahead = ImageLoader(jpegs, batch_size=4, processing=PROC, decoder=decoder)
-    for x, y in zip(pillow, ahead, strict=True):
-        assert torch.equal(x["images"], y["images"])
-    assert len(decoder.openers) == 3
-    assert all(name.startswith("vidloader-read") for name in decoder.openers)
 
 
 def test_decoder_error_is_raised_by_the_loader(jpegs):

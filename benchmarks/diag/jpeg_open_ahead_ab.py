@@ -1,5 +1,6 @@
-"""The GPU JPEG loader with its files opened ahead on a reader thread (``OPEN_AHEAD``, new in
-session 16) against opened by each lane before decoding (as before), alternated three times
+"""The GPU JPEG loader with its files opened ahead on a reader thread (``OPEN_AHEAD``, written
+in session 16 and taken out after this ran: no consistent gain, ``session16-5``; commit
+6b24180 has it) against opened by each lane before decoding, alternated three times
 each in one process on the image bench's JPEG workload (224² random resized crop + flip +
 normalize, batch 256), then nvImageCodec decode alone on the same files (issue 15).
 

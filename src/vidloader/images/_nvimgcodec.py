@@ -82,20 +82,7 @@ class NvImageCodecDecoder:
         pixels (end exclusive): only that window is decoded (nvImageCodec's region of
         interest; on the H200 no faster than whole images, see the pool's ``ROI_DECODE``).
         Callers check the shape they get: a file decoded by Pillow is whole."""
-        return self.decode_opened(self.open_files(paths), paths, regions)
-
-    def open_files(self, paths: list[str]) -> list:
-        """nvImageCodec's ``CodeStream`` of each file (``None`` where it cannot open it),
-        for :meth:`decode_opened`: opening apart from decoding lets a caller open the next
-        batch's files while this one decodes. Opened in the same loop as the decode, a
-        batch of 256 files decoded at 12,507 images/s on one thread, against 17,424 with the
-        files opened beforehand (H200, ``session16-3``)."""
-        return [self._open(p) for p in paths]
-
-    def decode_opened(self, streams: list, paths: list[str], regions: list | None = None
-                      ) -> list[torch.Tensor | None]:
-        """:meth:`decode_files` of files already opened by :meth:`open_files` (``streams``,
-        one per path)."""
+        streams = [self._open(p) for p in paths]
         if regions is not None:
             streams = [self._crop(cs, r) for cs, r in zip(streams, regions)]
         todo = [i for i, cs in enumerate(streams) if cs is not None]

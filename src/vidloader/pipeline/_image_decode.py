@@ -2,10 +2,10 @@
 (threads, each with its own decoder and CUDA stream), then augmented as one batch on an
 augmentation thread with a stream of its own.
 
-A lane decodes a batch: nvImageCodec's ``CodeStream`` of each of the plan's files, opened on
-a reader thread as the batch is submitted (:data:`OPEN_AHEAD`; read in C++, without the GIL;
-a batch-decoder object given bytes gets them from the reader threads instead), optionally
-decoding only each row's crop window (:data:`ROI_DECODE`), and records an event.
+A lane decodes a batch: has nvImageCodec open the plan's files (a ``CodeStream`` from a path
+is read in C++, without the GIL; a batch-decoder object given bytes gets them from reader
+threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
+records an event.
 The augmentation thread takes the batches in order, makes its stream wait for the lane's
 event (a GPU-side wait), runs the batched crop/resize/normalize
 (:func:`~..images._batched.crop_resize_batch`) into the batch's slot and records an event;
@@ -95,13 +95,6 @@ NVIMGCODEC_LANES = 2
 #: decoder's time does not follow the pixels kept.
 ROI_DECODE = False
 
-#: Open a batch's files (nvImageCodec's ``CodeStream`` per path) on a reader thread as the
-#: batch is submitted, so its lane finds them open, instead of opening them itself before
-#: decoding. Decode alone on the H200, 256 files a batch: 12,507 images/s opening in the loop
-#: against 17,424 opened beforehand on one thread, 14,199 against 23,781 on two
-#: (``session16-3``); the loader itself gave 8,000 there, opening in its lanes.
-OPEN_AHEAD = True
-
 
 class _Lane:
     """A decode thread with its decoder and its CUDA stream."""
@@ -173,12 +166,8 @@ class BatchDecodePool(BatchPool):
             lane = self.lanes[self._next_lane]
             self._next_lane = (self._next_lane + 1) % len(self.lanes)
             paths = [dataset.path(i) for i in plan.video_indices.tolist()]
-            if self._opens_ahead:  # opened on a reader thread while earlier batches decode
-                source = (paths, self.reader.submit(lane.decoder.open_files, paths))
-            elif self._opens_files:
-                source = paths
-            else:
-                source = [self.reader.submit(read_file, path) for path in paths]
+            source = (paths if self._opens_files else
+                      [self.reader.submit(read_file, path) for path in paths])
             decoded = lane.thread.submit(self._decode, lane, plan, source)
             staging = self.slots[slot_id]["images"][start:start + plan.batch_size]
             fills.append(self.augmenter.thread.submit(self._augment, decoded, plan, staging,
@@ -188,13 +177,6 @@ class BatchDecodePool(BatchPool):
     @property
     def _opens_files(self) -> bool:
         return callable(getattr(self.decoder, "decode_files", None))
-
-    @property
-    def _opens_ahead(self) -> bool:
-        """Whether a batch's files are opened on a reader thread before its lane decodes
-        them (:data:`OPEN_AHEAD` and a decoder with ``open_files``/``decode_opened``)."""
-        return (OPEN_AHEAD and callable(getattr(self.decoder, "open_files", None))
-                and callable(getattr(self.decoder, "decode_opened", None)))
 
     def _decode(self, lane: _Lane, plan, source: list):
         """On a lane's thread: the plan's images (files opened by the decoder, or bytes from
@@ -207,12 +189,8 @@ class BatchDecodePool(BatchPool):
             if self._opens_files:
                 if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
                     regions = decode_regions(config, plan, windows)
-                if self._opens_ahead:
-                    paths, opened = source
-                    images = lane.decoder.decode_opened(opened.result(), paths, regions)
-                else:
-                    images = (lane.decoder.decode_files(source, regions=regions) if regions
-                              else lane.decoder.decode_files(source))
+                images = (lane.decoder.decode_files(source, regions=regions) if regions
+                          else lane.decoder.decode_files(source))
             else:
                 images = lane.decoder.decode([f.result() for f in source])
             return images, windows, regions, lane.streams.record(lane.streams.own)

@@ -39,6 +39,9 @@ from ._memory import max_gop_frames
 #: Batches by which consecutive GOP-of-streams units advance: a unit holds the pieces that
 #: begin in that many batches (about ``rows × 8 / GOP length`` GOPs: 13 on W3's 48 rows).
 STREAM_GOP_STRIDE = 8
+#: Whether the start-up ramp cuts the first batch into whole GOPs (:func:`first_batch_shares`)
+#: rather than contiguous row ranges (before session 16; kept for A/B runs).
+FIRST_BATCH_BY_GOP = True
 #: The most batches one piece spans: a longer GOP is cut there, and its next piece decodes
 #: from the keyframe again (what bounds the staging buffers a unit holds).
 STREAM_GOP_MAX_BATCHES = 64
@@ -130,7 +133,7 @@ def first_batch_shares(batch, index, ways: int) -> list[list[Part]] | None:
     """
     videos = np.asarray(batch.video_indices, np.int64)
     frames = np.asarray(batch.frame_indices, np.int64).reshape(len(videos), -1)
-    if ways < 2 or len(videos) < 2 * ways:
+    if not FIRST_BATCH_BY_GOP or ways < 2 or len(videos) < 2 * ways:
         return None
     first, last = frames.min(axis=1), frames.max(axis=1)
     keys: dict[tuple[int, int], list[int]] = {}
