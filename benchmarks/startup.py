@@ -104,7 +104,8 @@ def _decode_floor(index, args) -> dict:
         executor.decode(task, lambda i, frame: frame.to_rgb(size))
     seconds = time.monotonic() - start
     executor.close()
-    cores = min(args.workers, os.cpu_count() or 1)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = max(1, min(args.workers, usable))  # num_workers=0 decodes in the loader's process
     return {"batch0_decode_s": round(seconds, 3), "batch0_decoded_frames": executor.stats.decoded,
             "batch0_delivered_frames": executor.stats.delivered, "cores": cores,
             "floor_s": round(seconds / cores, 3)}

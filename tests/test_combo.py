@@ -301,6 +301,11 @@ def test_combo_cpu_workers_keep_off_the_reserved_cores(dataset, fake, monkeypatc
         assert _combo.cpu_decoder_cores(1) == (1, 2)
         assert _combo.cpu_decoder_cores(2) is None  # one core would remain: anywhere
         assert _combo.cpu_decoder_cores(0) is None
+        # with SMT a reserved core's sibling threads are reserved with it
+        m.setattr(_combo.os, "sched_getaffinity", lambda pid: set(range(8)))
+        m.setattr(_combo, "_siblings", lambda c: {c % 4, c % 4 + 4})
+        assert _combo.physical_cores(list(range(8))) == [(0, 4), (1, 5), (2, 6), (3, 7)]
+        assert _combo.cpu_decoder_cores(2) == (2, 3, 6, 7)
     index, _ = dataset
     asked = []
     monkeypatch.setattr(_combo, "cpu_decoder_cores", lambda n: asked.append(n) or (every[-1],))

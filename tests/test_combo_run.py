@@ -59,6 +59,37 @@ def test_a_side_names_its_variant_niceness_and_cores_kept_off():
     assert _combo_run._side("nvdec~2") == ("nvdec", 0, 2)
 
 
-def test_unknown_sides_of_a_pair_are_refused(tmp_path):
+def test_a_sides_setup_sets_its_niceness_and_cores(monkeypatch):
+    import os
+
+    calls = []
+    monkeypatch.setattr(os, "nice", lambda n: calls.append(("nice", n)))
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cores: calls.append(("cores", tuple(cores))))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
+    monkeypatch.setattr("vidloader.pipeline._combo._siblings", lambda c: {c})
+    _combo_run._side_setup("cpu@7~2")()
+    assert calls == [("nice", 7), ("cores", (2, 3, 4, 5))]
+    calls.clear()
+    _combo_run._side_setup("nvdec")()
+    assert calls == []
+
+
+@pytest.mark.parametrize("variants", ["cpu+gpu", "cpu@10", "cpu+nvdec@x", "combo~2"])
+def test_unknown_sides_of_a_pair_are_refused(tmp_path, variants):
     with pytest.raises(SystemExit):
-        _combo_run.main(["--variants", "cpu+gpu", "--device", "cpu", "--out", str(tmp_path / "x.json")])
+        _combo_run.main(["--variants", variants, "--device", "cpu", "--out", str(tmp_path / "x.json")])
+
+
+def test_a_failing_side_stops_the_other_and_the_run_goes_on(tmp_path, data_dir):
+    """NVDEC cannot start on this machine (no GPU): its process fails, the CPU side's is
+    stopped at once rather than left measuring, and the variants after the pair still run."""
+    import psutil
+
+    out = tmp_path / "pair.json"
+    _combo_run.main(["--scale", "tiny", "--workers", "1", "--device", "cpu", "--workloads", "W1-random",
+                     "--variants", "cpu+nvdec,cpu", "--warmup-s", "0.5", "--window-s", "0.5",
+                     "--windows", "1", "--pair-slack-s", "60", "--data-dir", str(data_dir),
+                     "--out", str(out)])
+    row = json.loads(out.read_text())["results"]["W1-random"]
+    assert "exited" in row["cpu+nvdec"]["error"] and row["cpu"]["frames_per_s"] > 0
+    assert not [p for p in psutil.Process().children(recursive=True) if "_combo_run" in " ".join(p.cmdline())]

@@ -313,6 +313,27 @@ def test_the_first_batch_is_cut_into_whole_gops_of_about_equal_work():
         assert all(a.row_stop < b.row_start for a, b in zip(u, u[1:]))
 
 
+def test_workers_fill_the_first_batch_by_whole_gops(dataset, monkeypatch):
+    """The loader's first units (one per worker) share no GOP, and together are batch 0."""
+    from vidloader.pipeline._pool import ProcessPool
+
+    index, refs, _ = dataset
+    sent = []
+    submit = ProcessPool.submit
+    monkeypatch.setattr(ProcessPool, "submit", lambda self, w, task: (sent.append(task), submit(self, w, task))[1])
+    loader = VideoLoader(index, sampler=RandomFrames(seed=3), batch_size=16, size=SIZE, num_workers=2)
+    first = next(iter(loader))
+    loader.shutdown()
+    shares = [t for t in sent if t.plans[0].batch_index == 0][:2]
+    assert len(shares) == 2 and all(p.batch_index == 0 for t in shares for p in t.plans)
+    gops = [{(int(v), int(index[int(v)].keyframe_before(int(f))))
+             for p in t.plans for v, f in zip(p.video_indices, p.frame_indices[:, 0])} for t in shares]
+    assert gops[0] and gops[1] and not gops[0] & gops[1]
+    assert sum(p.batch_size for t in shares for p in t.plans) == 16
+    for img, v, f in zip(first["frames"], first["video_index"], first["frame_index"]):
+        np.testing.assert_array_equal(img.numpy(), refs[int(v)][int(f)])
+
+
 def test_the_first_batch_keeps_row_ranges_where_gops_are_too_few():
     # one GOP for every row: nothing to deal, the caller cuts rows
     assert first_batch_shares(_plan([0] * 8, [3] * 8), [_GopsOf10()], 2) is None

@@ -271,7 +271,9 @@ def test_nvdec_cpu_fallback_skips_only_the_damaged_gop(slice_damaged, fake_nvdec
     if num_workers == 0:
         np.testing.assert_array_equal(frames, want)
     else:
-        assert np.abs(frames.astype(int) - want).max() <= 3
+        intact = [k for k in range(len(kept)) if k not in damaged_gop]
+        diff = np.abs(frames[intact].astype(int) - want[intact])
+        assert 0 < diff.max() <= 3  # the stand-in's conversion: these rows are NVDEC's
     assert stats["skipped_samples"] == 20 - frame
     assert stats["skipped_files"] == [index[0].path]
     assert list(stats["cpu_fallback_files"]) == [index[0].path]

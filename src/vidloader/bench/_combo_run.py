@@ -223,7 +223,8 @@ def summary_lines(row: dict) -> list[str]:
     def ratios(v: dict) -> str:
         return "".join(f" {k} {v[k]:.3f}" for k in ("over_sum", "over_pair") if k in v)
 
-    return [f"{label:16s} {v['frames_per_s']:7.0f} windows {[round(x) for x in v['frames_per_s_windows']]} "
+    return [f"{label:16s} error: {v['error']}" if "error" in v else
+            f"{label:16s} {v['frames_per_s']:7.0f} windows {[round(x) for x in v['frames_per_s_windows']]} "
             f"share {v['share_by_executor_timed']} steals {v.get('combo_steals')} "
             f"idle {v['combo_cpu_idle_s']} cpu {v.get('cpu_util_pct', 0):.0f}% "
             f"nvdec {v.get('nvdec_util_pct', 0):.0f}%{ratios(v)}" for label, v in row.items()]
@@ -303,13 +304,22 @@ def _run_pair(labels: list[str], workload: str, args) -> dict:
                   "--window-s", str(args.window_s), "--windows", str(args.windows),
                   "--data-dir", args.data_dir, "--device", args.device, "--workloads", workload,
                   *(["--profile"] if args.profile else [])]
-        children = [subprocess.Popen([sys.executable, "-m", "vidloader.bench._combo_run", *common,
-                                      "--variants", _side(label)[0], "--start-at", repr(start_at),
-                                      "--out", out], preexec_fn=_side_setup(label))
-                    for label, out in zip(labels, outs)]
-        codes = [c.wait() for c in children]
+        children = []
+        try:
+            for label, out in zip(labels, outs):
+                try:
+                    children.append(subprocess.Popen(
+                        [sys.executable, "-m", "vidloader.bench._combo_run", *common, "--variants",
+                         _side(label)[0], "--start-at", repr(start_at), "--out", out],
+                        preexec_fn=_side_setup(label)))
+                except (OSError, subprocess.SubprocessError) as exc:  # e.g. @-5 without the right
+                    raise RuntimeError(f"pair side {label!r} could not start: {exc}") from exc
+            deadline = start_at + args.windows * args.window_s + PAIR_END_SLACK_S
+            codes = _wait_all(children, deadline)
+        finally:  # on an error, a timeout or a signal: no child goes on measuring
+            _stop(children)
         if any(codes):
-            raise SystemExit(f"pair {'+'.join(labels)}: children exited {codes}")
+            raise RuntimeError(f"pair {'+'.join(labels)}: its processes exited {codes}")
         sides = {}
         for i, (label, out) in enumerate(zip(labels, outs)):
             with open(out) as f:
@@ -328,15 +338,46 @@ def _run_pair(labels: list[str], workload: str, args) -> dict:
             "settings": {"pair": labels}}
 
 
+#: Seconds a pair's processes get, after their last window was due to end, to stop and write
+#: their results (a loader's shutdown, the JSON) before they are stopped as hung.
+PAIR_END_SLACK_S = 120.0
+
+
+def _wait_all(children: list, deadline: float) -> list[int]:
+    """Exit codes of ``children``, waiting until ``deadline`` (``time.time()``) at most; the
+    first to fail stops the wait (the others are stopped by the caller)."""
+    while True:
+        codes = [c.poll() for c in children]
+        if all(code is not None for code in codes) or any(code for code in codes if code is not None):
+            return [-1 if code is None else code for code in codes]
+        if time.time() > deadline:
+            raise RuntimeError(f"a pair's processes did not finish by their deadline (codes {codes})")
+        time.sleep(0.2)
+
+
+def _stop(children: list) -> None:
+    """Terminate the children still running, then kill those that do not end in 10 s."""
+    for c in children:
+        if c.poll() is None:
+            c.terminate()
+    for c in children:
+        try:
+            c.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: it ignored SIGTERM
+            c.kill()
+            c.wait()
+
+
 def _ratios(name: str, row: dict) -> None:
     """``over_sum`` (to cpu + nvdec alone) and ``over_pair`` (to both at once in two
     processes) of every combo variant and pair in ``row``."""
     total = row["cpu"]["frames_per_s"] + row["nvdec"]["frames_per_s"] if {"cpu", "nvdec"} <= row.keys() else None
-    pairs = [v["frames_per_s"] for k, v in row.items() if _pair_labels(k) and {_side(p)[0] for p in _pair_labels(k)} == {"cpu", "nvdec"}]
+    pairs = [v["frames_per_s"] for k, v in row.items()
+             if _pair_labels(k) and "error" not in v and {_side(p)[0] for p in _pair_labels(k)} == {"cpu", "nvdec"}]
     pair = max(pairs, default=None)  # the best of the cpu+nvdec pairs measured
     for label, v in row.items():
         combo = _pair_labels(label) is not None or VARIANTS[label][0]["backend"] == "combo"
-        if not combo:
+        if not combo or "error" in v:
             continue
         if total:
             v["over_sum"] = v["frames_per_s"] / total
@@ -372,9 +413,14 @@ def main(argv=None) -> None:
     ap.add_argument("--start-at", type=float, default=None, help=argparse.SUPPRESS)  # a pair's child
     args = ap.parse_args(argv)
     labels = args.variants.split(",")
-    unknown = [p for v in labels for p in (_pair_labels(v) or [v]) if _side(p)[0] not in VARIANTS]
+    try:
+        unknown = [p for v in labels for p in (_pair_labels(v) or [v])
+                   if (_side(p)[0] if _pair_labels(v) else p) not in VARIANTS]
+    except ValueError as exc:  # a side's niceness or cores not a number
+        ap.error(f"a pair's side is NAME[@N][~R] with integers N and R: {exc}")
     if unknown:
-        ap.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+        ap.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)} "
+                 "(@N and ~R only on the sides of a pair A+B)")
     results = {}
     for name in args.workloads.split(","):
         dataset, kwargs = _workloads()[name]
@@ -382,8 +428,13 @@ def main(argv=None) -> None:
         row = {}
         for label in labels:
             pair = _pair_labels(label)
-            row[label] = (_run_pair(pair, name, args) if pair
-                          else _run_variant(label, index, kwargs, args, start_at=args.start_at))
+            try:
+                row[label] = (_run_pair(pair, name, args) if pair
+                              else _run_variant(label, index, kwargs, args, start_at=args.start_at))
+            except RuntimeError as exc:  # a pair that failed: the other variants still count
+                if not pair:
+                    raise
+                row[label] = {"error": str(exc)}
             print(name, label, json.dumps(row[label]), flush=True)
         _ratios(name, row)
         results[name] = row

@@ -102,12 +102,40 @@ COMBO_STEAL = False
 
 def cpu_decoder_cores(reserved: int) -> tuple[int, ...] | None:
     """The cores the combo's CPU decoders may run on: this process's cores less the first
-    ``reserved``; ``None`` (anywhere) when nothing is reserved or fewer than two cores would
-    remain (a small machine keeps every core for both sides, as before)."""
+    ``reserved`` physical cores (with SMT, a core's sibling threads go with it:
+    :func:`physical_cores`); ``None`` (anywhere) when nothing is reserved or fewer than two
+    logical cores would remain (a small machine keeps every core for both sides, as before).
+    Several loaders on one machine (a rank per GPU) each keep the same first cores: their
+    NVDEC sides share them."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if reserved <= 0 or len(cores) - reserved < 2:
+    if reserved <= 0:
         return None
-    return tuple(cores[reserved:])
+    left = [c for group in physical_cores(cores)[reserved:] for c in group]
+    return tuple(sorted(left)) if len(left) >= 2 else None
+
+
+def physical_cores(cores: list[int]) -> list[tuple[int, ...]]:
+    """``cores`` (logical CPUs) grouped by physical core, the SMT siblings of each together
+    (Linux's ``topology/thread_siblings_list``), in order of their first CPU; one group per
+    CPU where the topology cannot be read."""
+    groups: dict[tuple[int, ...], None] = {}
+    for c in cores:
+        groups[tuple(sorted(_siblings(c) & set(cores) | {c}))] = None
+    return sorted(groups, key=min)
+
+
+def _siblings(cpu: int) -> set[int]:
+    """The logical CPUs sharing ``cpu``'s physical core (itself alone if unknown)."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            text = f.read().strip()
+    except OSError:
+        return {cpu}
+    out: set[int] = set()
+    for item in filter(None, text.split(",")):
+        a, _, b = item.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
 
 
 def combo_split(num_workers: int) -> tuple[int, int]:

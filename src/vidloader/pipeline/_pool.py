@@ -494,8 +494,10 @@ class ProcessPool(WorkerProcesses, BatchPool):
         self._shared = SharedSlots(config.shapes, num_slots)
         self.slots = self._shared.tensors()
         self.index = config.index
-        #: Per worker, the parts handed to it and not reported yet: (plan, row_start), oldest first.
-        self._held: list[list] = [[] for _ in range(config.num_workers)]
+        #: Per worker, the parts handed to it and not reported yet, oldest first: (plan,
+        #: row_start) by (batch index, row start). A dict: a unit of the first batch cut into
+        #: whole GOPs has a part per run of rows, up to one per row.
+        self._held: list[dict] = [{} for _ in range(config.num_workers)]
         # Workers write CPU slots whatever the batches' device: theirs is not sent, so
         # unpickling the config loads no torch there.
         worker_config = dataclasses.replace(config, device=None)
@@ -520,18 +522,17 @@ class ProcessPool(WorkerProcesses, BatchPool):
     def _forget(self, msg):
         """Drop a reported part from its worker's list (the list a death message names)."""
         if isinstance(msg, RowsFilled):
+            key = (msg.batch_index, msg.row_start)
             for held in self._held:
-                for k, (plan, row_start) in enumerate(held):
-                    if (plan.batch_index, row_start) == (msg.batch_index, msg.row_start):
-                        del held[k]
-                        return msg
+                if held.pop(key, None) is not None:
+                    return msg
         return msg
 
     def _in_progress(self, worker: int) -> str:
         """What a dead worker was filling: the oldest batch it owed, and that part's files."""
         if not self._held[worker]:
             return ""
-        plan, row_start = self._held[worker][0]
+        plan, row_start = next(iter(self._held[worker].values()))
         videos = list(dict.fromkeys(int(v) for v in plan.video_indices))
         files = ", ".join(self.index[v].path for v in videos[:3])
         more = f" and {len(videos) - 3} more" if len(videos) > 3 else ""
@@ -547,7 +548,7 @@ class ProcessPool(WorkerProcesses, BatchPool):
         return True  # each worker decodes its own share of a block's videos
 
     def submit(self, worker: int, task: FillTask) -> None:
-        self._held[worker].extend(zip(task.plans, task.row_starts))
+        self._held[worker].update(((p.batch_index, a), (p, a)) for p, a in zip(task.plans, task.row_starts))
         self.put(worker, task)
 
     def shutdown(self) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..errors import FrameIndexError
 from ._memory import max_gop_frames
 
 #: Batches by which consecutive GOP-of-streams units advance: a unit holds the pieces that
@@ -129,16 +130,26 @@ def first_batch_shares(batch, index, ways: int) -> list[list[Part]] | None:
     fell in different units and the GOP was decoded by each (uniform random frames, W1 on 2
     cores: 1,009 frames decoded for the first batch's 128 against 817 with GOPs kept whole,
     ``benchmarks/results/cpu/startup-session16``). A unit's rows are its runs of adjacent rows,
-    a part each.
+    a part each. A frame out of its video's range also gives ``None``: the worker reports it,
+    as for any later batch.
     """
     videos = np.asarray(batch.video_indices, np.int64)
-    frames = np.asarray(batch.frame_indices, np.int64).reshape(len(videos), -1)
     if not FIRST_BATCH_BY_GOP or ways < 2 or len(videos) < 2 * ways:
         return None
+    frames = np.asarray(batch.frame_indices, np.int64).reshape(len(videos), -1)
     first, last = frames.min(axis=1), frames.max(axis=1)
+    keyframes = np.empty_like(first)
+    order = np.argsort(videos, kind="stable")  # one vectorised lookup per video
+    starts = np.flatnonzero(np.r_[True, videos[order][1:] != videos[order][:-1]])
+    for a, z in zip(starts.tolist(), [*starts[1:].tolist(), len(order)]):
+        rows = order[a:z]
+        try:
+            keyframes[rows] = index[int(videos[rows[0]])].keyframe_before(first[rows])
+        except FrameIndexError:
+            return None
     keys: dict[tuple[int, int], list[int]] = {}
-    for row, (v, f) in enumerate(zip(videos.tolist(), first.tolist())):
-        keys.setdefault((v, int(index[v].keyframe_before(f))), []).append(row)
+    for row, key in enumerate(zip(videos.tolist(), keyframes.tolist())):
+        keys.setdefault(key, []).append(row)
     if len(keys) < ways:
         return None
     work = {key: int(last[rows].max()) - key[1] + 1 for key, rows in keys.items()}

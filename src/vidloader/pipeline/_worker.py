@@ -15,6 +15,7 @@ the in-process pools (NVDEC) can meet. It propagates as it is, so the loader rai
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import traceback
@@ -32,6 +33,8 @@ from ._messages import (
     Ready,
     RowsFilled,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _staging_views(slot: dict, start: int, count: int) -> dict:
@@ -54,7 +57,11 @@ def worker_main(start: CpuWorkerStart, task_q, result_q, slots) -> None:
     if start.nice:
         os.nice(start.nice)
     if start.cpus:
-        os.sched_setaffinity(0, start.cpus)
+        try:
+            os.sched_setaffinity(0, start.cpus)
+        except OSError as exc:  # a core taken away meanwhile (cgroups): decode anywhere
+            log.warning("CPU worker %d could not keep to cores %s (%s); it runs on any core",
+                        start.worker_id, list(start.cpus), exc)
     config = start.config
     if config.nvtx:  # its ranges are torch's: loaded (the torch server's, shared) before Ready
         import torch
