@@ -124,6 +124,13 @@ class VideoRecord:
 
         check_unchanged(self)
 
+    def frames_before(self, seconds: float) -> int:
+        """Frames whose timestamp, counted from the first frame's, is below ``seconds``."""
+        pts = np.asarray(self.pts, np.int64)
+        if not len(pts):
+            return 0
+        return int(np.searchsorted(pts - pts[0], seconds / float(self.time_base), side="left"))
+
     def keyframe_before(self, frame_index: int | np.ndarray) -> int | np.ndarray:
         """Display index of the last keyframe at or before ``frame_index`` (vectorised)."""
         self.check_frames(frame_index)
@@ -179,6 +186,14 @@ class VideoIndex(Sequence[VideoRecord]):
 
     def __iter__(self) -> Iterator[VideoRecord]:
         return iter(self._records)
+
+    def frames_before(self, seconds: float) -> np.ndarray:
+        """int64 per video: :meth:`VideoRecord.frames_before` (computed once per value)."""
+        cache = self.__dict__.setdefault("_frames_before", {})
+        if seconds not in cache:
+            cache[seconds] = np.fromiter((r.frames_before(seconds) for r in self._records), np.int64,
+                                         len(self._records))
+        return cache[seconds]
 
     @cached_property
     def num_frames(self) -> np.ndarray:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from .._utils._args import check_positive_number
 from ..errors import ConfigError
 from ._checks import check_bool, check_int
 from ._epoch import Mode, SpaceSampler
@@ -21,6 +24,11 @@ class Clips(SpaceSampler):
     ``Clips(sequence_length=1)`` enumerates exactly the frames, in the same order as
     :class:`RandomFrames` with the same seed (both are views of one sample space).
 
+    ``first_seconds`` keeps every clip inside the first seconds of its video (frames whose
+    timestamp, from the video's first frame, is below it), as loaders that decode only the
+    head of each video do (SPDL's Kinetics benchmark: the first 0.5 s). Videos whose head is
+    shorter than a clip hold none.
+
     Batches hold ``frame_indices`` of shape ``[B, sequence_length]`` (``is_clip=True``).
 
     Args:
@@ -32,6 +40,8 @@ class Clips(SpaceSampler):
         replacement (bool): i.i.d. uniform draws over all clips (needs ``shuffle=True``).
         num_samples (int | None): clips per epoch over all ranks; default: all clips.
         seed (int): seed of the order and of the per-sample seeds.
+        first_seconds (float | None): only frames in the first ``first_seconds`` of each
+            video are sampled; default: all frames.
 
     Raises:
         ConfigError: a bad option; at ``plan_epoch``, an index where no video holds a clip.
@@ -42,6 +52,7 @@ class Clips(SpaceSampler):
     def __init__(
         self, *, sequence_length: int, stride: int = 1, step: int = 1, shuffle: bool = True,
         replacement: bool = False, num_samples: int | None = None, seed: int = 0,
+        first_seconds: float | None = None,
     ) -> None:
         super().__init__(num_samples=num_samples, seed=seed)
         self.sequence_length = check_int("sequence_length", sequence_length, minimum=1)
@@ -54,9 +65,23 @@ class Clips(SpaceSampler):
                 f"{type(self).__name__}(replacement=True, shuffle=False): draws with replacement "
                 "are random; pass shuffle=True, or replacement=False for clips in order"
             )
+        if first_seconds is not None:
+            first_seconds = check_positive_number(
+                "first_seconds", first_seconds, fix="pass the seconds at the head of each video "
+                "that clips may come from (e.g. 0.5), or None for whole videos")
+        self.first_seconds = first_seconds
 
     def _clip_shape(self) -> ClipShape:
         return ClipShape(self.sequence_length, self.stride, self.step)
+
+    def _frames(self, index) -> np.ndarray:
+        """With ``first_seconds``, each video's frames timed before it (its timestamps from
+        its first frame); otherwise all of them."""
+        if self.first_seconds is None:
+            return index.num_frames
+        if hasattr(index, "frames_before"):  # a VideoIndex: computed once, kept by the index
+            return index.frames_before(self.first_seconds)
+        return np.fromiter((r.frames_before(self.first_seconds) for r in index), np.int64, len(index))
 
     def _mode(self) -> Mode:
         if self.replacement:

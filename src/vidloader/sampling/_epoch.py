@@ -185,9 +185,14 @@ class SpaceSampler(Sampler):
     def epoch_order(self) -> Mode:
         return self._mode()
 
+    def _frames(self, index: VideoIndex) -> np.ndarray:
+        """Frames of each video that samples may use: all of them (a subclass may take fewer,
+        e.g. :class:`~vidloader.Clips` with ``first_seconds``)."""
+        return index.num_frames
+
     def sample_space(self, index: VideoIndex) -> SampleSpace:
         """The samples this sampler draws from ``index``; ConfigError if there are none."""
-        space = SampleSpace(index.num_frames, self._clip_shape())
+        space = SampleSpace(self._frames(index), self._clip_shape())
         space.check_not_empty(repr(self))
         return space
 
