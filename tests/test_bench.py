@@ -243,7 +243,7 @@ def _bench(tmp_path, data_dir, *extra) -> int:
 def test_every_workload_writes_json_and_png(tmp_path, data_dir, w1, w3):
     assert _bench(tmp_path, data_dir, "--workload", "all", "--note", "test machine") == 0
     for workload in WORKLOADS.values():
-        stems = list(tmp_path.glob(f"{workload.name}-*.json"))
+        stems = list(tmp_path.glob(f"{workload.name}-W*.json"))  # clips-W4, not clips-head-W4
         assert len(stems) == 1, workload.name
         report = json.loads(stems[0].read_text())
         png = stems[0].with_suffix(".png")
