@@ -234,6 +234,21 @@ def test_steady_window_skips_the_rest_of_a_burst():
 # -- end to end ------------------------------------------------------------------------------
 
 
+def test_clips_head_takes_each_head_clip_once_and_repeats_a_small_index(data_dir):
+    """SPDL's workload: 16-frame clips from each video's first 0.6 s, none drawn twice (a
+    repeated clip in a batch would be decoded once); a small dataset is repeated instead."""
+    ds = prepare_dataset("W4", "tiny", data_dir=data_dir)
+    index = load_index(ds)
+    plan = make_plan(WORKLOADS["clips-head"], index, ds, batches=12, seed=1)
+    rows = [(int(v), int(f[0])) for b in plan.batches for v, f in zip(b.video_indices, b.frame_indices)]
+    assert plan.repeats > 1 and len(rows) == 12 * 8 and len(set(rows)) == len(rows)
+    for b in plan.batches:
+        for v, f in zip(b.video_indices, b.frame_indices):
+            record = plan.index[int(v)]
+            assert f.tolist() == list(range(f[0], f[0] + 16))
+            assert (record.pts[f[-1]] - record.pts[0]) * float(record.time_base) < 0.6
+
+
 def _bench(tmp_path, data_dir, *extra) -> int:
     return main(["--backends", "vidloader,naive", "--scale", "tiny", "--batches", "2",
                  "--warmup", "1", "--workers", "0", "--batch-size", "12", "--max-seconds", "5",

@@ -121,8 +121,13 @@ HEAD_SECONDS = 0.6
 
 
 def _clips_head(index, dataset, needed: int, seed: int) -> Sampler:
-    return _uniform(Clips, index, needed, seed, sequence_length=16, stride=1, step=1,
-                    first_seconds=HEAD_SECONDS)
+    """Each head clip at most once per epoch (no draws with replacement: repeated clips in a
+    batch would be decoded once); a small dataset's index is repeated instead
+    (``repeat_index``), so every clip is decoded as a new video's would be, as over
+    Kinetics' 240k videos."""
+    options = dict(sequence_length=16, stride=1, step=1, first_seconds=HEAD_SECONDS)
+    total = Clips(seed=seed, **options).num_samples(index)
+    return Clips(seed=seed, num_samples=min(needed, total), **options)
 
 
 def _sequential(index, dataset, needed: int, seed: int) -> Sampler:
@@ -161,7 +166,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              "W4", 8, Geometry(short_side=128, crop=(112, 112)), _clips),
     Workload("clips-head", "random clips of 16 frames, stride 1, from each video's first 0.6 s "
              "(SPDL's Kinetics benchmark: the first 0.5 s), batch 8; short side 128, crop 112",
-             "W4", 8, Geometry(short_side=128, crop=(112, 112)), _clips_head),
+             "W4", 8, Geometry(short_side=128, crop=(112, 112)), _clips_head, repeat_index=True),
     Workload("sequential", "all frames in stream order, batch 128, 224x224 (the ceiling)", "W1",
              128, _FRAME, _sequential, repeat_index=True),
     Workload("multicam-stream", "6 cameras at the same frame, stream order, 8 clips x 6 cams, "
