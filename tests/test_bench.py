@@ -205,7 +205,7 @@ def test_peers_deliver_the_same_frames_as_vidloader(w3, backend):
 def test_gpu_peers_skip_with_a_reason():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    for name in ("pynvc-simple", "pynvc-threads", "vidloader-nvdec", "dali"):
+    for name in ("pynvc-simple", "pynvc-threads", "vidloader-nvdec", "vidloader-combo", "dali"):
         with pytest.raises(Skip, match="CUDA"):
             make_peer(name).check()
 

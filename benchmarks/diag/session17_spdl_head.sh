@@ -2,7 +2,7 @@
 # Next session (issue 16 item 4, ~8 min): SPDL's Kinetics headline on the bench's clips-head
 # workload (W4 at the gpu scale: 16-frame clips, stride 1, from each video's first 0.6 s; SPDL
 # decodes the first 0.5 s; 112² crop, batch 8) and on uniform random clips (clips), SPDL on
-# NVDEC against vidloader-nvdec and vidloader's CPU backend, each in its own command, in one
+# NVDEC against vidloader-nvdec, the combo and vidloader's CPU backend, each in its own command, in one
 # call. Derived from session12_peers.sh (its SPDL set-up, bench helper and summary).
 # Device call, from the repository root, carry [".whl", ".peers"]:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl &&
@@ -59,6 +59,7 @@ bench() {  # workload backend time-limit timed-batches
 bench clips-head vidloader-nvdec 60 200
 bench clips-head spdl 60 200
 bench clips-head vidloader 60 200
+bench clips-head vidloader-combo 60 200
 bench clips vidloader-nvdec 60 200
 bench clips spdl 60 200
 echo "benches done at ${SECONDS} s"

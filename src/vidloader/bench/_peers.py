@@ -265,6 +265,14 @@ class VidloaderNvdecPeer(VidloaderPeer):
         return 5 * loader.lookahead, 4 * loader.lookahead
 
 
+class VidloaderComboPeer(VidloaderNvdecPeer):
+    """``VideoLoader(..., backend="combo")``: CPU workers and NVDEC at once (its CPU decode
+    workers are ``--workers``, a quarter as many more demux for NVDEC); skipped without CUDA.
+    Warm-up and cycle as NVDEC's: the combo's NVDEC side queues units the same way."""
+
+    name, backend = "vidloader-combo", "combo"
+
+
 # -- the exercise's naive loader --------------------------------------------------------------
 
 
