@@ -162,7 +162,7 @@ class SpaceSampler(Sampler):
 
     Uses only ``index.num_frames`` (and ``len(index)``), so any object with an int64
     ``num_frames`` array can stand in for a :class:`VideoIndex` (handy for huge synthetic
-    indexes). Subclasses say where a sample's frames lie (:meth:`_clip_shape`) and in which
+    indexes); ``Clips(first_seconds=...)`` also reads the records' timestamps. Subclasses say where a sample's frames lie (:meth:`_clip_shape`) and in which
     order samples come (:meth:`_mode`).
 
     Args:
