@@ -210,6 +210,19 @@ def test_gpu_peers_skip_with_a_reason():
             make_peer(name).check()
 
 
+def test_the_combo_warms_up_over_all_its_staging_slots(data_dir):
+    """The combo holds a unit per CPU worker and NVDEC's queue: its warm-up covers them all
+    (NVDEC's five units would leave batches decoded ahead to the timed window)."""
+    from vidloader.bench._peers import VidloaderComboPeer, VidloaderNvdecPeer
+
+    ds = prepare_dataset("W4", "tiny", data_dir=data_dir)
+    plan = make_plan(WORKLOADS["clips"], load_index(ds), ds, batches=4, seed=0)
+    job = Job(plan.index, plan, WORKLOADS["clips"], workers=16)
+    depth, cycle = VidloaderComboPeer().pipeline(job)
+    assert cycle >= 16 * 4 and depth > cycle  # 16 workers' units of 4 batches, and more
+    assert depth > VidloaderNvdecPeer().pipeline(job)[0]
+
+
 def test_root_cause():
     try:
         try:
@@ -234,19 +247,25 @@ def test_steady_window_skips_the_rest_of_a_burst():
 # -- end to end ------------------------------------------------------------------------------
 
 
-def test_clips_head_takes_each_head_clip_once_and_repeats_a_small_index(data_dir):
-    """SPDL's workload: 16-frame clips from each video's first 0.6 s, none drawn twice (a
-    repeated clip in a batch would be decoded once); a small dataset is repeated instead."""
+def test_clips_head_decodes_each_clip_as_a_new_video(data_dir):
+    """SPDL's workload: each video's first 16 frames as one clip, no clip twice, and a small
+    dataset repeated under paths of its own (hard links), so nothing keyed by path (NVDEC's
+    GOP and frame caches, open files) serves a repeat."""
     ds = prepare_dataset("W4", "tiny", data_dir=data_dir)
     index = load_index(ds)
     plan = make_plan(WORKLOADS["clips-head"], index, ds, batches=12, seed=1)
-    rows = [(int(v), int(f[0])) for b in plan.batches for v, f in zip(b.video_indices, b.frame_indices)]
-    assert plan.repeats > 1 and len(rows) == 12 * 8 and len(set(rows)) == len(rows)
+    clips = [(plan.index[int(v)].path, int(f[0])) for b in plan.batches
+             for v, f in zip(b.video_indices, b.frame_indices)]
+    assert plan.repeats > 1 and len(clips) == 12 * 8 and len(set(clips)) == len(clips)
+    assert {start for _, start in clips} == {0}  # one clip per video: its first 16 frames
     for b in plan.batches:
         for v, f in zip(b.video_indices, b.frame_indices):
             record = plan.index[int(v)]
-            assert f.tolist() == list(range(f[0], f[0] + 16))
+            assert f.tolist() == list(range(16))
+            assert os.path.samefile(record.path, index[int(v) % len(index)].path)
             assert (record.pts[f[-1]] - record.pts[0]) * float(record.time_base) < 0.6
+    again = make_plan(WORKLOADS["clips-head"], index, ds, batches=12, seed=1)  # links kept
+    assert [r.path for r in again.index] == [r.path for r in plan.index]
 
 
 def _bench(tmp_path, data_dir, *extra) -> int:

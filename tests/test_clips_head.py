@@ -25,8 +25,10 @@ def videos(tmp_path_factory):
 
 
 def _head(record, seconds):
-    pts = (record.pts - record.pts[0]) * float(record.time_base)
-    return int((pts < seconds - 1e-9).sum())
+    from fractions import Fraction
+
+    limit = Fraction(str(seconds))
+    return sum((int(p) - int(record.pts[0])) * record.time_base < limit for p in record.pts)
 
 
 def test_each_video_keeps_the_frames_timed_in_its_first_seconds(videos):
@@ -48,8 +50,40 @@ def test_every_clip_of_the_heads_once_per_epoch(videos):
 
 
 def test_heads_too_short_for_any_clip_are_refused(videos):
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="raise first_seconds"):
         Clips(sequence_length=30, first_seconds=0.5).plan_epoch(videos, batch_size=2, epoch=0)
+
+
+def test_a_frame_at_exactly_first_seconds_is_out():
+    """0.28 s at a time base of 1/12800 is 3584 ticks; in floating point the limit came out a
+    hair above and counted the frame at exactly 0.28 s."""
+    import dataclasses
+    from fractions import Fraction
+
+    from vidloader.index import VideoRecord
+
+    fields = {f.name for f in dataclasses.fields(VideoRecord)}
+    assert {"pts", "time_base"} <= fields
+    record = type("R", (), {"pts": np.arange(10) * 512, "time_base": Fraction(1, 12800),
+                            "frames_before": VideoRecord.frames_before})()
+    assert record.frames_before(0.28) == 7  # 25 frames/s: frame 7 is at exactly 0.28 s
+    assert record.frames_before(0.2801) == 8
+
+
+def test_states_saved_before_first_seconds_still_resume():
+    assert "first_seconds" not in Clips(sequence_length=4).config()
+    assert Clips(sequence_length=4, first_seconds=0.5).config()["first_seconds"] == 0.5
+
+
+def test_an_index_without_timestamps_is_refused():
+    class Counts:  # frame counts only, as a synthetic stand-in index gives
+        num_frames = np.array([40, 40])
+
+        def __len__(self):
+            return 2
+
+    with pytest.raises(ConfigError, match="timestamps"):
+        Clips(sequence_length=4, first_seconds=0.5).num_samples(Counts())
 
 
 @pytest.mark.parametrize("bad", [0, -0.5, "0.5", True])

@@ -267,10 +267,24 @@ class VidloaderNvdecPeer(VidloaderPeer):
 
 class VidloaderComboPeer(VidloaderNvdecPeer):
     """``VideoLoader(..., backend="combo")``: CPU workers and NVDEC at once (its CPU decode
-    workers are ``--workers``, a quarter as many more demux for NVDEC); skipped without CUDA.
-    Warm-up and cycle as NVDEC's: the combo's NVDEC side queues units the same way."""
+    workers are ``--workers``, a quarter as many more demux for NVDEC); skipped without CUDA."""
 
     name, backend = "vidloader-combo", "combo"
+
+    def pipeline(self, job: Job) -> tuple[int, int]:
+        # The combo's staging slots hold a unit per CPU worker and NVDEC's queue
+        # (``units_decoding``), about 84 batches at 16 workers, far more than NVDEC's 5 units:
+        # a warm-up of all of them, so what was decoded ahead does not land in the timed
+        # window. Counted on a CPU loader with the same settings (a combo loader would need
+        # the GPU here, before ``check``), plus NVDEC's queue.
+        from ..pipeline import VideoLoader
+
+        loader = VideoLoader(job.index, sampler=job.plan.sampler,
+                             batch_size=job.plan.samples_per_batch,
+                             processing=job.workload.geometry.process(), num_workers=job.workers,
+                             drop_last=True)
+        slots = loader.staging_slots + loader.config.units_decoding * loader.lookahead
+        return slots + loader.lookahead, slots
 
 
 # -- the exercise's naive loader --------------------------------------------------------------

@@ -7,6 +7,7 @@ every backend: ``record.pts[i]`` is its presentation timestamp in ``record.time_
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
@@ -125,11 +126,15 @@ class VideoRecord:
         check_unchanged(self)
 
     def frames_before(self, seconds: float) -> int:
-        """Frames whose timestamp, counted from the first frame's, is below ``seconds``."""
+        """Frames whose timestamp, counted from the first frame's, is below ``seconds``
+        (exactly: ``seconds`` as the decimal it prints as, in ``time_base`` units)."""
         pts = np.asarray(self.pts, np.int64)
         if not len(pts):
             return 0
-        return int(np.searchsorted(pts - pts[0], seconds / float(self.time_base), side="left"))
+        # pts are integers: pts < limit  <=>  pts < ceil(limit). In floating point, 0.28 s at
+        # 1/12800 came out a hair above 3584 and counted the frame at exactly 0.28 s.
+        limit = math.ceil(Fraction(repr(float(seconds))) / Fraction(self.time_base))
+        return int(np.searchsorted(pts - pts[0], limit, side="left"))
 
     def keyframe_before(self, frame_index: int | np.ndarray) -> int | np.ndarray:
         """Display index of the last keyframe at or before ``frame_index`` (vectorised)."""
@@ -191,8 +196,10 @@ class VideoIndex(Sequence[VideoRecord]):
         """int64 per video: :meth:`VideoRecord.frames_before` (computed once per value)."""
         cache = self.__dict__.setdefault("_frames_before", {})
         if seconds not in cache:
-            cache[seconds] = np.fromiter((r.frames_before(seconds) for r in self._records), np.int64,
-                                         len(self._records))
+            counts = np.fromiter((r.frames_before(seconds) for r in self._records), np.int64,
+                                 len(self._records))
+            counts.setflags(write=False)  # shared by every caller
+            cache[seconds] = counts
         return cache[seconds]
 
     @cached_property

@@ -81,7 +81,29 @@ class Clips(SpaceSampler):
             return index.num_frames
         if hasattr(index, "frames_before"):  # a VideoIndex: computed once, kept by the index
             return index.frames_before(self.first_seconds)
-        return np.fromiter((r.frames_before(self.first_seconds) for r in index), np.int64, len(index))
+        try:
+            return np.fromiter((r.frames_before(self.first_seconds) for r in index), np.int64,
+                               len(index))
+        except (TypeError, AttributeError):
+            raise ConfigError(
+                f"{self!r} needs each video's timestamps, and {type(index).__name__} gives only "
+                "frame counts: pass a vidloader.VideoIndex, or first_seconds=None") from None
+
+    def sample_space(self, index):
+        try:
+            return super().sample_space(index)
+        except ConfigError as exc:
+            if self.first_seconds is None:
+                raise
+            raise ConfigError(f"{exc}. With first_seconds={self.first_seconds}, only frames in "
+                              "each video's first seconds count: raise first_seconds, or shorten "
+                              "the clip (sequence_length, stride)") from None
+
+    def config(self) -> dict:
+        config = super().config()
+        if config.get("first_seconds") is None:  # as before it existed: older states resume
+            config.pop("first_seconds", None)
+        return config
 
     def _mode(self) -> Mode:
         if self.replacement:
