@@ -20,21 +20,7 @@ RES=/tmp/peers-bench       # the JSONs (tarred into $OUT: a call brings back 8 f
 rm -rf "$RES" && mkdir -p "$RES"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
-# SPDL as ../shared/tools/README.md says: its wheels into .site, a folder of FFmpeg soname links
-# onto the FFmpeg PyAV's wheel bundles, and the CUDA runtime torch brings on the library path.
-python3 -m pip install -q --no-index --no-deps --no-compile --target .site .peers/spdl*.whl
-SHIM_SH=../shared/tools/ffmpeg-shim.sh
-[ -f "$SHIM_SH" ] || SHIM_SH=.peers/ffmpeg-shim.sh
-bash "$SHIM_SH" "$PWD/.site" "$HOME/shim" > "$OUT/bench.log" 2>&1
-CUDART=$(dirname $(python3 -c "import glob,sysconfig; print(glob.glob(sysconfig.get_paths()['purelib']+'/nvidia/**/libcudart.so.13*', recursive=True)[0])"))
-export LD_LIBRARY_PATH=$HOME/shim:$PWD/.site/av.libs:$CUDART:${LD_LIBRARY_PATH:-}
-python3 - <<'PY' 2>&1 | tee -a "$OUT/bench.log"
-import importlib.metadata as m
-import av, av.codec.hwaccel as hw, spdl.io.utils as u
-print("spdl-io", m.version("spdl-io"), "ffmpeg", u.get_ffmpeg_versions().get("libavcodec"),
-      "cuda", u.built_with_cuda(), "nvcodec", u.built_with_nvcodec())
-print("av", av.__version__, "hwdevices", hw.hwdevices_available())
-PY
+source "$(dirname "$0")/spdl_env.sh"
 
 # (1) W4 in the background; the tests load SPDL's FFmpeg before conftest imports PyNvVideoCodec,
 # whose own libavformat.so.63 / libavutil.so.61 would otherwise serve SPDL as well.
@@ -65,27 +51,7 @@ bench clips spdl 60 200
 echo "benches done at ${SECONDS} s"
 
 # (3) Summary, tables, archive.
-python3 - "$RES" <<'PY' 2>&1 | tee "$OUT/summary.txt"
-import glob, json, sys
-
-def fmt(v, spec=",.0f"):
-    return "-" if v is None else format(v, spec)
-
-for path in sorted(glob.glob(f"{sys.argv[1]}/*/*.json")):
-    report = json.load(open(path))
-    for r in report["runs"]:
-        head = f"{r['workload']:10s} {r['backend']:16s}"
-        if r.get("status") != "ok":
-            print(f"{head} {r.get('status')}: {r.get('reason', '')}")
-            continue
-        counts = r.get("decode_counts") or {}
-        print(f"{head} {fmt(r['frames_per_s']):>7s} frames/s  decoded/delivered "
-              f"{fmt(r.get('decoded_per_delivered'), '.2f'):>5s}  window {r['seconds']:.1f} s "
-              f"{r['window_batches']} batches  NVDEC {fmt(r.get('nvdec_util_pct'))}%  "
-              f"GPU {fmt(r.get('gpu_util_pct'))}%  CPU {fmt(r.get('cpu_util_pct'))}%  "
-              f"peak GPU {fmt((r.get('peak_gpu_memory_bytes') or 0) / 2**20)} MiB  "
-              f"first batch {r['first_batch_s']:.1f} s  tasks {counts.get('tasks', '-')}")
-PY
+python3 benchmarks/diag/bench_summary.py "$RES" 2>&1 | tee "$OUT/summary.txt"
 python3 -m vidloader.bench table --results "$RES" --merge-run --base "$RES" \
   --heading "### SPDL's Kinetics workload (W4 gpu): clips-head and clips" > "$OUT/table.md" 2>&1
 tar -czf "$OUT/bench.tgz" -C "$RES" .
