@@ -136,6 +136,9 @@ class _PsutilTree:
         import psutil
 
         self.psutil, self.root = psutil, psutil.Process(pid)
+        #: The tree's processes by pid, kept from one sample to the next: a ``Process`` object
+        #: measures CPU time between two of its own readings.
+        self._known: dict = {}
 
     def sample(self, memory: bool = True) -> dict[int, tuple[float, int]]:
         out = {}
@@ -156,7 +159,7 @@ class _PsutilTree:
         pids = subtree(self.root.pid)
         if pids is None:
             return [self.root, *self.root.children(recursive=True)]
-        known = getattr(self, "_known", {})
+        known = self._known
         self._known = {pid: known.get(pid) or self.psutil.Process(pid) for pid in pids
                        if pid in known or self.psutil.pid_exists(pid)}
         return list(self._known.values())

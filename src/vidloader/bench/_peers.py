@@ -210,14 +210,20 @@ class VidloaderPeer(Peer):
         # delivers its `lookahead` batches at once, all workers per cycle. Block units
         # (GopShuffle): all workers share one block, a block per cycle. A CPU loader with the
         # same settings says what it would choose (the constructor starts nothing).
-        from ..pipeline import VideoLoader
-
-        loader = VideoLoader(job.index, sampler=job.plan.sampler,
-                             batch_size=job.plan.samples_per_batch,
-                             processing=job.workload.geometry.process(), num_workers=job.workers,
-                             drop_last=True)
+        loader = _settings_loader(job)
         lookahead, workers = loader.lookahead, max(1, job.workers)
         return loader.staging_slots, lookahead * (1 if loader.uses_block_units else workers)
+
+
+def _settings_loader(job: Job):
+    """A CPU ``VideoLoader`` with the job's settings, never iterated: what vidloader would
+    choose (lookahead, staging slots, unit shapes) for a peer's :meth:`~Peer.pipeline` (its
+    constructor starts no worker)."""
+    from ..pipeline import VideoLoader
+
+    return VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
+                       processing=job.workload.geometry.process(), num_workers=job.workers,
+                       drop_last=True)
 
 
 def _check_same_batch(batch: dict, bp) -> None:
@@ -250,14 +256,10 @@ class VidloaderNvdecPeer(VidloaderPeer):
         # model, workers x lookahead per cycle, made the first H200 runs time out.)
         # A plan of streams goes to NVDEC as the GOPs its rows walk through: units that begin
         # STREAM_GOP_STRIDE batches apart and reach a GOP's span further.
-        from ..pipeline import VideoLoader
         from ..pipeline._loader import takes_stream_gops
         from ..pipeline._units import STREAM_GOP_STRIDE, stream_gop_span
 
-        loader = VideoLoader(job.index, sampler=job.plan.sampler,
-                             batch_size=job.plan.samples_per_batch,
-                             processing=job.workload.geometry.process(), num_workers=job.workers,
-                             drop_last=True)
+        loader = _settings_loader(job)
         if takes_stream_gops(lambda: loader._epoch_plan(0), backend=self.backend,
                              num_workers=job.workers, lookahead=None):
             stride = STREAM_GOP_STRIDE
@@ -277,12 +279,7 @@ class VidloaderComboPeer(VidloaderNvdecPeer):
         # a warm-up of all of them, so what was decoded ahead does not land in the timed
         # window. Counted on a CPU loader with the same settings (a combo loader would need
         # the GPU here, before ``check``), plus NVDEC's queue.
-        from ..pipeline import VideoLoader
-
-        loader = VideoLoader(job.index, sampler=job.plan.sampler,
-                             batch_size=job.plan.samples_per_batch,
-                             processing=job.workload.geometry.process(), num_workers=job.workers,
-                             drop_last=True)
+        loader = _settings_loader(job)
         slots = loader.staging_slots + loader.config.units_decoding * loader.lookahead
         return slots + loader.lookahead, slots
 

@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._utils._files import link_or_copy
 from ..index import VideoIndex
 from ..sampling import BatchPlan, Clips, RandomFrames, Sampler, SequentialFrames
 from ._multicam import multicam_sampler
@@ -234,16 +235,8 @@ def _linked_repeats(index, repeats: int) -> VideoIndex:
     records = list(index)
     for k in range(1, repeats):
         for r in index:
-            folder = os.path.join(os.path.dirname(r.path), f".repeat-{k}")
-            link = os.path.join(folder, os.path.basename(r.path))
-            if not os.path.exists(link):
-                os.makedirs(folder, exist_ok=True)
-                try:
-                    os.link(r.path, link)
-                except OSError:
-                    import shutil
-
-                    shutil.copy2(r.path, link)
+            link = os.path.join(os.path.dirname(r.path), f".repeat-{k}", os.path.basename(r.path))
+            link_or_copy(r.path, link)
             records.append(dataclasses.replace(r, path=link))
     return VideoIndex(records)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 from pathlib import Path
 
 import numpy as np
+
+from .._utils._files import link_or_copy
 
 _CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
                     "ship", "truck"]
@@ -87,14 +88,7 @@ def write_image_folder(root: str | os.PathLike, *, num_classes: int = 4, per_cla
             if not path.exists():
                 Image.fromarray(natural_like(*size, rng)).save(path, quality=quality)
             for c in range(1, copies):
-                _link(path, folder / f"img_{i:05d}_c{c}.jpg")
+                link_or_copy(path, folder / f"img_{i:05d}_c{c}.jpg")
     return root
 
 
-def _link(source: Path, target: Path) -> None:
-    if target.exists():
-        return
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)

@@ -79,15 +79,11 @@ class Clips(SpaceSampler):
         its first frame); otherwise all of them."""
         if self.first_seconds is None:
             return index.num_frames
-        if hasattr(index, "frames_before"):  # a VideoIndex: computed once, kept by the index
-            return index.frames_before(self.first_seconds)
-        try:
-            return np.fromiter((r.frames_before(self.first_seconds) for r in index), np.int64,
-                               len(index))
-        except (TypeError, AttributeError):
+        if not hasattr(index, "frames_before"):  # a stand-in index of frame counts only
             raise ConfigError(
                 f"{self!r} needs each video's timestamps, and {type(index).__name__} gives only "
-                "frame counts: pass a vidloader.VideoIndex, or first_seconds=None") from None
+                "frame counts: pass a vidloader.VideoIndex, or first_seconds=None")
+        return index.frames_before(self.first_seconds)  # computed once, kept by the index
 
     def sample_space(self, index):
         try:

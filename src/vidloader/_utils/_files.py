@@ -1,0 +1,19 @@
+"""Small file-system helpers shared across layers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+
+def link_or_copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """``target`` as a hard link of ``source`` (a copy keeping its times where the file system
+    refuses links: an index's records check a file's size and modification time); nothing
+    if ``target`` exists. Its folder is made if missing."""
+    if os.path.exists(target):
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
