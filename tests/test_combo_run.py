@@ -93,3 +93,27 @@ def test_a_failing_side_stops_the_other_and_the_run_goes_on(tmp_path, data_dir):
     row = json.loads(out.read_text())["results"]["W1-random"]
     assert "exited" in row["cpu+nvdec"]["error"] and row["cpu"]["frames_per_s"] > 0
     assert not [p for p in psutil.Process().children(recursive=True) if "_combo_run" in " ".join(p.cmdline())]
+
+
+def test_a_variant_run_twice_keeps_both_rows_and_patched_functions_are_named(tmp_path, data_dir, monkeypatch):
+    """A variant named twice (the default before and after the others, to see the machine
+    drift) gets a second row, not one overwriting the first; a variant patching a function
+    (``nvdec-notap``) stores its name in the JSON's settings."""
+    monkeypatch.setitem(_combo_run.VARIANTS, "cpu-notap",
+                        ({"backend": "cpu"}, {"decoding.nvdec._status_tap:enabled": _combo_run._tap_off}))
+    out = tmp_path / "twice.json"
+    _combo_run.main(["--scale", "tiny", "--workers", "1", "--device", "cpu", "--workloads", "W1-random",
+                     "--variants", "cpu,cpu-notap,cpu", "--warmup-s", "0.3", "--window-s", "0.3",
+                     "--windows", "1", "--data-dir", str(data_dir), "--out", str(out)])
+    row = json.loads(out.read_text())["results"]["W1-random"]
+    assert list(row) == ["cpu", "cpu-notap", "cpu#2"]
+    assert all(v["frames_per_s"] > 0 for v in row.values())
+    assert row["cpu-notap"]["settings"]["decoding.nvdec._status_tap:enabled"] == "_tap_off"
+    from vidloader.decoding.nvdec import _status_tap
+    assert _status_tap.enabled is not _combo_run._tap_off  # restored after its run
+
+
+def test_the_clips_head_workload_lists_each_video_under_repeated_paths():
+    dataset, kwargs, transform = _combo_run._workloads()["W4-clips-head"]
+    assert dataset == "W4" and kwargs["sampler"].first_seconds == pytest.approx(0.6)
+    assert transform is not None

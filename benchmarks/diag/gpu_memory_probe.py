@@ -141,7 +141,54 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-history", action="store_true",
                    help="no allocation history (less host overhead: for frames/s)")
     p.add_argument("--tag", default="", help="suffix of the JSON's name")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=INT",
+                   help="an nvdec_options entry, e.g. units_decoding=2 (repeatable)")
     return p.parse_args(argv)
+
+
+def _options(pairs: list[str]) -> dict:
+    """``nvdec_options`` from ``--option KEY=INT`` arguments."""
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        out[key] = int(value)
+    return out
+
+
+class HostPeak:
+    """Peak PSS of this process and, apart, of its children (the demux workers and the fork
+    servers), sampled every 0.25 s on a thread (issue 16 item 1: where host memory goes)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._me = psutil.Process()
+        self.main_gib = self.children_gib = self.total_gib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            main = self._pss(self._me)
+            children = sum(self._pss(c) for c in self._me.children(recursive=True))
+            self.main_gib = max(self.main_gib, main / GIB)
+            self.children_gib = max(self.children_gib, children / GIB)
+            self.total_gib = max(self.total_gib, (main + children) / GIB)
+
+    @staticmethod
+    def _pss(proc) -> int:
+        try:
+            return proc.memory_full_info().pss
+        except Exception:  # noqa: BLE001 - psutil.Error: a child gone between the calls
+            return 0
 
 
 def _executor(loader):
@@ -169,12 +216,12 @@ def main(argv: list[str]) -> None:
     loader = VideoLoader(index, sampler=sampler, batch_size=args.batch_size, backend="nvdec",
                          device="cuda", processing=Process(size=(224, 224)),
                          num_workers=args.workers, nvdec_decoders=args.decoders, drop_last=True,
-                         memory_budget=args.memory_budget)
+                         memory_budget=args.memory_budget, nvdec_options=_options(args.option) or None)
     plan = loader.memory_plan
     print(f"plan: {json.dumps(plan)}", flush=True)
     peak_snapshot, peak, frames, t0 = None, 0, 0, None
     executor = None
-    with SmiPeak() as smi:
+    with SmiPeak() as smi, HostPeak() as host:
         for n, batch in enumerate(loader, 1):
             if n == args.warmup:
                 torch.cuda.synchronize()
@@ -200,6 +247,8 @@ def main(argv: list[str]) -> None:
         "gpu_staging": dict(loader.stats["gpu_staging"]),
         "frames_held_peak": getattr(executor, "frames_held_peak", None),
         "stack_frames": getattr(executor, "stack_frames", None),
+        "host_peak_pss_gib": {"main": host.main_gib, "children": host.children_gib,
+                              "total": host.total_gib},
         "smi_context_gib": context, "smi_peak_gib": smi.peak,
         "smi_loader_peak_gib": smi.peak - context,
         "smi_used_gib": _smi_used_gib(),

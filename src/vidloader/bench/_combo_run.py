@@ -118,19 +118,38 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
             **monitor.summary(t0, t1)}
 
 
-def _workloads():
-    from vidloader import Clips, Process, RandomFrames
+#: Times the ``W4-clips-head`` workload lists W4's videos, each repeat under hard links of its
+#: own (as the bench's ``clips-head``), so that no cache keyed by path serves a clip twice
+#: within ``HEAD_REPEATS × videos`` clips.
+HEAD_REPEATS = 40
 
+
+def _workloads():
+    """Each workload: ``(dataset, loader arguments, index transform or None)``."""
+    from vidloader import Clips, Process, RandomFrames
+    from vidloader.bench._workloads import HEAD_SECONDS, _linked_repeats
+
+    clips_proc = Process(size=(112, 112), short_side=128, crop="random")
     return {
-        "W1-random": ("W1", dict(sampler=RandomFrames(seed=0), batch_size=128, size=(224, 224))),
+        "W1-random": ("W1", dict(sampler=RandomFrames(seed=0), batch_size=128, size=(224, 224)), None),
         "W4-clips": ("W4", dict(sampler=Clips(sequence_length=16, stride=2, seed=0), batch_size=8,
-                               processing=Process(size=(112, 112), short_side=128, crop="random"))),
+                               processing=clips_proc), None),
+        # SPDL's Kinetics setting (issue 16 item 4): each video's first 16 frames, once each.
+        "W4-clips-head": ("W4", dict(sampler=Clips(sequence_length=16, stride=1, step=10**6, seed=0,
+                                                   first_seconds=HEAD_SECONDS),
+                                     batch_size=8, processing=clips_proc),
+                          lambda index: _linked_repeats(index, HEAD_REPEATS)),
     }
 
 
 def _combo(patches: dict | None = None, **loader) -> tuple[dict, dict]:
     """A combo variant: ``(loader arguments, constants of _combo patched for its run)``."""
     return {"backend": "combo", **loader}, patches or {}
+
+
+def _tap_off() -> bool:
+    """Stands in for ``_status_tap.enabled`` in the ``nvdec-notap`` variant."""
+    return False
 
 
 #: Each variant: the loader's arguments, and constants patched for its run (diagnostics):
@@ -184,6 +203,24 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # and the monitor walking the machine's processes every 200 ms, both in the loader's
     # process (session15-3's profile).
     "nvdec-tree0": ({"backend": "nvdec"}, {"bench._monitor:CHILDREN_FILES": False}),
+    # NVDEC on many small units (W4-clips-head, session17-1: NVDEC 13% busy, 2 of 16 cores):
+    # more units queued on the decoders; units of one batch; more decoder threads; the
+    # status tap off (its per-GOP hand-over to a reader thread).
+    "nvdec-units8": ({"backend": "nvdec", "nvdec_options": {"units_decoding": 8}}, {}),
+    "nvdec-units16": ({"backend": "nvdec", "nvdec_options": {"units_decoding": 16}}, {}),
+    "nvdec-la1-units16": ({"backend": "nvdec", "lookahead": 1,
+                           "nvdec_options": {"units_decoding": 16}}, {}),
+    "nvdec-dec8": ({"backend": "nvdec", "nvdec_decoders": 8}, {}),
+    "nvdec-notap": ({"backend": "nvdec"}, {"decoding.nvdec._status_tap:enabled": _tap_off}),
+    # session17-3's profile of that workload: the decoder threads all in Python (the GIL), a
+    # fifth of it copying each frame into its stack, a tenth putting frames into the frame
+    # cache (no clip repeats there), a third converting stacks of 8 (two per 16-frame clip).
+    "nvdec-stack16": ({"backend": "nvdec", "nvdec_options": {"stack_frames": 16}}, {}),
+    "nvdec-nocache": ({"backend": "nvdec", "nvdec_options": {"frame_cache_bytes": 0}}, {}),
+    "nvdec-stack16-nocache": ({"backend": "nvdec",
+                               "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
+    "nvdec-dec8-stack16-nocache": ({"backend": "nvdec", "nvdec_decoders": 8,
+                                    "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),
 }
@@ -249,7 +286,8 @@ def _run_variant(label: str, index, kwargs: dict, args, start_at: float | None =
     finally:
         for k, v in saved.items():
             setattr(*targets[k], v)
-    result["settings"] = {**{k: v for k, v in extra.items() if k != "backend"}, **patches}
+    settings = {**{k: v for k, v in extra.items() if k != "backend"}, **patches}
+    result["settings"] = json.loads(json.dumps(settings, default=lambda v: getattr(v, "__name__", repr(v))))
     if start_at is not None:  # a pair's side: the niceness it ran at
         import os
 
@@ -376,7 +414,8 @@ def _ratios(name: str, row: dict) -> None:
              if _pair_labels(k) and "error" not in v and {_side(p)[0] for p in _pair_labels(k)} == {"cpu", "nvdec"}]
     pair = max(pairs, default=None)  # the best of the cpu+nvdec pairs measured
     for label, v in row.items():
-        combo = _pair_labels(label) is not None or VARIANTS[label][0]["backend"] == "combo"
+        combo = (_pair_labels(label) is not None
+                 or VARIANTS[label.partition("#")[0]][0]["backend"] == "combo")
         if not combo or "error" in v:
             continue
         if total:
@@ -423,19 +462,22 @@ def main(argv=None) -> None:
                  "(@N and ~R only on the sides of a pair A+B)")
     results = {}
     for name in args.workloads.split(","):
-        dataset, kwargs = _workloads()[name]
+        dataset, kwargs, transform = _workloads()[name]
         index = load_index(prepare_dataset(dataset, args.scale, data_dir=args.data_dir))
+        if transform is not None:
+            index = transform(index)
         row = {}
-        for label in labels:
+        for n, label in enumerate(labels):
             pair = _pair_labels(label)
+            key = label if label not in row else f"{label}#{n}"  # a variant run again
             try:
-                row[label] = (_run_pair(pair, name, args) if pair
-                              else _run_variant(label, index, kwargs, args, start_at=args.start_at))
+                row[key] = (_run_pair(pair, name, args) if pair
+                            else _run_variant(label, index, kwargs, args, start_at=args.start_at))
             except RuntimeError as exc:  # a pair that failed: the other variants still count
                 if not pair:
                     raise
-                row[label] = {"error": str(exc)}
-            print(name, label, json.dumps(row[label]), flush=True)
+                row[key] = {"error": str(exc)}
+            print(name, key, json.dumps(row[key]), flush=True)
         _ratios(name, row)
         results[name] = row
     for name, row in results.items() if args.start_at is None else ():  # a pair's child: no summary
