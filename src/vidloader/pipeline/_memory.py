@@ -29,9 +29,10 @@ The loader's GPU memory is the sum of (per decoder thread, ``d`` of them):
 
 The CUDA context (about 0.5 GiB) and the batch handed to the caller are not the loader's.
 
-``memory_budget`` lowers, in :data:`BUDGET_STEPS` order, the stack frames, the units
-decoding, the frame cache and the decoder threads until the plan fits; if even one of each
-does not, the loader refuses at construction, naming the least budget that fits.
+``memory_budget`` lowers, in :data:`BUDGET_STEPS` order, the frame cache, the decoder
+threads, the stack frames and the units decoding until the plan fits in
+:data:`BUDGET_FILL` of the budget; if even one of each does not, the loader refuses at
+construction, naming the least budget that fits.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ GIB = 1 << 30
 #: ``FEED_PACKETS`` = 16) and the binding's own frame buffers. Measured on the H100
 #: (``session10-6``, ``gpu_memory_probe.py``): outside PyTorch and the CUDA context, 2.61 GiB
 #: for 16 decoders of 1080p H.264, 167 MiB or 52 pitched pictures each (session 9's first
-#: estimate, 24, came from nvidia-smi minus PyTorch's reserve, with the context guessed).
-DECODER_SURFACE_FRAMES = 52
+#: estimate, 24, came from nvidia-smi minus PyTorch's reserve, with the context guessed). On
+#: the H200 (``session17-4``, 8 and 12 decoders) 176-179 MiB each: 56 pictures, so that a
+#: budget's plan does not fall short of what ``nvidia-smi`` sees.
+DECODER_SURFACE_FRAMES = 56
 #: Row pitch NVDEC's surfaces are allocated with (bytes; widths round up to it).
 SURFACE_PITCH = 256
 
@@ -73,15 +76,27 @@ ALLOCATOR_SEGMENT = 20 * MIB
 ALLOCATOR_SMALL_SEGMENT = 2 * MIB
 
 #: What ``memory_budget`` lowers, in order, until the plan fits: (knob, value). The cheapest
-#: trades first: smaller conversion stacks (more launches per GOP), fewer units queued (the
-#: decoders may drain between units), a smaller frame cache (fewer repeats served without
-#: decoding), then decoder threads one by one (throughput), and one-frame stacks last.
+#: trades first: a smaller frame cache (fewer repeats served without decoding), decoder
+#: threads down to 8, no frame cache, smaller conversion stacks (more launches per GOP), fewer
+#: units queued (the decoders may drain between units), then the rest of the decoders and
+#: the smallest stacks and queues. Decoders go early because each costs ~176 MiB of NVDEC
+#: surfaces at 1080p while 8 threads decode as fast as 12 or 16: their Python work contends
+#: for the GIL (``session17-4``, sequential W1 on the H200 at about 3 GiB: 8 decoders, 2 units,
+#: stacks of 4 gave 1,725 frames/s in 2.37 GiB; 12 decoders with 1 or 2 units and stacks of 2
+#: or 4, 1,049-1,528 in 3.0-3.4 GiB; the default 16, 1,759-2,079 in 7.1 GiB).
 BUDGET_STEPS: tuple[tuple[str, int], ...] = (
-    ("stack_frames", 4), ("units_decoding", 2), ("frame_cache_bytes", 64 * MIB),
-    ("stack_frames", 2), ("frame_cache_bytes", 0), ("units_decoding", 1),
-    *(("decoders", d) for d in range(15, 0, -1)),
-    ("stack_frames", 1),
+    ("frame_cache_bytes", 64 * MIB), *(("decoders", d) for d in range(15, 7, -1)),
+    ("frame_cache_bytes", 0), ("stack_frames", 4), ("units_decoding", 2),
+    *(("decoders", d) for d in range(7, 3, -1)), ("stack_frames", 2), ("units_decoding", 1),
+    *(("decoders", d) for d in range(3, 0, -1)), ("stack_frames", 1),
 )
+
+#: Share of ``memory_budget`` a plan may fill: the rest covers what the plan does not see
+#: (allocator rounding and fragmentation per stream, the binding's own buffers). Plans fell
+#: 5-8% short of ``nvidia-smi`` above the CUDA context on the H200 (``session17-4``:
+#: 2.87 → 3.01, 2.94 → 3.09, 3.11 → 3.34, 3.18 → 3.42, 2.17 → 2.37 GiB), before the surfaces'
+#: estimate was raised to 56 pictures.
+BUDGET_FILL = 0.92
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20,
@@ -316,7 +331,7 @@ def make_plan(inputs: PlanInputs, *, budget: int | None, decoders: int, units_de
 def fit_budget(inputs: PlanInputs, budget: int | None, *, decoders: int, units_decoding: int,
                stack_frames: int, frame_cache_bytes: int, given: object = None) -> MemoryPlan:
     """The plan for the given knobs, lowered step by step (:data:`BUDGET_STEPS`) until it
-    fits ``budget`` (``None``: as given). The given knobs are upper bounds: a budget never
+    fits :data:`BUDGET_FILL` of ``budget`` (``None``: as given). The given knobs are upper bounds: a budget never
     raises one.
 
     Raises:
@@ -329,18 +344,20 @@ def fit_budget(inputs: PlanInputs, budget: int | None, *, decoders: int, units_d
     plan = make_plan(inputs, budget=budget, **knobs)
     if budget is None:
         return plan
+    room = budget * BUDGET_FILL  # the plan's share of the budget (see BUDGET_FILL)
     for knob, value in BUDGET_STEPS:
-        if plan.total_bytes <= budget:
+        if plan.total_bytes <= room:
             return plan
         if value < knobs[knob]:
             knobs[knob] = value
             plan = make_plan(inputs, budget=budget, **knobs)
-    if plan.total_bytes <= budget:
+    if plan.total_bytes <= room:
         return plan
     raise ConfigError(
         f"memory_budget={given if given is not None else budget!r} ({describe(budget)}) is below "
-        f"the least this loader needs on the GPU: {plan.summary()}. Give at least "
-        f"memory_budget='{math.ceil(plan.total_bytes / MIB)}MiB', or lower batch_size or the "
+        f"the least this loader needs on the GPU: {plan.summary()}, plus "
+        f"{1 / BUDGET_FILL - 1:.0%} for what a plan does not see. Give at least "
+        f"memory_budget='{math.ceil(plan.total_bytes / BUDGET_FILL / MIB)}MiB', or lower batch_size or the "
         f"output size (each staging buffer holds one batch: {describe(plan.slot_bytes)})"
     )
 
