@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import traceback
 
+from .._utils._heap import trim_heap
 from .._utils._nvtx import NO_RANGES, Ranges
 from ..decoding.nvdec import ContainerCache, concat_bundles, demux_gops
 from ..errors import MediaError, StaleIndexError, VideoNotFoundError
@@ -47,6 +48,9 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
                 result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
                                      getattr(exc, "path", None), unit_key=task.key))
                 continue
+            finally:
+                bundles = None  # the packets are in the segment now (or the unit failed)
+                trim_heap()  # else the worker keeps its largest unit's memory (_utils._heap)
             result_q.put(PacketsDemuxed(task.key, light, failed, task.part, segment))
     finally:
         containers.close()
