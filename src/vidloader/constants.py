@@ -33,8 +33,17 @@ DEFAULT_INTERPOLATION = "BILINEAR"
 #: NVDEC decoders per GPU run on threads by the loader (the H200 has 7 NVDEC engines). Measured
 #: through the loader on the H200 (benchmarks/results/gpu/sweep_*.json): 16 against 8 gave
 #: 358 vs 209 random frames/s and 2147 vs 2038 sequential frames/s; each decoder costs GPU
-#: memory (surfaces, and its thread's conversion buffers: ~1 GiB at 1080p).
+#: memory (surfaces, and its thread's conversion buffers: ~1 GiB at 1080p). The most the
+#: loader picks by itself (``nvdec_decoders=None``): for 1080p and larger frames.
 DEFAULT_NVDEC_DECODERS = 16
+
+#: The fewest decoder threads the loader picks by itself, for small frames. Each decoded frame
+#: costs its decoder thread Python work under the GIL (copies, conversion launches) whatever
+#: its size, and NVDEC time in proportion to its pixels: on small frames more threads only
+#: contend for the GIL. Session 17 on the H200 (``benchmarks/results/gpu/session17-5`` and
+#: ``-6``): on W4's 720p / 340p clips 16 / 8 / 4 / 2 decoders gave 1,481-1,854 / 2,318 /
+#: 2,426-2,865 / 1,893 frames/s; on W1's 1080p random frames 16 / 8 / 4 gave 317 / 252 / 159.
+MIN_AUTO_NVDEC_DECODERS = 4
 
 #: Decoded frames an NVDEC decoder thread holds in one GOP stack before it converts them: a
 #: GOP's wanted frames are copied out of the decoder's surfaces into a stack of at most this

@@ -17,7 +17,12 @@ import numpy as np
 
 from .._utils._args import check_bool, check_choice, check_int, check_optional_int
 from .._utils._nvtx import NVTX_ENV, Ranges
-from ..constants import DEFAULT_STACK_FRAMES, MAX_DECODERS_PER_GPU
+from ..constants import (
+    DEFAULT_NVDEC_DECODERS,
+    DEFAULT_STACK_FRAMES,
+    MAX_DECODERS_PER_GPU,
+    MIN_AUTO_NVDEC_DECODERS,
+)
 from ..errors import BackendUnavailableError, ConfigError
 from ..index import VideoIndex
 from ..processing import Process, geometry
@@ -143,9 +148,9 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
     check_optional_int("lookahead", lookahead, minimum=1,
                        fix="consecutive batches planned together; None for the sampler's choice")
     check_int("decoder_threads", decoder_threads, minimum=0, fix="FFmpeg threads per decode; 0 lets FFmpeg decide")
-    if not 1 <= check_int("nvdec_decoders", nvdec_decoders) <= MAX_DECODERS_PER_GPU:
+    if nvdec_decoders is not None and not 1 <= check_int("nvdec_decoders", nvdec_decoders) <= MAX_DECODERS_PER_GPU:
         raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
-                          f"per GPU), got {nvdec_decoders}")
+                          f"per GPU), or None to pick by frame size; got {nvdec_decoders}")
     for name, value in (("pin_memory", pin_memory), ("drop_last", drop_last),
                         ("persistent_workers", persistent_workers)):
         check_bool(name, value)
@@ -229,7 +234,26 @@ def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_s
     return shapes
 
 
-def resolve_nvdec_options(index: VideoIndex, device, decoders: int,
+#: Pixels of a 1080p frame: :func:`auto_nvdec_decoders` gives frames this large or larger the
+#: most decoder threads.
+FULL_HD_PIXELS = 1920 * 1080
+
+
+def auto_nvdec_decoders(index: VideoIndex) -> int:
+    """Decoder threads for ``nvdec_decoders=None``: :data:`~vidloader.constants.
+    DEFAULT_NVDEC_DECODERS` (16) for 1080p frames, fewer in proportion to the mean pixels of a
+    frame (each video weighted by its frames, as frames are drawn), never fewer than
+    :data:`~vidloader.constants.MIN_AUTO_NVDEC_DECODERS` (4): NVDEC's time per frame follows
+    its pixels, a decoder thread's Python work under the GIL does not (constants.py gives the
+    measurements). 1080p: 16; 1600×900: 11; half 720p, half 340p: 4."""
+    frames = np.array([max(1, r.num_frames) for r in index], dtype=np.float64)
+    pixels = np.array([r.width * r.height for r in index], dtype=np.float64)
+    share = float((pixels * frames).sum() / frames.sum()) / FULL_HD_PIXELS
+    return int(min(DEFAULT_NVDEC_DECODERS, max(MIN_AUTO_NVDEC_DECODERS,
+                                               round(DEFAULT_NVDEC_DECODERS * share))))
+
+
+def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
                           extra: Mapping | None) -> tuple[dict, int]:
     """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
     decoder per codec is reconfigured, never recreated) and the units to queue at once.
@@ -253,7 +277,7 @@ def resolve_nvdec_options(index: VideoIndex, device, decoders: int,
         "device": gpu,
         "max_width": max(r.width for r in index),
         "max_height": max(r.height for r in index),
-        "num_decoders": decoders,
+        "num_decoders": auto_nvdec_decoders(index) if decoders is None else decoders,
         **extra,
     }
     return options, units

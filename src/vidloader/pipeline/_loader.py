@@ -22,7 +22,6 @@ from ..constants import (
     DEFAULT_DECODER_THREADS,
     DEFAULT_LOOKAHEAD_BATCHES,
     DEFAULT_MAX_OPEN_FILES,
-    DEFAULT_NVDEC_DECODERS,
     DEFAULT_PREFETCH_PER_WORKER,
 )
 from ..decoding import DecodeStats, release_frames
@@ -144,7 +143,11 @@ class VideoLoader:
             or ``torch.distributed``.
         persistent_workers (bool): keep workers between epochs.
         decoder_threads (int): FFmpeg threads per decode (``"cpu"``).
-        nvdec_decoders (int): NVDEC decoders on threads, to keep the engines busy (``"nvdec"``).
+        nvdec_decoders (int | None): NVDEC decoders on threads, to keep the engines busy
+            (``"nvdec"``, ``"combo"``). ``None`` (default): by frame size, 16 for 1080p, down
+            to 4 for small frames, whose decoder threads would only contend for the GIL
+            (:func:`~vidloader.pipeline._config.auto_nvdec_decoders`); the choice is in
+            :attr:`memory_plan` (``decoders``).
         nvdec_options (Mapping | None): further :class:`~vidloader.decoding.nvdec.NvdecExecutor`
             options (``frame_cache_bytes``, ``packet_cache_bytes``, ``skip_nonref``,
             ``stack_frames``: decoded frames a decoder thread holds before converting them,
@@ -193,7 +196,7 @@ class VideoLoader:
         world_size: int | None = None,
         persistent_workers: bool = False,
         decoder_threads: int = DEFAULT_DECODER_THREADS,
-        nvdec_decoders: int = DEFAULT_NVDEC_DECODERS,
+        nvdec_decoders: int | None = None,
         nvdec_options: Mapping[str, object] | None = None,
         fallback: Literal["cpu", "error"] = "cpu",
         combo_share: float | None = None,
