@@ -227,6 +227,8 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-dec2-stack16-nocache": ({"backend": "nvdec", "nvdec_decoders": 2,
                                     "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
     "nvdec-dec4": ({"backend": "nvdec", "nvdec_decoders": 4}, {}),
+    # the default before nvdec_decoders=None picked threads by frame size
+    "nvdec-dec16": ({"backend": "nvdec", "nvdec_decoders": 16}, {}),
     "nvdec-dec4-nocache": ({"backend": "nvdec", "nvdec_decoders": 4,
                             "nvdec_options": {"frame_cache_bytes": 0}}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
