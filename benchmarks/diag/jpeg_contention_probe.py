@@ -40,6 +40,7 @@ from vidloader.images._nvimgcodec import NvImageCodecDecoder
 from vidloader.images._synthetic import write_image_folder
 from vidloader.pipeline import ImageLoader
 from vidloader.pipeline._image_fill import fill_from_images
+from vidloader.sampling import SequentialFrames
 
 BATCH = 256
 
@@ -76,8 +77,9 @@ def _cpu_loop(stop: threading.Event) -> int:
 
 
 def _augment_loop(folder, decoded: list) -> callable:
+    # In file order, as the decoded batches: plan b's rows are batch b's files.
     loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
-                         decoder="nvimgcodec")
+                         decoder="nvimgcodec", sampler=SequentialFrames())
     config = loader.config
     plans = [loader._epoch_plan(0).batch(b % len(loader)) for b in range(len(decoded))]
     slot = torch.empty((BATCH, 3, 224, 224), device="cuda")
@@ -103,8 +105,14 @@ def _measure(decoder, batches: list, seconds: float, beside=None) -> dict:
     stream = torch.cuda.Stream()
     stop, box = threading.Event(), {}
     thread = None
+    def run_beside():
+        try:
+            box["n"] = beside(stop)
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON, the decode still timed
+            box["error"] = repr(exc)
+
     if beside is not None:
-        thread = threading.Thread(target=lambda: box.setdefault("n", beside(stop)))
+        thread = threading.Thread(target=run_beside)
         thread.start()
         time.sleep(0.3)  # the second thread at its pace first
     done, k, start = 0, 0, time.perf_counter()
@@ -122,7 +130,8 @@ def _measure(decoder, batches: list, seconds: float, beside=None) -> dict:
     if thread is not None:
         thread.join()
     return {"images_per_s": done / elapsed, "ms_per_batch_median": 1e3 * float(np.median(calls)),
-            "beside_loops_per_s": box.get("n", 0) / (elapsed + 0.3) if beside else None}
+            "beside_loops_per_s": box.get("n", 0) / (elapsed + 0.3) if beside else None,
+            **({"beside_error": box["error"]} if "error" in box else {})}
 
 
 def main() -> int:
@@ -143,7 +152,8 @@ def main() -> int:
                   ("CPU threads", _cpu_loop), ("augment", augment), ("alone, again", None)]
     for label, beside in conditions:
         r = results[label] = _measure(decoder, batches, seconds, beside)
-        side = "" if beside is None else f"   beside: {r['beside_loops_per_s']:9.1f} loops/s"
+        side = ("" if beside is None else f"   beside: {r['beside_loops_per_s']:9.1f} loops/s"
+                f" {r.get('beside_error', '')}")
         print(f"{label:14s} {r['images_per_s']:8.0f} images/s  {r['ms_per_batch_median']:6.1f} "
               f"ms/batch{side}", flush=True)
     for label, beside in conditions[1:5]:  # the second thread's pace alone
