@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import vidloader
-from vidloader import ConfigError, GopShuffle, Process, RandomFrames, VideoLoader
+from vidloader import Clips, ConfigError, GopShuffle, Process, RandomFrames, SequentialFrames, VideoLoader
 from vidloader.decoding.nvdec._executor import NvdecExecutor
 from vidloader.index import VideoIndex, VideoRecord
 from vidloader.pipeline import _pool
@@ -457,11 +457,13 @@ def _sized_index(sizes: list[tuple[int, int]], frames: int = 60) -> VideoIndex:
     ([(96, 64)], 4),  # never fewer than MIN_AUTO_NVDEC_DECODERS
 ])
 def test_nvdec_decoders_none_picks_threads_by_frame_size(fake, sizes, decoders):
-    """``nvdec_decoders=None`` (the default): 16 decoder threads for 1080p, in proportion to a
-    frame's pixels below that, at least 4 (session17-5/-6: on W4's small clips 4 threads
-    decoded 1.5-1.9x as fast as 16, on W1's 1080p random frames 16 twice as fast as 4)."""
+    """``nvdec_decoders=None`` (the default), every frame decoded once (in stream order): 16
+    decoder threads for 1080p, in proportion to a frame's pixels below that, at least 4
+    (session17-5/-6: on W4's clips from each video's head 4 threads decoded 1.5-1.9x as fast
+    as 16, on W1's 1080p random frames 16 twice as fast as 4)."""
     index = _sized_index(sizes)
-    options = dict(batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu")
+    options = dict(batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu",
+                   sampler=SequentialFrames())
     loader = VideoLoader(index, **options)
     assert loader.memory_plan["decoders"] == decoders
     assert loader.config.nvdec_options["num_decoders"] == decoders
@@ -469,10 +471,23 @@ def test_nvdec_decoders_none_picks_threads_by_frame_size(fake, sizes, decoders):
     assert chosen.config.nvdec_options["num_decoders"] == 3
 
 
+def test_the_automatic_decoders_count_the_frames_decoded_per_delivered_one(fake):
+    """Random frames of small videos decode from their keyframe (GOPs of 30 here: ~15 frames
+    per delivered one), so NVDEC's work per delivered frame is a 1080p frame's or more: 16
+    threads (session17-7: W4's random clips, GOP 250, 1,412 frames/s on 16 against 1,023 on 4)."""
+    index = _sized_index([(1280, 720), (454, 340)] * 4)
+    options = dict(batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu")
+    assert VideoLoader(index, **options, sampler=RandomFrames(seed=0)).memory_plan["decoders"] == 16
+    assert VideoLoader(index, **options, sampler=SequentialFrames()).memory_plan["decoders"] == 4
+    clips = Clips(sequence_length=16, stride=1, step=10**6, seed=0)  # each video's head
+    assert VideoLoader(index, **options, sampler=clips).memory_plan["decoders"] == 4
+
+
 def test_the_automatic_decoders_weigh_each_video_by_its_frames(fake):
     long_small = _sized_index([(454, 340)], frames=600)
     records = list(long_small) + list(_sized_index([(1920, 1080)], frames=60))
     mixed = VideoIndex([dataclasses.replace(r, path=f"/m/{i}.mp4") for i, r in enumerate(records)])
     # by videos the mean frame would be half 1080p (8 threads); by frames it is mostly 340p
-    loader = VideoLoader(mixed, batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu")
+    loader = VideoLoader(mixed, batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu",
+                         sampler=SequentialFrames())
     assert loader.memory_plan["decoders"] == 4

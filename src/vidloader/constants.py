@@ -37,12 +37,15 @@ DEFAULT_INTERPOLATION = "BILINEAR"
 #: loader picks by itself (``nvdec_decoders=None``): for 1080p and larger frames.
 DEFAULT_NVDEC_DECODERS = 16
 
-#: The fewest decoder threads the loader picks by itself, for small frames. Each decoded frame
-#: costs its decoder thread Python work under the GIL (copies, conversion launches) whatever
-#: its size, and NVDEC time in proportion to its pixels: on small frames more threads only
-#: contend for the GIL. Session 17 on the H200 (``benchmarks/results/gpu/session17-5`` and
-#: ``-6``): on W4's 720p / 340p clips 16 / 8 / 4 / 2 decoders gave 1,481-1,854 / 2,318 /
-#: 2,426-2,865 / 1,893 frames/s; on W1's 1080p random frames 16 / 8 / 4 gave 317 / 252 / 159.
+#: The fewest decoder threads the loader picks by itself, for small frames each decoded once.
+#: Each delivered frame costs its decoder thread Python work under the GIL (copies, conversion
+#: launches) whatever its size, and NVDEC time in proportion to its pixels and to the frames
+#: decoded for it: where NVDEC's share is small, more threads only contend for the GIL. Session
+#: 17 on the H200 (``benchmarks/results/gpu/session17-5``, ``-6``, ``-7``): on W4's clips from
+#: each video's head (720p / 340p, each frame decoded once) 16 / 8 / 4 / 2 decoders gave
+#: 1,481-1,854 / 2,318 / 2,426-2,865 / 1,893 frames/s; on W4's random clips (~6 decoded per
+#: delivered) 16 / 4 gave 1,412 / 1,023; on W1's 1080p random frames 16 / 8 / 4 gave 317 / 252
+#: / 159 (``pipeline._config.auto_nvdec_decoders``).
 MIN_AUTO_NVDEC_DECODERS = 4
 
 #: Decoded frames an NVDEC decoder thread holds in one GOP stack before it converts them: a

@@ -239,22 +239,43 @@ def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_s
 FULL_HD_PIXELS = 1920 * 1080
 
 
-def auto_nvdec_decoders(index: VideoIndex) -> int:
+def auto_nvdec_decoders(index: VideoIndex, decoded_per_delivered: float = 1.0) -> int:
     """Decoder threads for ``nvdec_decoders=None``: :data:`~vidloader.constants.
-    DEFAULT_NVDEC_DECODERS` (16) for 1080p frames, fewer in proportion to the mean pixels of a
-    frame (each video weighted by its frames, as frames are drawn), never fewer than
-    :data:`~vidloader.constants.MIN_AUTO_NVDEC_DECODERS` (4): NVDEC's time per frame follows
-    its pixels, a decoder thread's Python work under the GIL does not (constants.py gives the
-    measurements). 1080p: 16; 1600×900: 11; half 720p, half 340p: 4."""
+    DEFAULT_NVDEC_DECODERS` (16) where NVDEC's work per delivered frame is that of a 1080p
+    frame or more, fewer in proportion below it, never fewer than
+    :data:`~vidloader.constants.MIN_AUTO_NVDEC_DECODERS` (4). NVDEC's work per delivered frame
+    is the mean pixels of a frame (each video weighted by its frames, as frames are drawn)
+    times the frames decoded per delivered one (``decoded_per_delivered``, from the plan: see
+    :func:`decoded_per_delivered`); a decoder thread's Python work under the GIL follows the
+    delivered frames alone (constants.py gives the measurements). 1080p: 16; 1600×900 in
+    stream order: 11; half 720p, half 340p, each clip from its keyframe: 4; the same with
+    random clips in GOPs of 250 (about 10 decoded per delivered): 16."""
     frames = np.array([max(1, r.num_frames) for r in index], dtype=np.float64)
     pixels = np.array([r.width * r.height for r in index], dtype=np.float64)
     share = float((pixels * frames).sum() / frames.sum()) / FULL_HD_PIXELS
+    share *= max(1.0, float(decoded_per_delivered))
     return int(min(DEFAULT_NVDEC_DECODERS, max(MIN_AUTO_NVDEC_DECODERS,
                                                round(DEFAULT_NVDEC_DECODERS * share))))
 
 
+#: Batches of the first epoch's plan :func:`decoded_per_delivered` looks at.
+ESTIMATE_BATCHES = 8
+
+
+def decoded_per_delivered(plan, index: VideoIndex) -> float:
+    """Frames NVDEC decodes per frame delivered in the first batches of ``plan`` (from each
+    GOP's keyframe to its last wanted frame, without skipping non-reference frames: an upper
+    bound), or 1.0 for an empty plan."""
+    from ..planning import estimated_decode_cost, plan_tasks
+
+    batches = [plan.batch(b) for b in range(min(ESTIMATE_BATCHES, len(plan)))]
+    tasks = plan_tasks(batches, index) if batches else []
+    wanted = sum(len(g.frames) for t in tasks for g in t.gops)
+    return sum(estimated_decode_cost(t) for t in tasks) / wanted if wanted else 1.0
+
+
 def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
-                          extra: Mapping | None) -> tuple[dict, int]:
+                          extra: Mapping | None, *, work: float = 1.0) -> tuple[dict, int]:
     """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
     decoder per codec is reconfigured, never recreated) and the units to queue at once.
     ``decoders`` was checked by :func:`check_options` (here, not on first use in the GPU
@@ -277,7 +298,7 @@ def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
         "device": gpu,
         "max_width": max(r.width for r in index),
         "max_height": max(r.height for r in index),
-        "num_decoders": auto_nvdec_decoders(index) if decoders is None else decoders,
+        "num_decoders": auto_nvdec_decoders(index, work) if decoders is None else decoders,
         **extra,
     }
     return options, units

@@ -36,6 +36,7 @@ from ._config import (
     LoaderConfig,
     backend_uses_nvdec,
     check_options,
+    decoded_per_delivered,
     resolve_device,
     resolve_nvdec_options,
     staging_shapes,
@@ -144,8 +145,10 @@ class VideoLoader:
         persistent_workers (bool): keep workers between epochs.
         decoder_threads (int): FFmpeg threads per decode (``"cpu"``).
         nvdec_decoders (int | None): NVDEC decoders on threads, to keep the engines busy
-            (``"nvdec"``, ``"combo"``). ``None`` (default): by frame size, 16 for 1080p, down
-            to 4 for small frames, whose decoder threads would only contend for the GIL
+            (``"nvdec"``, ``"combo"``). ``None`` (default): by NVDEC's work per delivered
+            frame (a frame's pixels times the frames decoded for it in the first batches'
+            plan): 16 for 1080p, down to 4 for small frames each decoded once, whose decoder
+            threads would only contend for the GIL
             (:func:`~vidloader.pipeline._config.auto_nvdec_decoders`); the choice is in
             :attr:`memory_plan` (``decoders``).
         nvdec_options (Mapping | None): further :class:`~vidloader.decoding.nvdec.NvdecExecutor`
@@ -241,8 +244,9 @@ class VideoLoader:
                 start_server(server)
         uses_nvdec = backend_uses_nvdec(backend)
         nv_options, units_decoding = (
-            resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options) if uses_nvdec
-            else ({}, DEFAULT_UNITS_DECODING)
+            resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options,
+                                  work=self._decode_work() if nvdec_decoders is None else 1.0)
+            if uses_nvdec else ({}, DEFAULT_UNITS_DECODING)
         )
         #: Videos this GPU's NVDEC cannot decode, and why (empty with backend="cpu").
         self.nvdec_refusals: dict[int, str] = {}
@@ -444,6 +448,16 @@ class VideoLoader:
             config, units_decoding=plan.units_decoding,
             nvdec_options=apply_knobs(config.nvdec_options, plan))
         log.info("memory_budget=%r: planned %s", given, plan.summary())
+
+    def _decode_work(self) -> float:
+        """Frames decoded per frame delivered in this epoch's first batches, for the automatic
+        number of NVDEC decoders (``_config.decoded_per_delivered``); 1.0 when the plan cannot
+        be made yet: its error is the first iteration's to raise, as without the estimate."""
+        try:
+            return decoded_per_delivered(self._epoch_plan(self._epoch), self.index)
+        except Exception:  # noqa: BLE001 - only an estimate; the plan raises again when used
+            self._plan_cache = None
+            return 1.0
 
     def _epoch_plan(self, epoch: int):
         cached = self._plan_cache
