@@ -428,23 +428,27 @@ def test_a_unit_failed_in_its_conversion_keeps_no_staging_buffer(media, fake, mo
     ex.close()
 
 
-def _assembler_outputs(media, executor, *, batched: bool, units: int = 2):
-    """Fill `units` units of RandomFrames batches from the fake NVDEC into CPU staging."""
+def _assembler_outputs(media, executor, *, batched: bool, units: int = 2, sampler=None,
+                       length: int = 1, index_map=None):
+    """Fill `units` units of RandomFrames batches (or ``sampler``'s, of ``length`` frames a
+    sample) from the fake NVDEC into CPU staging."""
 
     from vidloader import Process, RandomFrames
     from vidloader.index import VideoIndex
     from vidloader.pipeline._assemble import BatchAssembler
 
     index = VideoIndex([record_of(media[n]) for n in ("h264", "h264", "hevc")])
-    outputs = {"a": Process(size=(48, 64)), "b": Process(size=(32, 32), crop="random", random_flip=True)}
+    outputs = {"a": Process(size=(48, 64)),
+               "b": Process(size=(32, 32), crop="random", random_flip=True, index_map=index_map)}
     ex = executor if batched else _PerFrameOnly(executor)
     asm = BatchAssembler(index, outputs, ex)
-    plan = RandomFrames(seed=5).plan_epoch(index, epoch=0, batch_size=6)
+    plan = (sampler or RandomFrames(seed=5)).plan_epoch(index, epoch=0, batch_size=6)
+    b_frames = length if index_map is None else max(index_map) + 1
     started, stagings = [], []
     for u in range(units):  # start every unit before finishing the first (as SeparationPool does)
         plans = [plan.batch(2 * u), plan.batch(2 * u + 1)]
-        st = [{"a": torch.zeros(6, 1, 48, 64, 3, dtype=torch.uint8),
-               "b": torch.zeros(6, 1, 32, 32, 3, dtype=torch.uint8)} for _ in plans]
+        st = [{"a": torch.zeros(6, length, 48, 64, 3, dtype=torch.uint8),
+               "b": torch.zeros(6, b_frames, 32, 32, 3, dtype=torch.uint8)} for _ in plans]
         started.append(asm.start_unit(plans, st))
         stagings.append(st)
     for unit in started:
@@ -479,6 +483,42 @@ def test_gop_sink_fills_the_same_batches_as_the_per_frame_sink(media, fake):
                 assert sb[name].any()
                 assert np.array_equal(sb[name].numpy(), sf[name].numpy()), name
     ex.close()
+
+
+@pytest.mark.parametrize("index_map", [None, [3, 2, 1, 0], [0, 2, 1, -1]])
+def test_gop_sink_writes_a_clips_cropped_frames_as_the_per_frame_sink(media, fake, index_map):
+    """Clips of 4 frames with a random crop and flip: the GOP sink writes each clip's run of
+    frames in one cropped copy (``window_runs``), frame by frame where ``index_map`` reverses
+    or skips slots; the batches equal the per-frame sink's."""
+    from vidloader import Clips
+
+    ex = NvdecExecutor(num_decoders=2, frame_cache_bytes=0, packet_cache_bytes=0)
+    kwargs = dict(sampler=Clips(sequence_length=4, stride=1, seed=3), length=4, index_map=index_map)
+    batched = _assembler_outputs(media, ex, batched=True, **kwargs)
+    per_frame = _assembler_outputs(media, ex, batched=False, **kwargs)
+    for unit_b, unit_f in zip(batched, per_frame):
+        for sb, sf in zip(unit_b, unit_f):
+            assert sb["b"].any()
+            for name in sb:
+                assert np.array_equal(sb[name].numpy(), sf[name].numpy()), name
+    ex.close()
+
+
+def test_window_runs_crop_a_run_of_frames_once():
+    from vidloader.pipeline._assemble import window_runs
+    from vidloader.processing import SampleTransform, apply_window
+    from vidloader.processing._geometry import Geometry
+
+    src = torch.arange(6 * 8 * 10 * 3, dtype=torch.int32).reshape(6, 8, 10, 3)
+    geom = Geometry(decode_hw=(8, 10), out_hw=(4, 5))
+    tf = SampleTransform(top=2, left=3, flip=True)
+    cols, ks = [0, 1, 2, 5, 4], [0, 1, 2, 3, 5]  # a run of 3, then two single frames
+    dst = torch.zeros(2, 6, 4, 5, 3, dtype=torch.int32).as_subclass(_NoListIndex)
+    window_runs(dst, 1, cols, src, ks, geom, tf)
+    expected = torch.zeros(2, 6, 4, 5, 3, dtype=torch.int32)
+    for c, k in zip(cols, ks):
+        expected[1, c] = apply_window(src[k], geom, tf)
+    assert torch.equal(dst.as_subclass(torch.Tensor), expected)
 
 
 @pytest.mark.parametrize("gops_per_part", [64, 1])
