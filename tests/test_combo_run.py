@@ -113,7 +113,26 @@ def test_a_variant_run_twice_keeps_both_rows_and_patched_functions_are_named(tmp
     assert _status_tap.enabled is not _combo_run._tap_off  # restored after its run
 
 
-def test_the_clips_head_workload_lists_each_video_under_repeated_paths():
+def test_the_clips_head_workload_lists_each_video_under_repeated_paths(data_dir, monkeypatch):
+    """Each video's head once per repeat, every repeat under paths of its own (hard links), so
+    no cache keyed by path serves a clip twice."""
+    from vidloader.bench._datasets import load_index
+
     dataset, kwargs, transform = _combo_run._workloads()["W4-clips-head"]
     assert dataset == "W4" and kwargs["sampler"].first_seconds == pytest.approx(0.6)
-    assert transform is not None
+    monkeypatch.setattr(_combo_run, "HEAD_REPEATS", 3)
+    index = load_index(prepare_dataset("W1", "tiny", data_dir=data_dir))
+    repeated = transform(index)
+    assert len(repeated) == 3 * len(index) and len(set(repeated.paths)) == len(repeated)
+    assert [r.num_frames for r in repeated] == [r.num_frames for r in index] * 3
+
+
+def test_ratios_read_a_pair_run_again_by_its_label():
+    """A pair run twice is keyed ``LABEL#n`` (``main``): its sides still parse (``nvdec@10#3``
+    made ``_side`` fail on ``int('10#3')`` once every variant had run, losing the JSON)."""
+    row = {"cpu": {"frames_per_s": 100.0}, "nvdec": {"frames_per_s": 200.0},
+           "cpu+nvdec@10": {"frames_per_s": 240.0}, "cpu+nvdec@10#3": {"frames_per_s": 270.0},
+           "combo": {"frames_per_s": 290.0}}
+    _combo_run._ratios("W1-random", row)
+    assert row["cpu+nvdec@10#3"]["over_sum"] == pytest.approx(0.9)
+    assert row["combo"]["over_pair"] == pytest.approx(290 / 270)

@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-from vidloader._utils._heap import trim_heap
-
 _PROBE = r"""
 import sys
 from vidloader._utils._heap import trim_heap
@@ -40,6 +38,44 @@ def test_trim_heap_returns_the_free_pages_between_live_blocks():
     assert after - start < 0.3 * (freed - start)
 
 
-def test_trim_heap_is_safe_to_call_repeatedly():
-    assert trim_heap() in (True, False)
-    assert trim_heap() in (True, False)
+def test_a_demux_worker_trims_its_heap_after_each_unit_is_sent(tmp_path, monkeypatch):
+    """After each unit (demuxed or failed), once its message is queued: the GPU process is
+    not kept waiting for the trim."""
+    import queue
+
+    from vidloader import RandomFrames, build_index
+    from vidloader.pipeline import _demux
+    from vidloader.pipeline._messages import (
+        STOP,
+        DemuxTask,
+        DemuxWorkerStart,
+        Failure,
+        PacketsDemuxed,
+        Ready,
+    )
+    from vidloader.pipeline._payloads import unpack_payloads
+    from vidloader.synthetic import VideoSpec, make_dataset
+
+    paths = make_dataset(tmp_path, [VideoSpec(width=64, height=48, num_frames=20, gop=5)], num_workers=1)
+    index = build_index(paths, num_workers=0, progress=False)
+    plan = RandomFrames(seed=0).plan_epoch(index, epoch=0, batch_size=4)
+    events = []
+
+    class Results(queue.Queue):
+        def put(self, item, *args, **kwargs):
+            events.append(type(item).__name__)
+            super().put(item, *args, **kwargs)
+
+    monkeypatch.setattr(_demux, "trim_heap", lambda: events.append("trim"))
+    tasks, results = queue.Queue(), Results()
+    tasks.put(DemuxTask(0, [plan.batch(0)], 0, 0, 1))
+    tasks.put(DemuxTask(1, [plan.batch(1)], 0, 0, 99))
+    tasks.put(DemuxTask(2, ["not a plan"], 0, 0, 1))  # fails: a Failure, then the trim
+    tasks.put(STOP)
+    _demux.demux_worker_main(DemuxWorkerStart(0, index, False, None), tasks, results)
+    assert events == ["Ready", "PacketsDemuxed", "trim", "PacketsDemuxed", "trim", "Failure", "trim"]
+    sent = [results.get() for _ in range(4)]
+    assert isinstance(sent[0], Ready) and isinstance(sent[3], Failure) and sent[3].unit_key == 2
+    for msg in sent[1:3]:  # the segments reached the queue whole: map (and unlink) them
+        assert isinstance(msg, PacketsDemuxed)
+        assert all(b is None or b.payload.nbytes for b in unpack_payloads(msg.light, msg.segment))

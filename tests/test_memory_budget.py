@@ -19,7 +19,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import vidloader
-from vidloader import Clips, ConfigError, GopShuffle, Process, RandomFrames, SequentialFrames, VideoLoader
+from vidloader import (
+    Clips,
+    ConfigError,
+    GopShuffle,
+    Process,
+    RandomFrames,
+    SequentialFrames,
+    VideoLoader,
+)
 from vidloader.decoding.nvdec._executor import NvdecExecutor
 from vidloader.index import VideoIndex, VideoRecord
 from vidloader.pipeline import _pool
@@ -133,8 +141,12 @@ def test_a_budget_below_the_least_plan_is_refused_naming_the_minimum(index, fake
     assert message.startswith("memory_budget='1MiB' (1.0 MiB) is below the least this loader needs")
     assert "1 decoders, 1 units decoding" in message and "stacks of 1 frames" in message
     least = int(message.split("Give at least memory_budget='")[1].split("MiB'")[0])
+    assert "plus 9% for what a plan does not see" in message
     loader = _loader(index, memory_budget=f"{least}MiB")  # the minimum it names fits
-    assert loader.memory_plan["decoders"] == 1 and loader.memory_plan["total_bytes"] <= least * MIB
+    plan = loader.memory_plan
+    assert plan["decoders"] == 1 and plan["total_bytes"] <= 0.92 * least * MIB  # BUDGET_FILL
+    with pytest.raises(ConfigError):  # and it is the least: the plan fills 92% of it
+        _loader(index, memory_budget=f"{least - 1}MiB")
 
 
 # ------------------------------------------------------------ staging buffers on the GPU
@@ -491,3 +503,24 @@ def test_the_automatic_decoders_weigh_each_video_by_its_frames(fake):
     loader = VideoLoader(mixed, batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu",
                          sampler=SequentialFrames())
     assert loader.memory_plan["decoders"] == 4
+
+
+def test_the_automatic_decoders_plan_gop_shuffle_block_by_block(fake):
+    """GopShuffle hands out each block as one unit, each GOP decoded forward once: small
+    frames get the fewest threads. Its first batches planned together (as with ``lookahead``
+    given, whole batches) count each GOP from its keyframe for the few frames they take:
+    3.6 decoded per delivered here, 15 threads."""
+    index = _sized_index([(1280, 720), (454, 340)] * 4)
+    options = dict(batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu",
+                   sampler=GopShuffle(seed=0))
+    blocks = VideoLoader(index, **options)
+    assert blocks.uses_block_units and blocks.memory_plan["decoders"] == 4
+    batches = VideoLoader(index, **options, lookahead=2)
+    assert not batches.uses_block_units and batches.memory_plan["decoders"] == 15
+
+
+def test_the_combo_picks_its_nvdec_side_s_decoders_the_same_way(fake):
+    index = _sized_index([(1280, 720), (454, 340)] * 4)
+    options = dict(batch_size=4, backend="combo", num_workers=2, size=(32, 32), device="cpu")
+    assert VideoLoader(index, **options, sampler=SequentialFrames()).config.nvdec_options["num_decoders"] == 4
+    assert VideoLoader(index, **options, sampler=RandomFrames(seed=0)).config.nvdec_options["num_decoders"] == 16

@@ -315,3 +315,30 @@ def test_streams_on_nvdec_with_gop_boundaries_at_different_batches(rigs, monkeyp
     assert [b["frame_index"].reshape(-1).tolist() for b in batches] == [
         plan.batch(k).frame_indices[:, 0].tolist() for k in range(len(plan))]
     assert loader.stats["gpu_staging"]["overflows"] == 0
+
+
+def test_streams_count_each_frame_decoded_once_for_the_automatic_decoders(rigs, monkeypatch):
+    """GOPs of streams decode each frame once, so the automatic decoder count is given one
+    decoded frame per delivered one (``once``); the same rigs in random order are counted
+    from each frame's keyframe in the first batches' plan."""
+    from vidloader.pipeline import _config, _loader
+
+    from . import _fake_nvc
+
+    _fake_nvc.install_on_cpu(monkeypatch)
+    index, rig_positions = rigs
+    seen = []
+    real = _config.decoded_per_delivered
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["once"], real(*args, **kwargs)))
+        return seen[-1][1]
+    monkeypatch.setattr(_loader, "decoded_per_delivered", spy)
+    streams = VideoLoader(index, sampler=MultiCameraClips(rig_positions, shuffle=False, streams=True),
+                          batch_size=2, backend="nvdec", num_workers=2, device="cpu")
+    assert streams.uses_stream_gops and seen[-1] == (True, 1.0)
+    assert streams.memory_plan["decoders"] == 4  # 64x48 frames: the fewest threads
+    random_order = VideoLoader(index, sampler=MultiCameraClips(rig_positions, seed=1), batch_size=2,
+                               backend="nvdec", num_workers=2, device="cpu")
+    assert not random_order.uses_stream_gops
+    assert seen[-1][0] is False and seen[-1][1] > 1.0  # GOPs of 5: frames after the keyframe

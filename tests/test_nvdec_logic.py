@@ -485,7 +485,7 @@ def test_gop_sink_fills_the_same_batches_as_the_per_frame_sink(media, fake):
     ex.close()
 
 
-@pytest.mark.parametrize("index_map", [None, [3, 2, 1, 0], [0, 2, 1, -1]])
+@pytest.mark.parametrize("index_map", [None, [3, 2, 1, 0], [0, 2, 1, -1], [0, 1, 3, 2]])
 def test_gop_sink_writes_a_clips_cropped_frames_as_the_per_frame_sink(media, fake, index_map):
     """Clips of 4 frames with a random crop and flip: the GOP sink writes each clip's run of
     frames in one cropped copy (``window_runs``), frame by frame where ``index_map`` reverses

@@ -307,7 +307,9 @@ def _run_variant(label: str, index, kwargs: dict, args, start_at: float | None =
 
 
 def _pair_labels(label: str) -> list[str] | None:
-    """``["a", "b@10"]`` for a pair label ``"a+b@10"``, else ``None``."""
+    """``["a", "b@10"]`` for a pair label ``"a+b@10"`` (or its row key run again,
+    ``"a+b@10#3"``), else ``None``."""
+    label = label.partition("#")[0]
     return label.split("+") if "+" in label else None
 
 
@@ -477,9 +479,10 @@ def main(argv=None) -> None:
         if transform is not None:
             index = transform(index)
         row = {}
-        for n, label in enumerate(labels):
+        for label in labels:
             pair = _pair_labels(label)
-            key = label if label not in row else f"{label}#{n}"  # a variant run again
+            runs = sum(1 for k in row if k.partition("#")[0] == label)
+            key = label if not runs else f"{label}#{runs + 1}"  # a variant run again: #2, #3
             try:
                 row[key] = (_run_pair(pair, name, args) if pair
                             else _run_variant(label, index, kwargs, args, start_at=args.start_at))

@@ -150,7 +150,8 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
     check_int("decoder_threads", decoder_threads, minimum=0, fix="FFmpeg threads per decode; 0 lets FFmpeg decide")
     if nvdec_decoders is not None and not 1 <= check_int("nvdec_decoders", nvdec_decoders) <= MAX_DECODERS_PER_GPU:
         raise ConfigError(f"nvdec_decoders must be in 1..{MAX_DECODERS_PER_GPU} (decoder threads "
-                          f"per GPU), or None to pick by frame size; got {nvdec_decoders}")
+                          f"per GPU), or None to pick them by NVDEC's work per frame; got "
+                          f"{nvdec_decoders}")
     for name, value in (("pin_memory", pin_memory), ("drop_last", drop_last),
                         ("persistent_workers", persistent_workers)):
         check_bool(name, value)
@@ -239,43 +240,78 @@ def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_s
 FULL_HD_PIXELS = 1920 * 1080
 
 
-def auto_nvdec_decoders(index: VideoIndex, decoded_per_delivered: float = 1.0) -> int:
+def auto_nvdec_decoders(index: VideoIndex, decoded: float | None = None) -> int:
     """Decoder threads for ``nvdec_decoders=None``: :data:`~vidloader.constants.
-    DEFAULT_NVDEC_DECODERS` (16) where NVDEC's work per delivered frame is that of a 1080p
-    frame or more, fewer in proportion below it, never fewer than
-    :data:`~vidloader.constants.MIN_AUTO_NVDEC_DECODERS` (4). NVDEC's work per delivered frame
-    is the mean pixels of a frame (each video weighted by its frames, as frames are drawn)
-    times the frames decoded per delivered one (``decoded_per_delivered``, from the plan: see
-    :func:`decoded_per_delivered`); a decoder thread's Python work under the GIL follows the
-    delivered frames alone (constants.py gives the measurements). 1080p: 16; 1600×900 in
-    stream order: 11; half 720p, half 340p, each clip from its keyframe: 4; the same with
-    random clips in GOPs of 250 (about 10 decoded per delivered): 16."""
+    DEFAULT_NVDEC_DECODERS` (16) where NVDEC's work per delivered frame is a 1080p frame's or
+    more, fewer in proportion below it, never fewer than
+    :data:`~vidloader.constants.MIN_AUTO_NVDEC_DECODERS` (4); a decoder thread's Python work
+    under the GIL follows the delivered frames alone (constants.py gives the measurements).
+
+    NVDEC's work per delivered frame: a frame's mean pixels, each video weighted by its frames
+    (a sampler taking one clip per video weighs long videos more than it draws them), times
+    ``decoded``, the frames decoded per delivered one (:func:`decoded_per_delivered`; ``None``:
+    1). The pixels come from the whole index, not from the first batches, whose frames in
+    stream order are the first videos'. 1080p: 16; 1600×900 in stream order: 11; half 720p,
+    half 340p, each clip from its keyframe: 4; the same with random clips in GOPs of 250
+    (about 10 decoded per delivered): 16."""
     frames = np.array([max(1, r.num_frames) for r in index], dtype=np.float64)
     pixels = np.array([r.width * r.height for r in index], dtype=np.float64)
-    share = float((pixels * frames).sum() / frames.sum()) / FULL_HD_PIXELS
-    share *= max(1.0, float(decoded_per_delivered))
+    work = float((pixels * frames).sum() / frames.sum()) / FULL_HD_PIXELS
+    work *= max(1.0, 1.0 if decoded is None else float(decoded))
     return int(min(DEFAULT_NVDEC_DECODERS, max(MIN_AUTO_NVDEC_DECODERS,
-                                               round(DEFAULT_NVDEC_DECODERS * share))))
+                                               round(DEFAULT_NVDEC_DECODERS * work))))
 
 
 #: Batches of the first epoch's plan :func:`decoded_per_delivered` looks at.
 ESTIMATE_BATCHES = 8
 
 
-def decoded_per_delivered(plan, index: VideoIndex) -> float:
+def decoded_per_delivered(plan, index: VideoIndex, *, units: bool = False,
+                          once: bool = False) -> float | None:
     """Frames NVDEC decodes per frame delivered in the first batches of ``plan`` (from each
     GOP's keyframe to its last wanted frame, without skipping non-reference frames: an upper
-    bound), or 1.0 for an empty plan."""
+    bound), or ``None`` for an empty plan; 1.0 with ``once`` (GOPs of streams decode each
+    frame once).
+
+    ``units``: the loader hands out the plan's own decode units (GopShuffle's GOP-local
+    blocks), so each unit starting in those batches is planned as one, as a worker plans it;
+    planned as whole batches, a block's GOPs would count from their keyframes for the few
+    frames the first batches take (GopShuffle on GOPs of 250: 28 decoded per delivered,
+    against 1)."""
+    if once:
+        return 1.0
     from ..planning import estimated_decode_cost, plan_tasks
 
-    batches = [plan.batch(b) for b in range(min(ESTIMATE_BATCHES, len(plan)))]
-    tasks = plan_tasks(batches, index) if batches else []
-    wanted = sum(len(g.frames) for t in tasks for g in t.gops)
-    return sum(estimated_decode_cost(t) for t in tasks) / wanted if wanted else 1.0
+    cost = wanted = 0
+    for parts in _first_units(plan) if units else [_first_batches(plan)]:
+        for task in plan_tasks(parts, index) if parts else ():
+            cost += estimated_decode_cost(task)
+            wanted += sum(len(g.frames) for g in task.gops)
+    return cost / wanted if wanted else None
+
+
+def _first_batches(plan) -> list:
+    return [plan.batch(b) for b in range(min(ESTIMATE_BATCHES, len(plan)))]
+
+
+def _first_units(plan):
+    """The parts (row slices of batches) of each decode unit of ``plan`` that starts in its
+    first :data:`ESTIMATE_BATCHES` batches; units come in stream order."""
+    batches: dict[int, object] = {}  # a block's batches serve several of its units
+
+    def batch(b: int):
+        if b not in batches:
+            batches[b] = plan.batch(b)
+        return batches[b]
+
+    for unit in plan.decode_units():
+        if unit and unit[0][0] >= ESTIMATE_BATCHES:
+            return
+        yield [batch(b).rows(s, e) for b, s, e in unit]
 
 
 def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
-                          extra: Mapping | None, *, work: float = 1.0) -> tuple[dict, int]:
+                          extra: Mapping | None, *, work: float | None = None) -> tuple[dict, int]:
     """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
     decoder per codec is reconfigured, never recreated) and the units to queue at once.
     ``decoders`` was checked by :func:`check_options` (here, not on first use in the GPU

@@ -45,13 +45,15 @@ def demux_worker_main(start: DemuxWorkerStart, task_q, result_q) -> None:
                                               falls_back=start.falls_back)
                 segment, light = pack_payloads(bundles)
             except BaseException as exc:
-                result_q.put(Failure(-1, None, repr(exc), traceback.format_exc(),
-                                     getattr(exc, "path", None), unit_key=task.key))
-                continue
-            finally:
-                bundles = None  # the packets are in the segment now (or the unit failed)
-                trim_heap()  # else the worker keeps its largest unit's memory (_utils._heap)
-            result_q.put(PacketsDemuxed(task.key, light, failed, task.part, segment))
+                result = Failure(-1, None, repr(exc), traceback.format_exc(),
+                                 getattr(exc, "path", None), unit_key=task.key)
+            else:
+                result = PacketsDemuxed(task.key, light, failed, task.part, segment)
+            bundles = None  # the packets are in the segment now (or the unit failed)
+            result_q.put(result)
+            # After the put, so the GPU process is not kept waiting (22 ms for 150 MiB freed,
+            # 78 ms for 600 MiB): else the worker keeps its largest unit's memory (_utils._heap).
+            trim_heap()
     finally:
         containers.close()
 

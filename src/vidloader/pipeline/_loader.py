@@ -25,7 +25,7 @@ from ..constants import (
     DEFAULT_PREFETCH_PER_WORKER,
 )
 from ..decoding import DecodeStats, release_frames
-from ..errors import ConfigError, GpuMemoryError, UnsupportedCodecError
+from ..errors import ConfigError, GpuMemoryError, UnsupportedCodecError, VidloaderError
 from ..index import VideoIndex
 from ..processing import Process, as_outputs
 from ..sampling import RandomFrames, Sampler, detect_rank_world, resolve_labels
@@ -164,8 +164,9 @@ class VideoLoader:
             ``"combo"``): an int, or a string such as ``"3GiB"`` or ``"512MiB"``. The loader
             plans its staging buffers, GOP stacks, conversion workspace per decoder stream,
             cuBLAS workspaces, frame cache and NVDEC surfaces (:attr:`memory_plan`) and lowers
-            stack frames, units decoding, the frame cache and decoder threads, in that order,
-            until the plan fits, trading throughput for memory; ``nvdec_decoders`` and
+            the frame cache, the decoder threads (to 8 first), the stack frames and the units
+            decoding (``_memory.BUDGET_STEPS``) until the plan fills at most 92% of the budget
+            (``_memory.BUDGET_FILL``), trading throughput for memory; ``nvdec_decoders`` and
             ``nvdec_options`` are upper bounds then. ``ConfigError`` if even one decoder does
             not fit. Default ``None``: planned for speed, nothing lowered.
         nvtx (bool | None): emit NVTX ranges (``vidloader.demux``, ``.decode``, ``.convert``,
@@ -245,7 +246,8 @@ class VideoLoader:
         uses_nvdec = backend_uses_nvdec(backend)
         nv_options, units_decoding = (
             resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options,
-                                  work=self._decode_work() if nvdec_decoders is None else 1.0)
+                                  work=self._decode_work(backend, num_workers, lookahead)
+                                  if nvdec_decoders is None else None)
             if uses_nvdec else ({}, DEFAULT_UNITS_DECODING)
         )
         #: Videos this GPU's NVDEC cannot decode, and why (empty with backend="cpu").
@@ -449,15 +451,24 @@ class VideoLoader:
             nvdec_options=apply_knobs(config.nvdec_options, plan))
         log.info("memory_budget=%r: planned %s", given, plan.summary())
 
-    def _decode_work(self) -> float:
+    def _decode_work(self, backend: str, num_workers: int | None,
+                     lookahead: int | None) -> float | None:
         """Frames decoded per frame delivered in this epoch's first batches, for the automatic
-        number of NVDEC decoders (``_config.decoded_per_delivered``); 1.0 when the plan cannot
-        be made yet: its error is the first iteration's to raise, as without the estimate."""
+        number of NVDEC decoders (``_config.decoded_per_delivered``), planned as the loader
+        will hand the plan out (it reads the config, not made yet): GOP-local blocks unit by
+        unit (:attr:`uses_block_units`), GOPs of streams each frame once
+        (:attr:`uses_stream_gops`). ``None`` (each frame counted once) when the sampler
+        cannot plan: the constructor's own planning (``_sequence_length``) raises that error
+        a few lines on."""
         try:
-            return decoded_per_delivered(self._epoch_plan(self._epoch), self.index)
-        except Exception:  # noqa: BLE001 - only an estimate; the plan raises again when used
-            self._plan_cache = None
-            return 1.0
+            plan = self._epoch_plan(self._epoch)
+        except VidloaderError:  # a mistake in the arguments, not in the estimate
+            return None
+        workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+        once = takes_stream_gops(lambda: plan, backend=backend, num_workers=workers,
+                                 lookahead=lookahead)
+        blocks = lookahead is None and has_block_units(plan) and not has_row_affinity(plan)
+        return decoded_per_delivered(plan, self.index, units=blocks, once=once)
 
     def _epoch_plan(self, epoch: int):
         cached = self._plan_cache
