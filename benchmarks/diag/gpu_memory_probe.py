@@ -105,14 +105,15 @@ def _smi_used_gib() -> float:
     return float(out[0]) / 1024 if out else float("nan")
 
 
-class SmiPeak:
-    """``nvidia-smi``'s memory.used sampled on a thread; the most seen."""
+class _Sampled:
+    """:meth:`sample` called on a thread every ``every_s`` seconds inside a ``with`` block
+    (first at its start)."""
 
-    def __init__(self, every_s: float = 0.2) -> None:
-        self.peak, self._every, self._stop = 0.0, every_s, threading.Event()
+    def __init__(self, every_s: float) -> None:
+        self._every, self._stop = every_s, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> SmiPeak:
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -122,8 +123,22 @@ class SmiPeak:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, _smi_used_gib())
+            self.sample()
             self._stop.wait(self._every)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class SmiPeak(_Sampled):
+    """``nvidia-smi``'s memory.used sampled on a thread; the most seen."""
+
+    def __init__(self, every_s: float = 0.2) -> None:
+        super().__init__(every_s)
+        self.peak = 0.0
+
+    def sample(self) -> None:
+        self.peak = max(self.peak, _smi_used_gib())
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
@@ -155,33 +170,23 @@ def _options(pairs: list[str]) -> dict:
     return out
 
 
-class HostPeak:
+class HostPeak(_Sampled):
     """Peak PSS of this process and, apart, of its children (the demux workers and the fork
     servers), sampled every 0.25 s on a thread (issue 16 item 1: where host memory goes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float = 0.25) -> None:
         import psutil
 
+        super().__init__(every_s)
         self._me = psutil.Process()
         self.main_gib = self.children_gib = self.total_gib = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.25):
-            main = self._pss(self._me)
-            children = sum(self._pss(c) for c in self._me.children(recursive=True))
-            self.main_gib = max(self.main_gib, main / GIB)
-            self.children_gib = max(self.children_gib, children / GIB)
-            self.total_gib = max(self.total_gib, (main + children) / GIB)
+    def sample(self) -> None:
+        main = self._pss(self._me)
+        children = sum(self._pss(c) for c in self._me.children(recursive=True))
+        self.main_gib = max(self.main_gib, main / GIB)
+        self.children_gib = max(self.children_gib, children / GIB)
+        self.total_gib = max(self.total_gib, (main + children) / GIB)
 
     @staticmethod
     def _pss(proc) -> int:
