@@ -67,6 +67,9 @@ def test_a_demux_worker_trims_its_heap_after_each_unit_is_sent(tmp_path, monkeyp
             super().put(item, *args, **kwargs)
 
     monkeypatch.setattr(_demux, "trim_heap", lambda: events.append("trim"))
+    # The worker ignores SIGINT (Ctrl-C is the loader's); here it runs in pytest's process,
+    # whose later subprocesses would inherit the ignored signal (test_ctrl_c_leaves_no_worker).
+    monkeypatch.setattr(_demux.signal, "signal", lambda *args: None)
     tasks, results = queue.Queue(), Results()
     tasks.put(DemuxTask(0, [plan.batch(0)], 0, 0, 1))
     tasks.put(DemuxTask(1, [plan.batch(1)], 0, 0, 99))
