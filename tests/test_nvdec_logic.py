@@ -488,7 +488,7 @@ def test_gop_sink_fills_the_same_batches_as_the_per_frame_sink(media, fake):
 @pytest.mark.parametrize("index_map", [None, [3, 2, 1, 0], [0, 2, 1, -1], [0, 1, 3, 2]])
 def test_gop_sink_writes_a_clips_cropped_frames_as_the_per_frame_sink(media, fake, index_map):
     """Clips of 4 frames with a random crop and flip: the GOP sink writes each clip's run of
-    frames in one cropped copy (``window_runs``), frame by frame where ``index_map`` reverses
+    frames in one cropped copy (``copy_runs`` of a ``Windowed`` stack), frame by frame where ``index_map`` reverses
     or skips slots; the batches equal the per-frame sink's."""
     from vidloader import Clips
 
@@ -504,8 +504,8 @@ def test_gop_sink_writes_a_clips_cropped_frames_as_the_per_frame_sink(media, fak
     ex.close()
 
 
-def test_window_runs_crop_a_run_of_frames_once():
-    from vidloader.pipeline._assemble import window_runs
+def test_windowed_runs_crop_a_run_of_frames_once():
+    from vidloader.pipeline._assemble import Windowed, copy_runs
     from vidloader.processing import SampleTransform, apply_window
     from vidloader.processing._geometry import Geometry
 
@@ -514,7 +514,7 @@ def test_window_runs_crop_a_run_of_frames_once():
     tf = SampleTransform(top=2, left=3, flip=True)
     cols, ks = [0, 1, 2, 5, 4], [0, 1, 2, 3, 5]  # a run of 3, then two single frames
     dst = torch.zeros(2, 6, 4, 5, 3, dtype=torch.int32).as_subclass(_NoListIndex)
-    window_runs(dst, 1, cols, src, ks, geom, tf)
+    copy_runs(dst, [1] * len(cols), cols, Windowed(src, geom, tf), ks)
     expected = torch.zeros(2, 6, 4, 5, 3, dtype=torch.int32)
     for c, k in zip(cols, ks):
         expected[1, c] = apply_window(src[k], geom, tf)

@@ -16,15 +16,7 @@ from ..decoding import Executor
 from ..errors import CorruptVideoError, MediaError, StaleIndexError
 from ..index import VideoIndex
 from ..planning import plan_tasks
-from ..processing import (
-    Geometry,
-    Process,
-    apply_window,
-    apply_window_frames,
-    geometry,
-    sample_transform,
-    upright,
-)
+from ..processing import Geometry, Process, apply_window, geometry, sample_transform, upright
 from ..sampling import BatchPlan
 
 log = logging.getLogger(__name__)
@@ -110,22 +102,18 @@ def copy_runs(dst, rows: list[int], cols: list[int], src, ks: list[int]) -> None
         j = e
 
 
-def window_runs(dst, row: int, cols: list[int], src, ks: list[int], geom: Geometry, tf) -> None:
-    """``dst[row, cols[j]] = apply_window(src[ks[j]], geom, tf)`` for every ``j``, one crop
-    (and flip) and one copy per run where ``k`` and the column both step by one (a clip's
-    frames in a GOP stack): on the NVDEC path each write is a launch from a decoder thread
-    holding the GIL, and a 16-frame clip made 16 (session17-3: a tenth of the decoder
-    threads' time)."""
-    j, n = 0, len(ks)
-    while j < n:
-        e = j + 1
-        while e < n and ks[e] == ks[e - 1] + 1 and cols[e] == cols[e - 1] + 1:
-            e += 1
-        if e - j > 1:
-            dst[row, cols[j]:cols[e - 1] + 1] = apply_window_frames(src[ks[j]:ks[e - 1] + 1], geom, tf)
-        else:
-            dst[row, cols[j]] = apply_window(src[ks[j]], geom, tf)
-        j = e
+class Windowed:
+    """``src`` seen through one sample's window: ``Windowed(...)[key]`` is
+    ``apply_window(src[key], geom, tf)``, so :func:`copy_runs` writes a clip's cropped frames
+    in a GOP stack as one crop (and flip) and one copy per run. On the NVDEC path each write
+    is a launch from a decoder thread holding the GIL, and a 16-frame clip made 16
+    (session17-3: a tenth of the decoder threads' time)."""
+
+    def __init__(self, src, geom: Geometry, tf) -> None:
+        self.src, self.geom, self.tf = src, geom, tf
+
+    def __getitem__(self, key):
+        return apply_window(self.src[key], self.geom, self.tf)
 
 
 def _write(dst, row: int, col: int, frame) -> None:
@@ -523,7 +511,8 @@ class BatchAssembler:
                 for p, (rows, cols, ks) in whole.items():
                     copy_runs(stagings[p][name], rows, cols, rgb, ks)
                 for (p, b), (cols, ks) in windowed.items():  # a sample's frames share a window
-                    window_runs(stagings[p][name], b, cols, rgb, ks, geom, transforms[p][name][b])
+                    copy_runs(stagings[p][name], [b] * len(cols), cols,
+                              Windowed(rgb, geom, transforms[p][name][b]), ks)
 
         return self.ranges.wrap("vidloader.convert", sink)
 

@@ -8,8 +8,8 @@ from .._utils._lazy import lazy_exports
 
 _HOMES = {
     "finalize": "._finalize",
-    **dict.fromkeys(["Geometry", "SampleTransform", "apply_window", "apply_window_frames",
-                     "geometry", "sample_transform", "upright"], "._geometry"),
+    **dict.fromkeys(["Geometry", "SampleTransform", "apply_window", "geometry",
+                     "sample_transform", "upright"], "._geometry"),
     **dict.fromkeys(["Process", "as_outputs"], "._spec"),
 }
 
@@ -18,7 +18,6 @@ __all__ = [
     "Process",
     "SampleTransform",
     "apply_window",
-    "apply_window_frames",
     "as_outputs",
     "finalize",
     "geometry",

@@ -104,20 +104,10 @@ def sample_transform(proc: Process, geom: Geometry, seed: int) -> SampleTransfor
 
 
 def apply_window(image, geom: Geometry, tf: SampleTransform):
-    """Crop (and flip) an ``H×W×C`` image resized to ``geom.decode_hw``; numpy or torch.
-    :func:`apply_window_frames` does several frames of one sample at once."""
+    """Crop (and flip) an ``H×W×C`` image resized to ``geom.decode_hw``, or every frame of
+    ``…×H×W×C`` frames of one sample (one window), as one slice; numpy or torch."""
     oh, ow = geom.out_hw
-    out = image[tf.top : tf.top + oh, tf.left : tf.left + ow]
+    out = image[..., tf.top : tf.top + oh, tf.left : tf.left + ow, :]
     if tf.flip:
-        out = out[:, ::-1] if isinstance(out, np.ndarray) else out.flip(1)
-    return out
-
-
-def apply_window_frames(frames, geom: Geometry, tf: SampleTransform):
-    """:func:`apply_window` of every frame of ``N×H×W×C`` ``frames`` (one sample's: one
-    window), as one slice (and one flip)."""
-    oh, ow = geom.out_hw
-    out = frames[:, tf.top : tf.top + oh, tf.left : tf.left + ow]
-    if tf.flip:
-        out = out[:, :, ::-1] if isinstance(out, np.ndarray) else out.flip(2)
+        out = out[..., ::-1, :] if isinstance(out, np.ndarray) else out.flip(-2)
     return out
