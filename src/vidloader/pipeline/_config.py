@@ -257,7 +257,7 @@ def auto_nvdec_decoders(index: VideoIndex, decoded: float | None = None) -> int:
     frames = np.array([max(1, r.num_frames) for r in index], dtype=np.float64)
     pixels = np.array([r.width * r.height for r in index], dtype=np.float64)
     work = float((pixels * frames).sum() / frames.sum()) / FULL_HD_PIXELS
-    work *= max(1.0, 1.0 if decoded is None else float(decoded))
+    work *= max(1.0, decoded or 1.0)
     return int(min(DEFAULT_NVDEC_DECODERS, max(MIN_AUTO_NVDEC_DECODERS,
                                                round(DEFAULT_NVDEC_DECODERS * work))))
 

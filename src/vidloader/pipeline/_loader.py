@@ -85,6 +85,15 @@ def takes_stream_gops(plan, *, backend: str, num_workers: int, lookahead: int | 
     return has_row_affinity(plan())
 
 
+def takes_block_units(plan, *, backend: str, num_workers: int, lookahead: int | None) -> bool:
+    """Whether a loader with these settings hands out a plan one GOP-local block at a time
+    (:attr:`VideoLoader.uses_block_units`): a plan of blocks, ``lookahead`` not given; a plan
+    of streams only to CPU workers (each keeps its rows' videos open)."""
+    if lookahead is not None or not has_block_units(plan):
+        return False
+    return not has_row_affinity(plan) or (backend == "cpu" and num_workers > 0)
+
+
 @atexit.register
 def _shutdown_all() -> None:  # interpreter exit: no worker may outlive the program
     for loader in list(_LIVE_LOADERS):
@@ -244,9 +253,10 @@ class VideoLoader:
             for server in _SERVERS_BY_BACKEND.get(backend, ("decode",)):
                 start_server(server)
         uses_nvdec = backend_uses_nvdec(backend)
+        workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         nv_options, units_decoding = (
             resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options,
-                                  work=self._decode_work(backend, num_workers, lookahead)
+                                  work=self._decode_work(backend, workers, lookahead)
                                   if nvdec_decoders is None else None)
             if uses_nvdec else ({}, DEFAULT_UNITS_DECODING)
         )
@@ -264,7 +274,7 @@ class VideoLoader:
             shapes=staging_shapes(index, outputs, batch_size=batch_size,
                                   rows_per_sample=rows_per_sample,
                                   sequence_length=self._sequence_length()),
-            num_workers=(os.cpu_count() or 1) if num_workers is None else num_workers,
+            num_workers=workers,
             prefetch=prefetch, lookahead=lookahead, persistent_workers=persistent_workers,
             cpu_options={"thread_count": decoder_threads}, nvdec_options=nv_options,
             units_decoding=units_decoding,
@@ -384,10 +394,9 @@ class VideoLoader:
         for a plan of streams, one row over a few batches (CPU workers only: each keeps its
         rows' videos open; NVDEC in separation mode takes the GOPs of the streams instead,
         :attr:`uses_stream_gops`; otherwise whole batches)."""
-        plan = self._epoch_plan(self._epoch)
-        if self.config.lookahead is not None or not has_block_units(plan):
-            return False
-        return not has_row_affinity(plan) or (self.config.backend == "cpu" and self.config.num_workers > 0)
+        config = self.config
+        return takes_block_units(self._epoch_plan(self._epoch), backend=config.backend,
+                                 num_workers=config.num_workers, lookahead=config.lookahead)
 
     @property
     def uses_stream_gops(self) -> bool:
@@ -451,8 +460,7 @@ class VideoLoader:
             nvdec_options=apply_knobs(config.nvdec_options, plan))
         log.info("memory_budget=%r: planned %s", given, plan.summary())
 
-    def _decode_work(self, backend: str, num_workers: int | None,
-                     lookahead: int | None) -> float | None:
+    def _decode_work(self, backend: str, num_workers: int, lookahead: int | None) -> float | None:
         """Frames decoded per frame delivered in this epoch's first batches, for the automatic
         number of NVDEC decoders (``_config.decoded_per_delivered``), planned as the loader
         will hand the plan out (it reads the config, not made yet): GOP-local blocks unit by
@@ -464,11 +472,9 @@ class VideoLoader:
             plan = self._epoch_plan(self._epoch)
         except VidloaderError:  # a mistake in the arguments, not in the estimate
             return None
-        workers = (os.cpu_count() or 1) if num_workers is None else num_workers
-        once = takes_stream_gops(lambda: plan, backend=backend, num_workers=workers,
-                                 lookahead=lookahead)
-        blocks = lookahead is None and has_block_units(plan) and not has_row_affinity(plan)
-        return decoded_per_delivered(plan, self.index, units=blocks, once=once)
+        settings = dict(backend=backend, num_workers=num_workers, lookahead=lookahead)
+        return decoded_per_delivered(plan, self.index, units=takes_block_units(plan, **settings),
+                                     once=takes_stream_gops(lambda: plan, **settings))
 
     def _epoch_plan(self, epoch: int):
         cached = self._plan_cache
