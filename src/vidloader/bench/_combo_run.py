@@ -231,6 +231,11 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-dec16": ({"backend": "nvdec", "nvdec_decoders": 16}, {}),
     "nvdec-dec4-nocache": ({"backend": "nvdec", "nvdec_decoders": 4,
                             "nvdec_options": {"frame_cache_bytes": 0}}, {}),
+    # Several NVDEC loaders at once, each in its own process with a GIL of its own (run as
+    # a pair "nvdec-w4+nvdec-w4+..."): does NVDEC's pace follow processes where it does not
+    # follow threads (session17-3: the decoder threads GIL-bound)?
+    "nvdec-w4": ({"backend": "nvdec", "num_workers": 4}, {}),
+    "nvdec-w8": ({"backend": "nvdec", "num_workers": 8}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),
 }
