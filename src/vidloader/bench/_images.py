@@ -164,7 +164,7 @@ def _jpeg_vidloader(folder, device, batch_size, batches, decoder, workers) -> di
     finally:
         loader.shutdown()
     return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
-            "workers": loader.num_workers if decoder == "pillow" else 0}
+            "workers": loader.num_workers}
 
 
 def _epochs(loader):
@@ -273,7 +273,10 @@ def _jpeg(args, data: Path, device: str) -> dict:
     _attempt(results, "vidloader pillow (all cores)",
              lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
     if torch.cuda.is_available():
+        # Worker processes (the default), and the in-process pool it replaced (session 18).
         _attempt(results, "vidloader nvimgcodec",
+                 lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", None))
+        _attempt(results, "vidloader nvimgcodec, one process",
                  lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", 0))
         _attempt(results, "nvimgcodec decode alone", lambda: _decode_nvimgcodec(folder, b, n))
         _attempt(results, "torchvision decode_jpeg cuda", lambda: _decode_torchvision(folder, b, n))

@@ -95,3 +95,27 @@ def needed_size(full_hw: tuple[int, int], window_hw: tuple[int, int],
     """The smallest image size at which a ``window_hw`` window still has ``out_hw`` pixels."""
     return (math.ceil(full_hw[0] * out_hw[0] / window_hw[0]),
             math.ceil(full_hw[1] * out_hw[1] / window_hw[1]))
+
+
+class PillowFiles:
+    """A batch decoder on the CPU: :func:`decode_image` per file, as a decoder object that
+    ``ImageLoader(decoder=...)`` and the GPU image pool's worker processes take (uint8
+    ``[H, W, 3]`` torch tensors, ``None`` for a file Pillow cannot decode). ``device`` is
+    accepted for the pools' ``make_decoder(device)`` call and must be the CPU."""
+
+    name = "pillow"
+
+    def __init__(self, device=None) -> None:
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"PillowFiles decodes on the CPU, got device={device!r}")
+
+    def decode_files(self, paths: list[str]) -> list:
+        import torch
+
+        out = []
+        for path in paths:
+            try:
+                out.append(torch.from_numpy(decode_image(path)[0]))
+            except CorruptImageError:
+                out.append(None)
+        return out

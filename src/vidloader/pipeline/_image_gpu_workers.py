@@ -1,0 +1,157 @@
+"""The GPU image pool in worker processes: each worker decodes its batches with nvImageCodec
+and augments them on the GPU itself, into staging slots it shares with the loader's process
+through CUDA IPC.
+
+Why processes: inside one process nvImageCodec's decode takes the GIL about 3.4 times an image
+(each file's ``CodeStream``, each image's Python object, ``torch.as_tensor``) and the batched
+augmentation is ~400 launches a batch from Python; the two halve each other, which held the
+in-process pool (:class:`~._image_decode.BatchDecodePool`) at 6-8k images/s however many
+threads decoded (session 17, ``benchmarks/results/gpu/session17-8``). Processes have a GIL
+each: on the H200, two whole loaders in two processes gave 12,879 images/s against 6,251 for
+one, and the decode alone 8,268 / 17,004 / 23,634 in 1 / 2 / 4 processes
+(``benchmarks/results/gpu/session18-1``).
+
+The hand-over, per slot:
+
+- the loader's process allocates the slots (already in the output's dtype and layout) and,
+  per slot, an inter-process CUDA event; both reach each worker once, at its start (torch's
+  reductions send CUDA IPC handles);
+- ``submit`` records the slot's event on the consumer's stream (after the slot's previous
+  batch was copied out) and sends the task; the worker's stream waits for that event on the
+  GPU before writing the slot;
+- the worker decodes, augments into the slot, waits for its own stream, then replies: the
+  slot is complete when the message arrives, so the loader's process reads it on any stream.
+
+A worker holds the decoded images until its stream is done with them: their memory belongs to
+nvImageCodec's allocator, which may reuse it as soon as they are dropped.
+
+On the CPU (a stand-in decoder, in tests) the same workers write into shared-memory slots,
+with no events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import traceback
+
+import torch
+
+from ._contract import BatchPool
+from ._image_decode import _Streams, allocate_final_slots
+from ._image_fill import fill_from_images, fill_task_messages
+from ._messages import STOP, Failure, FillTask, Ready
+from ._pool import WorkerProcesses
+
+
+def nvimgcodec_decoder(device: torch.device):
+    """The workers' default decoder: nvImageCodec on ``device`` (a module-level function, so
+    it travels to the workers by name)."""
+    from ..images._nvimgcodec import NvImageCodecDecoder
+
+    return NvImageCodecDecoder(device)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuImageWorkerStart:
+    """A GPU image worker's arguments: the loader's config, the shared slots, per slot the
+    inter-process event the consumer records once the slot's last batch is copied out
+    (``None`` on the CPU), and ``make_decoder(device)``, a picklable callable."""
+
+    worker_id: int
+    config: object  # ImageLoaderConfig
+    slots: list
+    copied_out: list
+    make_decoder: object
+
+
+def gpu_image_worker_main(start: GpuImageWorkerStart, task_q, result_q) -> None:
+    """Takes :class:`FillTask` s; decodes each plan's files, augments them into the shared
+    slots on its own stream, waits for that stream, replies one list of
+    :class:`~._messages.RowsFilled` per task (or a :class:`Failure`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    torch.set_num_threads(1)
+    config = start.config
+    device = config.device if config.device is not None else torch.device("cpu")
+    try:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        decoder = start.make_decoder(device)
+        streams = _Streams(device)
+    except BaseException as exc:  # e.g. nvImageCodec missing: the loader raises it
+        result_q.put(Failure(-1, -1, f"a GPU image worker could not start its decoder: {exc!r}",
+                             traceback.format_exc()))
+        return
+    result_q.put(Ready(start.worker_id))
+    while (task := task_q.get()) is not STOP:
+        result_q.put(_fill_task(start, config, decoder, streams, task))
+
+
+def _fill_task(start: GpuImageWorkerStart, config, decoder, streams: _Streams,
+               task: FillTask) -> list:
+    held = []  # the decoded images, alive until the stream is past the kernels reading them
+    dataset = config.dataset
+
+    def fill(plan, staging):
+        paths = [dataset.path(i) for i in plan.video_indices.tolist()]
+        images = decoder.decode_files(paths)
+        held.append(images)
+        return fill_from_images(config, decoder.name, images, plan, staging)
+
+    with streams.current():
+        for slot_id in task.slot_ids:
+            streams.wait(start.copied_out[slot_id])
+        messages = fill_task_messages(fill, start.slots, task, decoder.name)
+        done = streams.record(streams.own)
+    if done is not None:
+        done.synchronize()
+    held.clear()
+    return messages
+
+
+class GpuImageProcessPool(WorkerProcesses, BatchPool):
+    """nvImageCodec decoding and GPU augmentation in ``config.num_workers`` processes, each
+    filling whole batches into slots shared with this process (module docstring).
+
+    ``make_decoder(device)``: each worker's decoder (default nvImageCodec); a module-level
+    callable, as it travels to the workers by name.
+    """
+
+    #: Slots hold the finished output (dtype, normalisation, layout): the collector skips
+    #: ``finalize``.
+    stages_final = True
+
+    def __init__(self, config, num_slots: int, make_decoder=nvimgcodec_decoder) -> None:
+        import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC reductions
+
+        device = config.device if config.device is not None else torch.device("cpu")
+        self.device = device
+        self.slots = allocate_final_slots(config, num_slots, device)
+        if device.type == "cuda":
+            # Recorded once, so each event exists before its handle is taken; interprocess
+            # events take no timing.
+            self.copied_out = [torch.cuda.Event(interprocess=True) for _ in self.slots]
+            for event in self.copied_out:
+                event.record(torch.cuda.current_stream(device))
+        else:
+            for slot in self.slots:
+                slot["images"].share_memory_()
+            self.copied_out = [None] * len(self.slots)
+        args = [GpuImageWorkerStart(i, config, self.slots, self.copied_out, make_decoder)
+                for i in range(config.num_workers)]
+        super().__init__(gpu_image_worker_main, args, config.num_workers, server="torch")
+
+    @property
+    def ways(self) -> int:
+        return self.num_workers
+
+    def submit(self, worker: int, task: FillTask) -> None:
+        if self.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.device)
+            for slot_id in task.slot_ids:  # the slot's last batch, copied out on this stream
+                self.copied_out[slot_id].record(stream)
+        self.put(worker, task)
+
+    def shutdown(self) -> None:
+        super().shutdown()  # the workers are joined: no kernel of theirs reads the slots
+        self.slots, self.copied_out = [], []

@@ -1,0 +1,174 @@
+"""The GPU image pool in worker processes (``pipeline/_image_gpu_workers.py``): each worker
+decodes and augments whole batches into slots shared with the loader's process. On the CPU the
+same pool runs with Pillow standing in for nvImageCodec and shared-memory slots; on a GPU
+(cuda marker) with nvImageCodec and CUDA IPC slots."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vidloader import ImageLoader, RandomFrames, SequentialFrames, WorkerError
+from vidloader.images import ImageFolder, ImageProcess
+from vidloader.images._pillow import PillowFiles
+from vidloader.images._synthetic import natural_like
+from vidloader.pipeline import _image_loader
+from vidloader.pipeline._image_gpu_workers import GpuImageProcessPool
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Three classes of 48x64 JPEGs (one PNG), a truncated JPEG and a text file."""
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(3)
+    for k in range(3):
+        (root / f"c{k}").mkdir()
+        for i in range(5):
+            Image.fromarray(natural_like(48, 64, rng)).save(root / f"c{k}" / f"{i}.jpg", quality=90)
+    Image.fromarray(natural_like(48, 64, rng)).save(root / "c0" / "plain.png")
+    good = io.BytesIO()
+    Image.fromarray(natural_like(48, 64, rng)).save(good, format="JPEG", quality=90)
+    (root / "c1" / "truncated.jpg").write_bytes(good.getvalue()[: len(good.getvalue()) // 2])
+    (root / "c2" / "not_an_image.jpg").write_text("hello")
+    return root
+
+
+class _Broken(PillowFiles):
+    """Fails on its second batch (a module-level class: it travels to the workers by name)."""
+
+    calls = 0
+
+    def decode_files(self, paths):
+        _Broken.calls += 1
+        if _Broken.calls >= 2:
+            raise RuntimeError("decoder broke")
+        return super().decode_files(paths)
+
+
+def _process_pool(monkeypatch, make_decoder=PillowFiles):
+    """Make Pillow loaders (CPU) use the GPU image pool's worker processes, ``make_decoder``
+    standing in for nvImageCodec."""
+    def make(config, num_slots, decoder=None):
+        return GpuImageProcessPool(config, num_slots, make_decoder=make_decoder)
+    monkeypatch.setattr(_image_loader, "make_image_pool", make)
+
+
+def _equal(a, b) -> None:
+    assert torch.equal(a["images"], b["images"])
+    assert torch.equal(a["sample_index"], b["sample_index"]) and torch.equal(a["label"], b["label"])
+
+
+@pytest.mark.parametrize("proc", [
+    ImageProcess(size=(40, 40), crop="random_resized", random_flip=True),
+    ImageProcess(size=(32, 32), crop="center", dtype="float32", normalized=True,
+                 mean=(0.5, 0.4, 0.3), std=(0.2, 0.3, 0.4), layout="chw"),
+])
+def test_worker_processes_give_the_in_process_batches_in_order(folder, monkeypatch, proc):
+    """Three workers filling batches of 4 (the finished dtype and layout in the slots) give
+    the batches of Pillow in this process, in order, bad files skipped and counted."""
+    ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
+    reference = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
+                                 on_error="skip", sampler=RandomFrames(seed=5)))
+    _process_pool(monkeypatch)
+    loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=3, on_error="skip",
+                         sampler=RandomFrames(seed=5))
+    batches = list(loader)
+    assert len(batches) == len(reference) and loader.stats["skipped_samples"] == 1
+    for x, y in zip(reference, batches, strict=True):
+        _equal(x, y)
+    stats = loader.stats  # rows handed to the decoder: the skipped one too
+    assert stats["rows_by_executor"] == {"pillow": stats["samples"] + stats["skipped_samples"]}
+
+
+def test_worker_processes_resume_and_persist(folder, monkeypatch):
+    """A state_dict taken mid-epoch resumes in a new loader on the pool's workers; persistent
+    workers serve a second epoch; shutdown joins every worker."""
+    ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
+    proc = ImageProcess(size=(40, 40), crop="random", padding=4, random_flip=True)
+    inline = ImageLoader(ds, batch_size=3, processing=proc, num_workers=0, on_error="skip",
+                         sampler=SequentialFrames())
+    reference, reference_next = list(inline), list(inline)  # epochs 0 and 1 (other crops)
+    _process_pool(monkeypatch)
+    first = ImageLoader(ds, batch_size=3, processing=proc, num_workers=2, on_error="skip",
+                        sampler=SequentialFrames(), persistent_workers=True)
+    it = iter(first)
+    head = [next(it), next(it)]
+    state = first.state_dict()
+    procs = list(first._pool.procs)
+    rest = list(it)
+    again = list(first)  # a second epoch on the same workers
+    assert list(first._pool.procs) == procs
+    first.shutdown()
+    assert all(not p.is_alive() for p in procs)
+    for x, y in zip(reference, head + rest, strict=True):
+        _equal(x, y)
+    for x, y in zip(reference_next, again, strict=True):
+        _equal(x, y)
+    resumed = ImageLoader(ds, batch_size=3, processing=proc, num_workers=2, on_error="skip",
+                          sampler=SequentialFrames())
+    resumed.load_state_dict(state)
+    for x, y in zip(reference[2:], list(resumed), strict=True):
+        _equal(x, y)
+
+
+def test_a_decoder_error_in_a_worker_reaches_the_loader(folder, monkeypatch):
+    """A worker's decoder raising reaches the loader as a WorkerError with the worker's
+    message, and the loader's shutdown leaves no worker running."""
+    ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
+    _process_pool(monkeypatch, make_decoder=_Broken)
+    loader = ImageLoader(ds, batch_size=2, processing=ImageProcess(size=(40, 40)),
+                         num_workers=1, on_error="skip")
+    with pytest.raises(WorkerError, match="decoder broke"):
+        list(loader)
+    loader.shutdown()
+
+
+def test_nvimgcodec_takes_worker_processes_by_default():
+    """``decoder="nvimgcodec"`` defaults to GPU_IMAGE_WORKERS processes; Pillow to a process
+    per core."""
+    assert _image_loader._default_workers("nvimgcodec") == _image_loader.GPU_IMAGE_WORKERS
+    assert _image_loader._default_workers("pillow") >= 1
+
+
+def test_pillow_files_decodes_like_decode_image(folder):
+    from vidloader.images import decode_image
+
+    dec = PillowFiles("cpu")
+    paths = [str(folder / "c0" / "0.jpg"), str(folder / "c0" / "plain.png"),
+             str(folder / "c1" / "truncated.jpg"), str(folder / "c2" / "not_an_image.jpg")]
+    out = dec.decode_files(paths)
+    assert torch.equal(out[0], torch.from_numpy(decode_image(paths[0])[0]))
+    assert torch.equal(out[1], torch.from_numpy(decode_image(paths[1])[0]))
+    assert out[3] is None  # truncated JPEGs Pillow may decode partially or refuse
+    with pytest.raises(ValueError, match="CPU"):
+        PillowFiles("cuda")
+
+
+@pytest.mark.cuda
+def test_nvimgcodec_worker_processes_equal_the_in_process_pool(folder):
+    """nvImageCodec in two worker processes, slots shared by CUDA IPC, gives the in-process
+    pool's batches bit for bit (same decoder, same kernels), in order; shutdown joins them."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True, dtype="float32",
+                        normalized=True, layout="chw")
+
+    def run(workers):
+        loader = ImageLoader(ds, batch_size=4, processing=proc, device="cuda", num_workers=workers,
+                             decoder="nvimgcodec", on_error="skip", sampler=RandomFrames(seed=2))
+        out = [{k: v.cpu() for k, v in b.items()} for b in loader for _ in range(1)]
+        out2 = [{k: v.cpu() for k, v in b.items()} for b in loader]  # a second epoch
+        procs = list(getattr(loader._pool, "procs", []) or [])
+        loader.shutdown()
+        assert all(not p.is_alive() for p in procs)
+        return out + out2
+
+    inline, workers = run(0), run(2)
+    assert len(inline) == len(workers)
+    for x, y in zip(inline, workers, strict=True):
+        assert torch.equal(x["sample_index"], y["sample_index"])
+        assert torch.allclose(x["images"], y["images"], atol=1e-5)
