@@ -140,3 +140,31 @@ def test_nvdec_streams_decode_each_gop_once(dataset):
     cpu = collect_batches(VideoLoader(index, sampler=sampler, batch_size=2, num_workers=0))
     for g, c in zip(batches, cpu, strict=True):
         assert torch.equal(g["frame_index"].cpu(), c["frame_index"])
+
+
+@pytest.mark.parametrize("sampler", [RandomFrames(seed=9), Clips(sequence_length=4, stride=2, seed=3),
+                                     vidloader.GopShuffle(seed=1)])
+def test_nvdec_processes_equal_in_process(dataset, sampler):
+    """NVDEC in two worker processes (slots shared by CUDA IPC) gives the in-process loader's
+    batches bit for bit, in order, over two persistent epochs; each frame delivered is
+    counted; shutdown joins both processes."""
+    index, _ = dataset
+
+    def run(**options):
+        loader = VideoLoader(index, sampler=sampler, batch_size=6, size=(32, 48), backend="nvdec",
+                             persistent_workers=True, **options)
+        batches = collect_batches(loader) + collect_batches(loader)
+        procs = list(getattr(loader._pool, "procs", []))
+        delivered = loader.decode_stats.delivered
+        loader.shutdown()
+        assert all(not p.is_alive() for p in procs)
+        return batches, delivered, procs
+
+    inline, delivered, _ = run(num_workers=0)
+    workers, delivered2, procs = run(nvdec_processes=2)
+    assert len(procs) == 2 and delivered2 == delivered
+    assert len(inline) == len(workers)
+    for a, b in zip(inline, workers, strict=True):
+        assert torch.equal(a["video_index"], b["video_index"])
+        assert torch.equal(a["frame_index"], b["frame_index"])
+        assert torch.equal(a["frames"].cpu(), b["frames"].cpu())

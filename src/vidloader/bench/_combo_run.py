@@ -236,6 +236,12 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # follow threads (session17-3: the decoder threads GIL-bound)?
     "nvdec-w4": ({"backend": "nvdec", "num_workers": 4}, {}),
     "nvdec-w8": ({"backend": "nvdec", "num_workers": 8}, {}),
+    # NVDEC in 2 / 4 / 6 / 8 worker processes of one loader (nvdec_processes, session 18)
+    "nvdec-p2": ({"backend": "nvdec", "nvdec_processes": 2}, {}),
+    "nvdec-p4": ({"backend": "nvdec", "nvdec_processes": 4}, {}),
+    "nvdec-p6": ({"backend": "nvdec", "nvdec_processes": 6}, {}),
+    "nvdec-p8": ({"backend": "nvdec", "nvdec_processes": 8}, {}),
+    "nvdec-p4-dec8": ({"backend": "nvdec", "nvdec_processes": 4, "nvdec_decoders": 8}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),
 }

@@ -129,6 +129,8 @@ class VidloaderPeer(Peer):
     """``vidloader.VideoLoader`` with the workload's own sampler and processing."""
 
     name, library, backend = "vidloader", "vidloader", "cpu"
+    #: Further ``VideoLoader`` arguments of this variant.
+    loader_options: dict = {}
 
     def __init__(self) -> None:
         self._loader = None
@@ -151,7 +153,7 @@ class VidloaderPeer(Peer):
                 job.index, sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
                 processing=job.workload.geometry.process(), backend=self.backend,
                 num_workers=job.workers, drop_last=True, persistent_workers=True,
-                device=job.device, memory_budget=budget,
+                device=job.device, memory_budget=budget, **self.loader_options,
             )
         except (BackendUnavailableError, ConfigError) as exc:
             if self.backend == "cpu":
@@ -265,6 +267,14 @@ class VidloaderNvdecPeer(VidloaderPeer):
             stride = STREAM_GOP_STRIDE
             return 5 * stride + stream_gop_span(job.index), 4 * stride
         return 5 * loader.lookahead, 4 * loader.lookahead
+
+
+class VidloaderNvdecProcessesPeer(VidloaderNvdecPeer):
+    """``VideoLoader(..., backend="nvdec", nvdec_processes=4)``: NVDEC in four worker
+    processes, each demuxing and decoding its units (``pipeline/_nvdec_workers.py``)."""
+
+    name = "vidloader-nvdec-p4"
+    loader_options = {"nvdec_processes": 4}
 
 
 class VidloaderComboPeer(VidloaderNvdecPeer):

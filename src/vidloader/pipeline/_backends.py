@@ -20,7 +20,8 @@ def make_pool(config: LoaderConfig, num_slots: int, *, gpu_buffers: int | None =
     - ``"cpu"``: worker processes decoding into shared memory (:class:`ProcessPool`), or the
       calling process (``num_workers=0``);
     - ``"nvdec"``: workers demux, this process decodes on the GPU (:class:`SeparationPool`),
-      or the calling process does both (``num_workers=0``);
+      or the calling process does both (``num_workers=0``), or ``nvdec_processes`` worker
+      processes each do both (:class:`~._nvdec_workers.NvdecProcessPool`);
     - ``"combo"``: workers decode on the CPU while this process decodes on NVDEC, both
       taking units as they free up (:class:`ComboPool`).
 
@@ -43,17 +44,23 @@ def make_pool(config: LoaderConfig, num_slots: int, *, gpu_buffers: int | None =
 
 def _nvdec_pool(config: LoaderConfig, num_slots: int, gpu_buffers: int | None,
                 counters: dict | None) -> BatchPool:
+    if config.nvdec_processes > 1:
+        from ._nvdec_workers import NvdecProcessPool
+
+        return NvdecProcessPool(config, num_slots)
     if config.num_workers == 0:
         executor = get_executor("nvdec", **config.executor_options("nvdec"))
-        return InlinePool(_nvdec_assembler(config, executor), config.shapes, num_slots,
+        return InlinePool(nvdec_assembler(config, executor), config.shapes, num_slots,
                           device=config.gpu)
     # Demux workers start first: CUDA is initialised here only afterwards, and never in a
     # worker (they are forks of the demux fork server, a fresh interpreter without torch).
-    assembler = _nvdec_assembler(config, LazyExecutor(config.executor_options("nvdec")))
+    assembler = nvdec_assembler(config, LazyExecutor(config.executor_options("nvdec")))
     return SeparationPool(config, assembler, num_slots, num_buffers=gpu_buffers, counters=counters)
 
 
-def _nvdec_assembler(config: LoaderConfig, executor) -> BatchAssembler:
+def nvdec_assembler(config: LoaderConfig, executor) -> BatchAssembler:
+    """An assembler filling units on ``executor`` (NVDEC), with a CPU executor in this process
+    for the files NVDEC cannot decode (``fallback="cpu"``)."""
     fallback = None
     if config.cpu_only is not None:  # fallback="cpu"
         fallback = get_executor("cpu", **config.executor_options("cpu"))

@@ -96,6 +96,7 @@ class LoaderConfig:
     combo_share: float | None = None
     nvtx: bool = False
     memory_budget: int | None = None
+    nvdec_processes: int = 1
 
     @property
     def uses_nvdec(self) -> bool:
@@ -137,7 +138,8 @@ NVDEC_OPTION_KEYS = ("frame_cache_bytes", "packet_cache_bytes", "skip_nonref", "
 def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallback="cpu",
                   combo_share=None, num_workers=None, pin_memory=False, drop_last=False,
                   persistent_workers=False, decoder_threads=1, nvdec_decoders=1,
-                  nvdec_options=None, nvtx=None, memory_budget=None) -> int | None:
+                  nvdec_options=None, nvtx=None, memory_budget=None,
+                  nvdec_processes=1) -> int | None:
     """The checks that need nothing but the arguments: types, ranges and choices, each a
     :class:`ConfigError` naming the argument, the value and the fix. Returns
     ``memory_budget`` in bytes (whether it fits is checked once the loader is planned)."""
@@ -167,12 +169,35 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
     if nvtx is not None and not isinstance(nvtx, bool):
         raise ConfigError(f"nvtx must be True, False or None (None: the {NVTX_ENV} environment "
                           f"variable decides), got {nvtx!r}")
+    _check_nvdec_processes(nvdec_processes, backend=backend, memory_budget=memory_budget)
     budget = parse_memory_budget(memory_budget)
     if budget is not None and not backend_uses_nvdec(backend):
         raise ConfigError(f"memory_budget={memory_budget!r} bounds the GPU memory of NVDEC "
                           f"decoding, but backend={backend!r}; use backend='nvdec' or 'combo', "
                           "or leave memory_budget=None")
     return budget
+
+
+#: The most NVDEC worker processes on one GPU (``nvdec_processes``): each holds a CUDA context,
+#: torch and its own decoders.
+MAX_NVDEC_PROCESSES = 16
+
+
+def _check_nvdec_processes(processes, *, backend, memory_budget) -> None:
+    check_int("nvdec_processes", processes, minimum=1,
+              fix="processes that demux and decode on NVDEC; 1 decodes in the loader's process")
+    if processes == 1:
+        return
+    if processes > MAX_NVDEC_PROCESSES:
+        raise ConfigError(f"nvdec_processes must be in 1..{MAX_NVDEC_PROCESSES} (each holds a "
+                          f"CUDA context and its decoders), got {processes}")
+    if backend != "nvdec":
+        raise ConfigError(f"nvdec_processes={processes} decodes in NVDEC worker processes, but "
+                          f"backend={backend!r}; use backend='nvdec', or leave nvdec_processes=1")
+    if memory_budget is not None:
+        raise ConfigError(f"memory_budget={memory_budget!r} plans the NVDEC memory of one "
+                          f"process, and nvdec_processes={processes} multiplies it; pass one of "
+                          "the two")
 
 
 def _check_nvdec_options(options) -> None:

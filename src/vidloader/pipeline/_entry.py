@@ -31,6 +31,10 @@ class ParentWatchingQueue:
         self._q, self._sentinel, self._result_q = task_q, parent_sentinel, result_q
         self.orphaned = False
 
+    def ready(self) -> bool:
+        """Whether a task (or :data:`STOP`) is waiting, without blocking."""
+        return self._q._reader.poll(0)
+
     def get(self):
         """The next task, or :data:`STOP` if the loader's process has gone."""
         if self._sentinel is None:

@@ -60,6 +60,7 @@ class GpuImageWorkerStart:
 
     worker_id: int
     config: object  # ImageLoaderConfig
+    device: torch.device  # with its index: the loader's process resolved "cuda" to its GPU
     slots: list
     copied_out: list
     make_decoder: object
@@ -71,8 +72,7 @@ def gpu_image_worker_main(start: GpuImageWorkerStart, task_q, result_q) -> None:
     :class:`~._messages.RowsFilled` per task (or a :class:`Failure`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     torch.set_num_threads(1)
-    config = start.config
-    device = config.device if config.device is not None else torch.device("cpu")
+    config, device = start.config, start.device
     try:
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -125,6 +125,8 @@ class GpuImageProcessPool(WorkerProcesses, BatchPool):
         import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC reductions
 
         device = config.device if config.device is not None else torch.device("cpu")
+        if device.type == "cuda" and device.index is None:  # "cuda": this process's GPU
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.slots = allocate_final_slots(config, num_slots, device)
         if device.type == "cuda":
@@ -137,7 +139,7 @@ class GpuImageProcessPool(WorkerProcesses, BatchPool):
             for slot in self.slots:
                 slot["images"].share_memory_()
             self.copied_out = [None] * len(self.slots)
-        args = [GpuImageWorkerStart(i, config, self.slots, self.copied_out, make_decoder)
+        args = [GpuImageWorkerStart(i, config, device, self.slots, self.copied_out, make_decoder)
                 for i in range(config.num_workers)]
         super().__init__(gpu_image_worker_main, args, config.num_workers, server="torch")
 

@@ -283,6 +283,10 @@ class ImageLoader(VideoLoader):
         ways = {"pillow": config.num_workers, "nvimgcodec": nvimgcodec}.get(config.backend, 1)
         return max(1, ways) + config.prefetch - 1
 
+    @property
+    def _unit_workers(self) -> int:
+        return self.config.num_workers  # no NVDEC processes: the workers as they are
+
     def _start(self) -> None:
         self._pool = make_image_pool(self.config, self.staging_slots, self._custom_decoder)
         in_memory = self.config.backend == "memory"

@@ -54,6 +54,7 @@ from ._memory import (
     make_plan,
     nvdec_knobs,
 )
+from ._nvdec_workers import UNITS_PER_PROCESS
 from ._routing import cpu_only_mask, nvdec_routing
 from ._scheduler import Scheduler
 from ._units import (
@@ -92,6 +93,13 @@ def takes_block_units(plan, *, backend: str, num_workers: int, lookahead: int | 
     if lookahead is not None or not has_block_units(plan):
         return False
     return not has_row_affinity(plan) or (backend == "cpu" and num_workers > 0)
+
+
+def _unit_workers(num_workers: int, nvdec_processes: int) -> int:
+    """``num_workers`` as the choice of units sees it: NVDEC worker processes demux for
+    themselves (no demux workers), so their units are those of NVDEC in one process without
+    workers (whole batches for a plan of streams, not its GOPs)."""
+    return 0 if nvdec_processes > 1 else num_workers
 
 
 @atexit.register
@@ -178,6 +186,14 @@ class VideoLoader:
             (``_memory.BUDGET_FILL``), trading throughput for memory; ``nvdec_decoders`` and
             ``nvdec_options`` are upper bounds then. ``ConfigError`` if even one decoder does
             not fit. Default ``None``: planned for speed, nothing lowered.
+        nvdec_processes (int): with ``"nvdec"``, processes that each demux and decode units on
+            NVDEC with ``nvdec_decoders`` decoder threads of their own, writing into GPU slots
+            shared with this process (CUDA IPC). Each has a GIL of its own, so small frames
+            (SPDL's Kinetics setting) are decoded several times faster than by one process's
+            threads, at the cost of a CUDA context, torch and decoders per process (GPU and
+            host memory grow with it; ``memory_budget`` does not apply). ``num_workers`` is
+            then unused: each process demuxes for itself. Default 1: NVDEC in this process
+            (demux workers per ``num_workers``).
         nvtx (bool | None): emit NVTX ranges (``vidloader.demux``, ``.decode``, ``.convert``,
             ``.copy``, ``.finalize``, ``.collect``) for Nsight Systems, in each process where
             that work runs. Default ``None``: on when ``VIDLOADER_NVTX=1``. A no-op on a CPU
@@ -215,6 +231,7 @@ class VideoLoader:
         combo_share: float | None = None,
         nvtx: bool | None = None,
         memory_budget: int | str | None = None,
+        nvdec_processes: int = 1,
     ) -> None:
         if not isinstance(index, VideoIndex):
             raise ConfigError(f"index must be a vidloader.VideoIndex (from vidloader.build_index "
@@ -230,7 +247,7 @@ class VideoLoader:
             num_workers=num_workers, pin_memory=pin_memory, drop_last=drop_last,
             persistent_workers=persistent_workers, decoder_threads=decoder_threads,
             nvdec_decoders=nvdec_decoders, nvdec_options=nvdec_options, nvtx=nvtx,
-            memory_budget=memory_budget)
+            memory_budget=memory_budget, nvdec_processes=nvdec_processes)
         device = resolve_device(device)
         self.index = index
         self.sampler = sampler if sampler is not None else RandomFrames()
@@ -250,13 +267,15 @@ class VideoLoader:
             # H200) and the caller builds its model. After the cheap checks: a mistake found
             # so far starts no server. NVDEC's demux workers come from the demux server
             # (``make_pool``); the combo has workers of both kinds.
-            for server in _SERVERS_BY_BACKEND.get(backend, ("decode",)):
+            servers = ("torch",) if nvdec_processes > 1 else _SERVERS_BY_BACKEND.get(backend, ("decode",))
+            for server in servers:
                 start_server(server)
         uses_nvdec = backend_uses_nvdec(backend)
         workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         nv_options, units_decoding = (
             resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options,
-                                  work=self._decode_work(backend, workers, lookahead)
+                                  work=self._decode_work(backend, _unit_workers(workers, nvdec_processes),
+                                                         lookahead)
                                   if nvdec_decoders is None else None)
             if uses_nvdec else ({}, DEFAULT_UNITS_DECODING)
         )
@@ -282,6 +301,7 @@ class VideoLoader:
             cpu_only=cpu_only_mask(index, self.nvdec_refusals) if uses_nvdec and fallback == "cpu" else None,
             combo_share=None if combo_share is None else float(combo_share),
             nvtx=resolve_ranges(nvtx).enabled, memory_budget=budget,
+            nvdec_processes=nvdec_processes,
         )
         if self.uses_block_units and has_row_affinity(self._epoch_plan(0)):
             self.config = _with_stream_files(self.config)
@@ -383,9 +403,12 @@ class VideoLoader:
 
     @property
     def _pool_kind(self) -> str:
-        """Where NVDEC decodes: ``"inline"`` (no workers), ``"separation"`` or ``"combo"``."""
+        """Where NVDEC decodes: ``"inline"`` (no workers), ``"separation"``, ``"combo"`` or
+        ``"processes"`` (``nvdec_processes``)."""
         if self.config.backend == "combo":
             return "combo"
+        if self.config.nvdec_processes > 1:
+            return "processes"
         return "separation" if self.config.num_workers > 0 else "inline"
 
     @property
@@ -396,7 +419,7 @@ class VideoLoader:
         :attr:`uses_stream_gops`; otherwise whole batches)."""
         config = self.config
         return takes_block_units(self._epoch_plan(self._epoch), backend=config.backend,
-                                 num_workers=config.num_workers, lookahead=config.lookahead)
+                                 num_workers=self._unit_workers, lookahead=config.lookahead)
 
     @property
     def uses_stream_gops(self) -> bool:
@@ -406,7 +429,12 @@ class VideoLoader:
         workers keeps whole batches: every one of its slots is a GPU buffer; the combo too.)"""
         config = self.config
         return takes_stream_gops(lambda: self._epoch_plan(self._epoch), backend=config.backend,
-                                 num_workers=config.num_workers, lookahead=config.lookahead)
+                                 num_workers=self._unit_workers, lookahead=config.lookahead)
+
+    @property
+    def _unit_workers(self) -> int:
+        """``num_workers`` as the choice of units sees it (:func:`_unit_workers`)."""
+        return _unit_workers(self.config.num_workers, self.config.nvdec_processes)
 
     @property
     def _stream_span(self) -> int:
@@ -422,8 +450,12 @@ class VideoLoader:
         once, plus the prefetch."""
         config = self.config
         decoding = config.units_decoding if units_decoding is None else units_decoding
+        processes = config.nvdec_processes
         if self.uses_block_units or self.uses_stream_gops:
-            return config.prefetch + (decoding if config.uses_nvdec else 1)
+            # A block is cut by video over CPU workers, or over NVDEC worker processes.
+            return config.prefetch + (decoding if config.uses_nvdec and processes == 1 else 1)
+        if processes > 1:  # a few units on each process's decoders, plus the prefetch
+            return UNITS_PER_PROCESS * processes + config.prefetch - 1
         if config.backend == "combo":  # a unit per CPU worker and NVDEC's queue, plus prefetch
             return config.num_workers + decoding + config.prefetch - 1
         return max(1, config.num_workers) + config.prefetch - 1
@@ -444,8 +476,8 @@ class VideoLoader:
 
     def _memory_plan(self) -> MemoryPlan | None:
         config = self.config
-        if not config.uses_nvdec:
-            return None
+        if not config.uses_nvdec or config.nvdec_processes > 1:
+            return None  # plans cover one process's NVDEC side
         knobs = nvdec_knobs(config.nvdec_options, config.units_decoding)
         return make_plan(self._plan_inputs(), budget=config.memory_budget, **knobs)
 

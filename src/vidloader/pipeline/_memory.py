@@ -205,7 +205,8 @@ def gpu_staging_buffers(kind: str, slots: int, lookahead: int, units_decoding: i
     """GPU staging buffers for ``slots`` scheduler slots (see the module docstring).
 
     ``kind``: ``"inline"`` (NVDEC in the calling process: units are filled as they are
-    handed out, so every slot is a buffer), ``"separation"`` or ``"combo"``. ``stride``:
+    handed out, so every slot is a buffer; ``"processes"`` likewise), ``"separation"`` or
+    ``"combo"``. ``stride``:
     batches by which consecutive units' first batches advance, when units overlap (GOPs of
     streams, :func:`~._units.stream_gop_units`; default ``lookahead``, disjoint units): the
     units decoding then reach :func:`batches_reached` of them.

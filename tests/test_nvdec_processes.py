@@ -1,0 +1,62 @@
+"""``nvdec_processes``: NVDEC in worker processes (``pipeline/_nvdec_workers.py``). What runs
+without a GPU: the option's checks, the units such a loader hands out, and the worker's task
+queue polling. The pool itself is tested on a GPU (``test_loader_nvdec.py``, cuda marker)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+
+from vidloader import ConfigError
+from vidloader.pipeline._config import MAX_NVDEC_PROCESSES, check_options
+from vidloader.pipeline._entry import ParentWatchingQueue
+from vidloader.pipeline._loader import _unit_workers
+
+BASE = dict(batch_size=8, prefetch=2, on_error="raise", lookahead=None)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.0, "2"])
+def test_nvdec_processes_must_be_a_positive_int(value):
+    with pytest.raises(ConfigError, match="nvdec_processes"):
+        check_options(backend="nvdec", nvdec_processes=value, **BASE)
+
+
+def test_nvdec_processes_has_a_ceiling():
+    check_options(backend="nvdec", nvdec_processes=MAX_NVDEC_PROCESSES, **BASE)
+    with pytest.raises(ConfigError, match=f"1..{MAX_NVDEC_PROCESSES}"):
+        check_options(backend="nvdec", nvdec_processes=MAX_NVDEC_PROCESSES + 1, **BASE)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "combo"])
+def test_nvdec_processes_need_backend_nvdec(backend):
+    check_options(backend=backend, nvdec_processes=1, **BASE)  # the default: allowed anywhere
+    with pytest.raises(ConfigError, match="backend='nvdec'"):
+        check_options(backend=backend, nvdec_processes=4, **BASE)
+
+
+def test_nvdec_processes_and_a_memory_budget_are_refused_together():
+    with pytest.raises(ConfigError, match="pass one of the two"):
+        check_options(backend="nvdec", nvdec_processes=2, memory_budget="3GiB", **BASE)
+
+
+def test_nvdec_processes_take_the_units_of_nvdec_without_demux_workers():
+    """Each process demuxes for itself: units are chosen as for NVDEC without workers (a plan
+    of streams in whole batches, not as its GOPs, which need demux workers)."""
+    assert _unit_workers(16, 4) == 0
+    assert _unit_workers(16, 1) == 16 and _unit_workers(0, 1) == 0
+
+
+def test_a_worker_polls_its_task_queue_without_blocking():
+    q = multiprocessing.get_context("spawn").Queue()
+    tasks = ParentWatchingQueue(q, None)
+    assert not tasks.ready()
+    q.put("task")
+    for _ in range(100):  # the queue's feeder thread writes it shortly
+        if tasks.ready():
+            break
+
+
+        time.sleep(0.01)
+    assert tasks.ready() and tasks.get() == "task" and not tasks.ready()
