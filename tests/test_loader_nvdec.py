@@ -162,9 +162,11 @@ def test_nvdec_processes_equal_in_process(dataset, sampler):
 
     inline, delivered, _ = run(num_workers=0)
     workers, delivered2, procs = run(nvdec_processes=2)
-    assert len(procs) == 2 and delivered2 == delivered
-    assert len(inline) == len(workers)
+    assert len(procs) == 2 and len(inline) == len(workers)
     for a, b in zip(inline, workers, strict=True):
         assert torch.equal(a["video_index"], b["video_index"])
         assert torch.equal(a["frame_index"], b["frame_index"])
         assert torch.equal(a["frames"].cpu(), b["frames"].cpu())
+    # Each frame delivered once per unit, whichever process's frame cache served it (session
+    # 18's first run counted a cached frame once per clip wanting it: 772 against 763).
+    assert delivered2 == delivered

@@ -242,6 +242,12 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-p6": ({"backend": "nvdec", "nvdec_processes": 6}, {}),
     "nvdec-p8": ({"backend": "nvdec", "nvdec_processes": 8}, {}),
     "nvdec-p4-dec8": ({"backend": "nvdec", "nvdec_processes": 4, "nvdec_decoders": 8}, {}),
+    # session18-4: 4 processes of 8 decoders 1,221, of 4 2,943, 8 of 4 5,407: fewer threads
+    # a process, more processes?
+    "nvdec-p8-dec2": ({"backend": "nvdec", "nvdec_processes": 8, "nvdec_decoders": 2}, {}),
+    "nvdec-p12-dec2": ({"backend": "nvdec", "nvdec_processes": 12, "nvdec_decoders": 2}, {}),
+    "nvdec-p16-dec1": ({"backend": "nvdec", "nvdec_processes": 16, "nvdec_decoders": 1}, {}),
+    "nvdec-p12": ({"backend": "nvdec", "nvdec_processes": 12}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),
 }

@@ -9,7 +9,8 @@ in-process pool (:class:`~._image_decode.BatchDecodePool`) at 6-8k images/s howe
 threads decoded (session 17, ``benchmarks/results/gpu/session17-8``). Processes have a GIL
 each: on the H200, two whole loaders in two processes gave 12,879 images/s against 6,251 for
 one, and the decode alone 8,268 / 17,004 / 23,634 in 1 / 2 / 4 processes
-(``benchmarks/results/gpu/session18-1``).
+(``benchmarks/results/gpu/session18-1``). This pool with 2 workers: 10,369 against 8,058 for
+the in-process pool in the same call; 3-8 workers no faster (``session18-5``).
 
 The hand-over, per slot:
 

@@ -42,10 +42,11 @@ DEFAULT_READER_THREADS = 2
 #: On the CPU a batch at a time is faster (its intermediates stay in cache).
 MEMORY_UNIT_SAMPLES = 4096
 #: Worker processes of ``decoder="nvimgcodec"``, each decoding and augmenting whole batches
-#: on the GPU (:mod:`._image_gpu_workers`). On the H200 (session18-1) whole loaders in 1 / 2
-#: processes gave 6,251 / 12,879 images/s, nvImageCodec's decode alone 8,268 / 17,004 /
-#: 23,634 in 1 / 2 / 4.
-GPU_IMAGE_WORKERS = 4
+#: on the GPU (:mod:`._image_gpu_workers`). On the H200 (session18-5, one call, 224² random
+#: resized crop + flip + normalize, batch 256): 0 (in this process) / 2 / 3 / 4 / 6 / 8
+#: workers gave 8,058 / 10,369 / 9,885 / 10,646 / 10,785 / 10,560 images/s, the GPU holding
+#: 3.1 / 6.7 / 8.8 / 10.9 / 15.4 / 19.8 GiB: past two, memory grows and the pace does not.
+GPU_IMAGE_WORKERS = 2
 
 
 @dataclasses.dataclass(frozen=True)

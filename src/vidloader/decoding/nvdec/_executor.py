@@ -364,7 +364,9 @@ class NvdecExecutor(Executor):
         cache, path = self.frame_cache, job.record.path
         if cache.max_bytes == 0 or not cache.has_all(path, job.gop.frames):
             return None
-        frames = [(i, cache.get(path, i)) for i in job.gop.frames.tolist()]
+        # Each frame once, as a decode delivers it (clips of one unit may want a frame twice:
+        # the sink writes every row that wants it, and ``delivered`` counts it once).
+        frames = [(i, cache.get(path, i)) for i in dict.fromkeys(job.gop.frames.tolist())]
         return None if any(t is None for _, t in frames) else frames
 
     # -- inline: decode on this thread, deliver straight from the surface ----------------------
