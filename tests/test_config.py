@@ -64,6 +64,8 @@ LOADER_ROWS = [
     ("memory_budget", "lots", ConfigError, "memory_budget must be bytes as an int, or a string"),
     ("memory_budget", 0, ConfigError, "memory_budget must be more than 0 bytes, got 0"),
     ("memory_budget", "3GiB", ConfigError, "memory_budget='3GiB' bounds the GPU memory of NVDEC"),
+    ("nvdec_processes", 0, ConfigError, "nvdec_processes must be"),
+    ("nvdec_processes", 4, ConfigError, "nvdec_processes=4 decodes in NVDEC worker processes, but backend='cpu'"),
 ]
 if _NO_GPU:  # no GPU, or no PyNvVideoCodec: refused when the loader is built
     LOADER_ROWS.append(("backend", "nvdec", BackendUnavailableError, "backend='nvdec'"))

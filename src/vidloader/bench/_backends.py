@@ -9,7 +9,7 @@ import importlib
 PEERS = {
     "vidloader": ("_peers", "VidloaderPeer"),
     "vidloader-nvdec": ("_peers", "VidloaderNvdecPeer"),
-    "vidloader-nvdec-p4": ("_peers", "VidloaderNvdecProcessesPeer"),
+    "vidloader-nvdec-p12": ("_peers", "VidloaderNvdecProcessesPeer"),
     "vidloader-combo": ("_peers", "VidloaderComboPeer"),
     "naive": ("_peers", "NaivePeer"),
     "decord": ("_peers_cpu", "DecordPeer"),
