@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import torch
+from process_scaling_probe import _gpu_used_mib  # this folder: the script's own
 
 from vidloader.bench._images import _rrc_proc
 from vidloader.images import ImageFolder
@@ -26,12 +26,6 @@ from vidloader.pipeline import ImageLoader
 
 BATCH = 256
 WARMUP_S = 4.0
-
-
-def _gpu_used_mib() -> int:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=False).stdout.split()
-    return int(out[0]) if out else -1
 
 
 def _one(folder, workers: int, seconds: float) -> dict:

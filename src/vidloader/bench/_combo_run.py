@@ -127,7 +127,7 @@ HEAD_REPEATS = 40
 def _workloads():
     """Each workload: ``(dataset, loader arguments, index transform or None)``."""
     from vidloader import Clips, Process, RandomFrames
-    from vidloader.bench._workloads import HEAD_SECONDS, _linked_repeats
+    from vidloader.bench._workloads import HEAD_CLIPS, _linked_repeats
 
     clips_proc = Process(size=(112, 112), short_side=128, crop="random")
     return {
@@ -135,9 +135,8 @@ def _workloads():
         "W4-clips": ("W4", dict(sampler=Clips(sequence_length=16, stride=2, seed=0), batch_size=8,
                                processing=clips_proc), None),
         # SPDL's Kinetics setting (issue 16 item 4): each video's first 16 frames, once each.
-        "W4-clips-head": ("W4", dict(sampler=Clips(sequence_length=16, stride=1, step=10**6, seed=0,
-                                                   first_seconds=HEAD_SECONDS),
-                                     batch_size=8, processing=clips_proc),
+        "W4-clips-head": ("W4", dict(sampler=Clips(seed=0, **HEAD_CLIPS), batch_size=8,
+                                     processing=clips_proc),
                           lambda index: _linked_repeats(index, HEAD_REPEATS)),
     }
 

@@ -122,6 +122,9 @@ def _clips(index, dataset, needed: int, seed: int) -> Sampler:
 #: benchmark (21,890 frames/s on 8 H100) decodes only each video's first 0.5 s; a 16-frame clip
 #: at 30 frames/s spans 0.53 s, so 0.6 s holds it (and ``step`` keeps one clip per video).
 HEAD_SECONDS = 0.6
+#: ``Clips`` options of the ``clips-head`` workload: each video's first 16 frames, one clip
+#: per video (``step`` past any video's length).
+HEAD_CLIPS = dict(sequence_length=16, stride=1, step=10**6, first_seconds=HEAD_SECONDS)
 
 
 def _clips_head(index, dataset, needed: int, seed: int) -> Sampler:
@@ -130,9 +133,8 @@ def _clips_head(index, dataset, needed: int, seed: int) -> Sampler:
     index is repeated instead, each repeat under paths of its own (``distinct_repeats``), so
     no cache keyed by path serves a repeat: every clip is decoded as a new video's would be,
     as over Kinetics' 240k videos."""
-    options = dict(sequence_length=16, stride=1, step=10**6, first_seconds=HEAD_SECONDS)
-    total = Clips(seed=seed, **options).num_samples(index)
-    return Clips(seed=seed, num_samples=min(needed, total), **options)
+    total = Clips(seed=seed, **HEAD_CLIPS).num_samples(index)
+    return Clips(seed=seed, num_samples=min(needed, total), **HEAD_CLIPS)
 
 
 def _sequential(index, dataset, needed: int, seed: int) -> Sampler:

@@ -14,12 +14,11 @@ the in-process pool in the same call; 3-8 workers no faster (``session18-5``).
 
 The hand-over, per slot:
 
-- the loader's process allocates the slots (already in the output's dtype and layout) and,
-  per slot, an inter-process CUDA event; both reach each worker once, at its start (torch's
-  reductions send CUDA IPC handles);
-- ``submit`` records the slot's event on the consumer's stream (after the slot's previous
-  batch was copied out) and sends the task; the worker's stream waits for that event on the
-  GPU before writing the slot;
+- the loader's process allocates the slots (already in the output's dtype and layout) and
+  their fences (:class:`~._slot_fences.SlotFences`); both reach each worker once, at its
+  start (torch's reductions send CUDA IPC handles);
+- ``submit`` records the fences of the task's slots on the consumer's stream and sends the
+  task; the worker's stream waits for them on the GPU before writing the slots;
 - the worker decodes, augments into the slot, waits for its own stream, then replies: the
   slot is complete when the message arrives, so the loader's process reads it on any stream.
 
@@ -43,6 +42,7 @@ from ._image_decode import _Streams, allocate_final_slots
 from ._image_fill import fill_from_images, fill_task_messages
 from ._messages import STOP, Failure, FillTask, Ready
 from ._pool import WorkerProcesses
+from ._slot_fences import SlotFences
 
 
 def nvimgcodec_decoder(device: torch.device):
@@ -128,19 +128,12 @@ class GpuImageProcessPool(WorkerProcesses, BatchPool):
         device = config.device if config.device is not None else torch.device("cpu")
         if device.type == "cuda" and device.index is None:  # "cuda": this process's GPU
             device = torch.device("cuda", torch.cuda.current_device())
-        self.device = device
         self.slots = allocate_final_slots(config, num_slots, device)
-        if device.type == "cuda":
-            # Recorded once, so each event exists before its handle is taken; interprocess
-            # events take no timing.
-            self.copied_out = [torch.cuda.Event(interprocess=True) for _ in self.slots]
-            for event in self.copied_out:
-                event.record(torch.cuda.current_stream(device))
-        else:
+        if device.type != "cuda":
             for slot in self.slots:
                 slot["images"].share_memory_()
-            self.copied_out = [None] * len(self.slots)
-        args = [GpuImageWorkerStart(i, config, device, self.slots, self.copied_out, make_decoder)
+        self.fences = SlotFences(len(self.slots), device)
+        args = [GpuImageWorkerStart(i, config, device, self.slots, self.fences.events, make_decoder)
                 for i in range(config.num_workers)]
         super().__init__(gpu_image_worker_main, args, config.num_workers, server="torch")
 
@@ -149,12 +142,9 @@ class GpuImageProcessPool(WorkerProcesses, BatchPool):
         return self.num_workers
 
     def submit(self, worker: int, task: FillTask) -> None:
-        if self.device.type == "cuda":
-            stream = torch.cuda.current_stream(self.device)
-            for slot_id in task.slot_ids:  # the slot's last batch, copied out on this stream
-                self.copied_out[slot_id].record(stream)
+        self.fences.copied_out(task.slot_ids)
         self.put(worker, task)
 
     def shutdown(self) -> None:
         super().shutdown()  # the workers are joined: no kernel of theirs reads the slots
-        self.slots, self.copied_out = [], []
+        self.slots = []

@@ -10,9 +10,9 @@ together against 2,523 for one (``benchmarks/results/gpu/session18-2``). The pri
 context, torch and NVDEC decoders per process: GPU and host memory grow with ``K``.
 
 The hand-over follows the GPU image workers' (:mod:`._image_gpu_workers`): the loader's process
-allocates the slots and one inter-process CUDA event per slot; ``submit`` records the slot's
-event on the consumer's stream (its last batch copied out) and sends the task; the worker
-waits for the events of the task's slots, fills the unit with the same code as the loader's
+allocates the slots and their fences (:class:`~._slot_fences.SlotFences`); ``submit`` records
+the fences of the task's slots on the consumer's stream and sends the task; the worker waits
+for them (on the host), fills the unit with the same code as the loader's
 own NVDEC pools (:func:`~._worker.start_unit_messages`: the executor's decoder threads, GOP
 sink, CPU fallback), waits for its GPU work, and replies, so a slot is complete when its
 message arrives. Each worker keeps :data:`UNITS_PER_PROCESS` units in flight, so its decoders
@@ -35,6 +35,7 @@ from ..errors import GpuMemoryError
 from ._contract import BatchPool
 from ._messages import STOP, Failure, FillTask, Ready
 from ._pool import WorkerProcesses, _allocate
+from ._slot_fences import SlotFences
 from ._worker import start_unit_messages
 
 #: Units a worker decodes at once: the next unit's GOPs are queued on its decoder threads
@@ -82,8 +83,7 @@ def nvdec_worker_main(start: NvdecWorkerStart, task_q, result_q) -> None:
             result_q.put(_finish(*in_flight.popleft(), config.gpu))
     finally:
         for _, unit in in_flight:
-            if unit is not None:
-                unit.cancel()
+            unit.cancel()
         assembler.close()
 
 
@@ -128,14 +128,10 @@ class NvdecProcessPool(WorkerProcesses, BatchPool):
     def __init__(self, config, num_slots: int) -> None:
         import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC reductions
 
-        self.device = config.gpu
-        self.slots = _allocate(config.shapes, num_slots, device=self.device)
-        # Recorded once, so each event exists before its handle is taken.
-        self.copied_out = [torch.cuda.Event(interprocess=True) for _ in self.slots]
-        for event in self.copied_out:
-            event.record(torch.cuda.current_stream(self.device))
+        self.slots = _allocate(config.shapes, num_slots, device=config.gpu)
+        self.fences = SlotFences(len(self.slots), config.gpu)
         processes = config.nvdec_processes
-        args = [NvdecWorkerStart(i, config, self.slots, self.copied_out) for i in range(processes)]
+        args = [NvdecWorkerStart(i, config, self.slots, self.fences.events) for i in range(processes)]
         super().__init__(nvdec_worker_main, args, processes, server="torch")
 
     @property
@@ -147,11 +143,9 @@ class NvdecProcessPool(WorkerProcesses, BatchPool):
         return True  # each process decodes its share of a GOP-local block, as CPU workers do
 
     def submit(self, worker: int, task: FillTask) -> None:
-        stream = torch.cuda.current_stream(self.device)
-        for slot_id in set(task.slot_ids):  # the slot's last batch, copied out on this stream
-            self.copied_out[slot_id].record(stream)
+        self.fences.copied_out(task.slot_ids)
         self.put(worker, task)
 
     def shutdown(self) -> None:
         super().shutdown()  # the workers are joined: no kernel of theirs writes the slots
-        self.slots, self.copied_out = [], []
+        self.slots = []

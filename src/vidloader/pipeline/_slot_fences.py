@@ -1,0 +1,41 @@
+"""Fences between the loader's process and worker processes that write its GPU staging slots
+(the GPU image workers, NVDEC worker processes): a slot may be written again only once its
+last batch has been copied out, on whatever stream the loader is iterated.
+
+One inter-process CUDA event per slot, made in the loader's process and sent to each worker
+once, at its start (torch's reductions send its IPC handle). When a unit is handed out, the
+event of each slot it fills is recorded on the consumer's current stream; a worker waits for
+those events (on the GPU, or on the host) before it writes the slots. A slot is handed out
+again only after its batch was delivered, so the event a worker waits for is always the
+record made for its own unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+
+class SlotFences:
+    """Per slot, the inter-process event marking its last batch copied out (``events``, to
+    give the workers; ``None`` each on the CPU, where there is no stream to fence)."""
+
+    def __init__(self, count: int, device: torch.device) -> None:
+        self.device = device
+        if device.type != "cuda":
+            self.events: list = [None] * count
+            return
+        self.events = [torch.cuda.Event(interprocess=True) for _ in range(count)]
+        stream = torch.cuda.current_stream(device)
+        for event in self.events:  # recorded once, so each exists before its handle is taken
+            event.record(stream)
+
+    def copied_out(self, slot_ids: Iterable[int]) -> None:
+        """Record, on the consumer's current stream, that ``slot_ids``' last batches are
+        copied out: call before handing out a unit that fills them."""
+        if self.device.type != "cuda":
+            return
+        stream = torch.cuda.current_stream(self.device)
+        for slot_id in set(slot_ids):
+            self.events[slot_id].record(stream)
