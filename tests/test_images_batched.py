@@ -26,6 +26,7 @@ from vidloader.bench._images_resize import float_reference
 from vidloader.images import ImageFolder, ImageProcess
 from vidloader.images._augment import augment_batch, sample_windows
 from vidloader.images._batched import (
+    compute_dtype_for,
     crop_flip_gather,
     crop_resize_batch,
     crop_resize_matmul,
@@ -136,6 +137,27 @@ def test_fused_normalization_within_half_a_code_value(dtype, layout):
     assert diff.max() > 1e-3  # not rounded to uint8 first
 
 
+def _check_float16_products(device):
+    """float16 products (the CUDA default) against float32, before rounding: within a quarter
+    of a code value (the pixels are exact in float16; the weights and the row products carry
+    its 11-bit mantissa)."""
+    images = _images(SIZES * 4, device=device)
+    proc = ImageProcess(size=224, crop="random_resized", random_flip=True, dtype="float32",
+                        layout="chw")
+    windows = _windows(proc, images)
+    exact = crop_resize_matmul(images, windows, (224, 224), proc=proc, compute_dtype=torch.float32)
+    half = crop_resize_matmul(images, windows, (224, 224), proc=proc, compute_dtype=torch.float16)
+    assert half.dtype == torch.float32
+    diff = (half - exact).abs()
+    assert diff.max() <= 0.3 and diff.mean() < 0.05
+    assert diff.max() > 0  # the products did run in float16
+
+
+def test_float16_products_within_a_quarter_code_value():
+    _check_float16_products("cpu")
+    assert compute_dtype_for(torch.device("cpu")) == torch.float32
+
+
 def test_auto_keeps_the_per_image_path_on_the_cpu():
     images = _images(SIZES[:3])
     proc = ImageProcess(size=64, crop="random_resized")
@@ -230,11 +252,22 @@ def test_matmul_on_cuda_matches_the_cuda_per_image_path():
     images = _images(SIZES * 4, device="cuda")
     proc = ImageProcess(size=224, crop="random_resized", random_flip=True)
     windows = _windows(proc, images)
-    got = crop_resize_batch(images, windows, (224, 224)).int()
-    diff = (got - crop_resize_per_image(images, windows, (224, 224)).int()).abs()
+    per_image = crop_resize_per_image(images, windows, (224, 224)).int()
+    exact = crop_resize_matmul(images, windows, (224, 224), compute_dtype=torch.float32).int()
+    diff = (exact - per_image).abs()
     assert diff.max() <= 1 and (diff > 0).float().mean() < 1e-3
     cpu = crop_resize_matmul([x.cpu() for x in images], windows, (224, 224)).int()
-    assert (got.cpu() - cpu).abs().max() <= 1
+    assert (exact.cpu() - cpu).abs().max() <= 1
+    # The default on CUDA: float16 products (a rounding of .5 ± a quarter moves by 1).
+    assert compute_dtype_for(images[0].device) == torch.float16
+    got = crop_resize_batch(images, windows, (224, 224)).int()
+    diff = (got - per_image).abs()
+    assert diff.max() <= 1 and (diff > 0).float().mean() < 0.1
+
+
+@pytest.mark.cuda
+def test_float16_products_on_cuda_within_a_quarter_code_value():
+    _check_float16_products("cuda")
 
 
 @pytest.mark.cuda

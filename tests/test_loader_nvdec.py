@@ -123,15 +123,18 @@ def test_nvdec_frames_come_upright(tmp_path, degrees):
     _assert_close_to_reference([batch], {0: want})
 
 
-def test_nvdec_streams_decode_each_gop_once(dataset):
-    """The multi-camera stream order on NVDEC with demux workers: units are the GOPs the rows
-    walk through (``uses_stream_gops``), so each frame is decoded about once, the frames match
-    the CPU decode, and the batches are the CPU loader's."""
+@pytest.mark.parametrize("options", [{"num_workers": 2}, {"nvdec_processes": 2}],
+                         ids=["demux-workers", "processes"])
+def test_nvdec_streams_decode_each_gop_once(dataset, options):
+    """The multi-camera stream order on NVDEC with demux workers or NVDEC worker processes:
+    units are the GOPs the rows walk through (``uses_stream_gops``), so each frame is decoded
+    about once, the frames match the CPU decode, and the batches are the CPU loader's."""
     index, refs = dataset
     sampler = vidloader.MultiCameraClips([[0, 1], [2, 3]], shuffle=False, streams=True)
-    loader = VideoLoader(index, sampler=sampler, batch_size=2, backend="nvdec", num_workers=2)
+    loader = VideoLoader(index, sampler=sampler, batch_size=2, backend="nvdec", **options)
     assert loader.uses_stream_gops
     batches = collect_batches(loader)
+    loader.shutdown()
     for batch in batches:
         flat = {k: batch[k].reshape(-1, *batch[k].shape[2:]) for k in ("frames", "video_index", "frame_index")}
         _assert_close_to_reference([flat], refs)

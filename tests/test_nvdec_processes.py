@@ -12,7 +12,7 @@ import pytest
 from vidloader import ConfigError
 from vidloader.pipeline._config import MAX_NVDEC_PROCESSES, check_options
 from vidloader.pipeline._entry import ParentWatchingQueue
-from vidloader.pipeline._loader import _unit_workers
+from vidloader.pipeline._loader import _unit_workers, takes_block_units, takes_stream_gops
 
 BASE = dict(batch_size=8, prefetch=2, on_error="raise", lookahead=None)
 
@@ -41,11 +41,27 @@ def test_nvdec_processes_and_a_memory_budget_are_refused_together():
         check_options(backend="nvdec", nvdec_processes=2, memory_budget="3GiB", **BASE)
 
 
-def test_nvdec_processes_take_the_units_of_nvdec_without_demux_workers():
-    """Each process demuxes for itself: units are chosen as for NVDEC without workers (a plan
-    of streams in whole batches, not as its GOPs, which need demux workers)."""
-    assert _unit_workers(16, 4) == 0
+def test_nvdec_processes_take_a_plan_of_streams_as_its_gops():
+    """Each process demuxes for itself: units are chosen as for NVDEC with that many demux
+    workers, so a plan of streams goes out as the GOPs its rows walk through (each decoded
+    once), whatever ``num_workers`` says."""
+    assert _unit_workers(16, 4) == 4 and _unit_workers(0, 4) == 4
     assert _unit_workers(16, 1) == 16 and _unit_workers(0, 1) == 0
+    streams = lambda: _Streams()  # noqa: E731 - the plan, asked for last
+    assert takes_stream_gops(streams, backend="nvdec", num_workers=_unit_workers(0, 4), lookahead=None)
+    assert not takes_stream_gops(streams, backend="nvdec", num_workers=_unit_workers(0, 1),
+                                 lookahead=None)
+    assert not takes_block_units(_Streams(), backend="nvdec", num_workers=_unit_workers(0, 4),
+                                 lookahead=None)
+
+
+class _Streams:
+    """A plan of streams as the unit choice sees it: it names its units, rows continue."""
+
+    row_affinity = True
+
+    def decode_units(self):
+        return []
 
 
 def test_a_worker_polls_its_task_queue_without_blocking():

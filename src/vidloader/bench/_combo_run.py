@@ -24,6 +24,7 @@ window, with the minimum and median. Runs on the GPU machine::
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -74,6 +75,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     _sync()
     late_s = None if start_at is None else time.time() - start_at
     rows0 = _rows(loader)
+    decode0 = copy.copy(loader.decode_stats)  # a live counter: keep its values now
     steals0 = getattr(getattr(loader, "_pool", None), "steals", None)
     sampler = StackSampler(interval=0.01).start() if profile else None
     if sampler:
@@ -93,6 +95,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     if sampler:
         sampler.stop()
     rows1 = _rows(loader)
+    decode1 = copy.copy(loader.decode_stats)
     stats = dict(loader.stats)
     pool = getattr(loader, "_pool", None)
     idle = dict(getattr(pool, "idle_s", {}))  # the combo's dealing
@@ -112,6 +115,9 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
             "rows_by_executor_timed": share,
             "share_by_executor_timed": {k: v / total for k, v in share.items()},
             "cpu_fallback_files": len(stats["cpu_fallback_files"]),
+            # frames decoded per frame delivered over the windows (units finished in them)
+            "decoded_per_delivered": round((decode1.decoded - decode0.decoded)
+                                           / max(1, decode1.delivered - decode0.delivered), 3),
             "combo_cpu_idle_s": {k: round(v, 2) for k, v in idle.items()},
             "combo_steals": steals,
             **({"profile": sampler.summary(top=8)} if sampler else {}),
@@ -138,7 +144,21 @@ def _workloads():
         "W4-clips-head": ("W4", dict(sampler=Clips(seed=0, **HEAD_CLIPS), batch_size=8,
                                      processing=clips_proc),
                           lambda index: _linked_repeats(index, HEAD_REPEATS)),
+        # accvlab's workload (issue 16 item 3): 8 rigs × 6 cameras a batch, stream order,
+        # native size (the bench's multicam-stream); the sampler needs the rigs' positions.
+        "W3-stream": ("W3", dict(batch_size=8, sampler_for=_stream_rigs), None),
     }
+
+
+def _stream_rigs(index, dataset):
+    """The bench's multicam-stream sampler over ``dataset``'s rigs (positions in ``index``)."""
+    import os
+
+    from vidloader.bench._multicam import multicam_sampler
+
+    position = {p: i for i, p in enumerate(index.paths)}
+    rigs = [[position[os.path.abspath(p)] for p in clip] for clip in dataset.clips]
+    return multicam_sampler(rigs, order="stream")
 
 
 def _combo(patches: dict | None = None, **loader) -> tuple[dict, dict]:
@@ -247,6 +267,9 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-p12-dec2": ({"backend": "nvdec", "nvdec_processes": 12, "nvdec_decoders": 2}, {}),
     "nvdec-p16-dec1": ({"backend": "nvdec", "nvdec_processes": 16, "nvdec_decoders": 1}, {}),
     "nvdec-p12": ({"backend": "nvdec", "nvdec_processes": 12}, {}),
+    # W3-stream: GOPs of streams in worker processes (session 19); 8 decoder threads each
+    "nvdec-p3": ({"backend": "nvdec", "nvdec_processes": 3}, {}),
+    "nvdec-p6-dec4": ({"backend": "nvdec", "nvdec_processes": 6, "nvdec_decoders": 4}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),
 }
@@ -491,9 +514,13 @@ def main(argv=None) -> None:
     results = {}
     for name in args.workloads.split(","):
         dataset, kwargs, transform = _workloads()[name]
-        index = load_index(prepare_dataset(dataset, args.scale, data_dir=args.data_dir))
+        prepared = prepare_dataset(dataset, args.scale, data_dir=args.data_dir)
+        index = load_index(prepared)
         if transform is not None:
             index = transform(index)
+        if "sampler_for" in kwargs:
+            kwargs = dict(kwargs)
+            kwargs["sampler"] = kwargs.pop("sampler_for")(index, prepared)
         row = {}
         for label in labels:
             pair = _pair_labels(label)

@@ -96,10 +96,12 @@ def takes_block_units(plan, *, backend: str, num_workers: int, lookahead: int | 
 
 
 def _unit_workers(num_workers: int, nvdec_processes: int) -> int:
-    """``num_workers`` as the choice of units sees it: NVDEC worker processes demux for
-    themselves (no demux workers), so their units are those of NVDEC in one process without
-    workers (whole batches for a plan of streams, not its GOPs)."""
-    return 0 if nvdec_processes > 1 else num_workers
+    """``num_workers`` as the choice of units sees it: with NVDEC worker processes, their
+    number (each demuxes for itself, so ``num_workers`` is unused). Like demux workers, they
+    take a plan of streams as the GOPs its rows walk through (:attr:`VideoLoader.uses_stream_gops`):
+    each GOP piece is decoded from its keyframe once, by whichever process gets its unit, and
+    the processes' slots are allocated per unit in flight as in one process."""
+    return nvdec_processes if nvdec_processes > 1 else num_workers
 
 
 @atexit.register
@@ -192,8 +194,10 @@ class VideoLoader:
             (SPDL's Kinetics setting) are decoded several times faster than by one process's
             threads, at the cost of a CUDA context, torch and decoders per process (GPU and
             host memory grow with it; ``memory_budget`` does not apply). ``num_workers`` is
-            then unused: each process demuxes for itself. Default 1: NVDEC in this process
-            (demux workers per ``num_workers``).
+            then unused: each process demuxes for itself. A plan of streams
+            (``MultiCameraClips(streams=True)``) goes out as its GOPs, each decoded once by one
+            process (1.9× one process in 4 on the W3 stream order, session 19). Default 1:
+            NVDEC in this process (demux workers per ``num_workers``).
         nvtx (bool | None): emit NVTX ranges (``vidloader.demux``, ``.decode``, ``.convert``,
             ``.copy``, ``.finalize``, ``.collect``) for Nsight Systems, in each process where
             that work runs. Default ``None``: on when ``VIDLOADER_NVTX=1``. A no-op on a CPU
@@ -424,7 +428,8 @@ class VideoLoader:
     @property
     def uses_stream_gops(self) -> bool:
         """Whether work is handed out as GOPs of streams (:func:`~._units.stream_gop_units`):
-        a plan of streams on NVDEC with demux workers, ``lookahead`` not given. Each GOP a
+        a plan of streams on NVDEC with demux workers or ``nvdec_processes``, ``lookahead``
+        not given. Each GOP a
         row walks through is then decoded once, whatever the batches it spans. (NVDEC with no
         workers keeps whole batches: every one of its slots is a GPU buffer; the combo too.)"""
         config = self.config
@@ -451,6 +456,8 @@ class VideoLoader:
         config = self.config
         decoding = config.units_decoding if units_decoding is None else units_decoding
         processes = config.nvdec_processes
+        if processes > 1 and self.uses_stream_gops:  # GOP units go whole to each process
+            return UNITS_PER_PROCESS * processes + config.prefetch - 1
         if self.uses_block_units or self.uses_stream_gops:
             # A block is cut by video over CPU workers, or over NVDEC worker processes.
             return config.prefetch + (decoding if config.uses_nvdec and processes == 1 else 1)
