@@ -160,9 +160,13 @@ def test_nvimgcodec_worker_processes_equal_the_in_process_pool(folder):
     def run(workers):
         loader = ImageLoader(ds, batch_size=4, processing=proc, device="cuda", num_workers=workers,
                              decoder="nvimgcodec", on_error="skip", sampler=RandomFrames(seed=2))
-        out = [{k: v.cpu() for k, v in b.items()} for b in loader for _ in range(1)]
-        out2 = [{k: v.cpu() for k, v in b.items()} for b in loader]  # a second epoch
+        it = iter(loader)
+        out = [{k: v.cpu() for k, v in next(it).items()}]
+        # The epoch's workers, asked for while it runs: the pool closes at the epoch's end.
         procs = list(getattr(loader._pool, "procs", []) or [])
+        assert len(procs) == workers
+        out += [{k: v.cpu() for k, v in b.items()} for b in it]
+        out2 = [{k: v.cpu() for k, v in b.items()} for b in loader]  # a second epoch
         loader.shutdown()
         assert all(not p.is_alive() for p in procs)
         return out + out2

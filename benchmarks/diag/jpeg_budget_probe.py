@@ -19,7 +19,7 @@ beside large matrix products on another stream (``session17-8``): the augmentati
   ``nvidia-cuda-mps-control`` exists.
 
 Usage (on the device): ``python3 benchmarks/diag/jpeg_budget_probe.py [files] [seconds]
-[--loaders "label:folder:K,K;..."] [--no-stages] [--no-mps]``; a loader run's folder holds
+[--loaders "label:folder:K,K;..."] [--no-stages | --augment-only] [--no-mps]``; a loader run's folder holds
 the ``vidloader`` package it imports (``src``, or a patched copy); writes
 ``$OUT/jpeg_budget_probe.json``.
 """
@@ -210,7 +210,7 @@ def _decode_rate(fn, inputs, seconds: float, beside=None) -> dict:
     return row
 
 
-def _stages(seconds: float) -> dict:
+def _stages(seconds: float, augment_only: bool = False) -> dict:
     import numpy as np
     import torch
 
@@ -235,15 +235,19 @@ def _stages(seconds: float) -> dict:
     out = torch.empty((BATCH, 3, 224, 224), device="cuda")
     res: dict = {}
 
-    def augment(k, dtype, dest=out):
+    def augment(k, dtype, dest=out, groups=None):
         return crop_resize_matmul(held[k], wins[k], (224, 224), proc=proc, out=dest,
-                                  compute_dtype=dtype)
+                                  compute_dtype=dtype, groups=groups)
 
-    for name, dtype in (("float32", torch.float32), ("float16", torch.float16)):
-        row = res[f"augment {name}"] = _augment_times(lambda k, d=dtype: augment(k, d), len(held),
-                                                      seconds)
+    for name, dtype, groups in (("float32", torch.float32, None), ("float16", torch.float16, None),
+                                ("float16, 1 group", torch.float16, 1),
+                                ("float16, 2 groups", torch.float16, 2)):
+        row = res[f"augment {name}"] = _augment_times(
+            lambda k, d=dtype, g=groups: augment(k, d, groups=g), len(held), seconds)
         print(f"augment {name}: host {row['host_ms']} ms, GPU {row['gpu_ms']} ms a batch, "
               f"{row['images_per_s']:,.0f} images/s", flush=True)
+    if augment_only:
+        return res
     worst, mean = 0.0, 0.0
     for k in range(len(held)):
         a = augment(k, torch.float32, torch.empty_like(out)).clone()
@@ -293,7 +297,7 @@ def main() -> int:
     if args and args[0] == "--loader":
         print(json.dumps(loader_row(int(args[1]), float(args[2]))), flush=True)
         return 0
-    flags = {a for a in args if a in ("--no-stages", "--no-mps")}
+    flags = {a for a in args if a in ("--no-stages", "--no-mps", "--augment-only")}
     spec = args[args.index("--loaders") + 1] if "--loaders" in args else None
     plain = [a for a in args if a not in flags and a != "--loaders" and a != spec]
     files = int(plain[0]) if plain else 8000
@@ -303,7 +307,7 @@ def main() -> int:
     write_image_folder(FOLDER, num_classes=10, per_class=files // 40, copies=4)
     results: dict = {"files": files, "seconds": seconds}
     if "--no-stages" not in flags:
-        results["stages"] = _stages(seconds)
+        results["stages"] = _stages(seconds, augment_only="--augment-only" in flags)
     rows = results["loader"] = []
     for code, src, workers in _loader_plan(spec):
         row = {"code": code, **_child_loader(src, workers, seconds)}

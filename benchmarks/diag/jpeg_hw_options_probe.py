@@ -7,8 +7,13 @@ beside ``nvidia-smi dmon``'s JPEG-engine share, for decoder option strings (nvIm
 ``Decoder(options=...)``; the hardware decoder's are ``nvjpeg_hw_decoder:preallocate_*``), for
 batches of 256 and 1024, and for 2 threads each with its own decoder.
 
-Usage (on the device): ``python3 benchmarks/diag/jpeg_hw_options_probe.py [seconds]``; writes
-``$OUT/jpeg_hw_options_probe.json``.
+With ``--steps``, instead: two decode threads (batches of 256) through each step between that
+decode and the split pool's decoding process (``pipeline/_image_split_workers.py``): nvImageCodec
+on bytes with its default parameters; vidloader's decoder (EXIF orientation, sRGB) on bytes; on
+paths (``decode_files``); on paths with each batch packed into an arena by one ``torch.cat``.
+
+Usage (on the device): ``python3 benchmarks/diag/jpeg_hw_options_probe.py [seconds] [--steps]``;
+writes ``$OUT/jpeg_hw_options_probe.json``.
 """
 
 from __future__ import annotations
@@ -72,6 +77,102 @@ def _run(options: str, batch: int, threads: int, blobs: list, seconds: float) ->
     return {"images_per_s": round(sum(counts) / elapsed, 1), "dmon": dmon.stop()}
 
 
+def _steps(blobs: list, paths: list, seconds: float) -> list:
+    """images/s, JPEG-engine share and cores busy of two decode threads for each step."""
+    import nvidia.nvimgcodec as nv
+    import torch
+
+    from vidloader.images._nvimgcodec import NvImageCodecDecoder
+
+    arena = torch.empty(2 * 256 * 500 * 500 * 3, dtype=torch.uint8, device="cuda")
+
+    def raw(dec, k):
+        return dec.decode([nv.CodeStream(b) for b in blobs[k * 256 % len(blobs):][:256]])
+
+    def ours_bytes(dec, k):
+        return dec.decode(blobs[k * 256 % len(blobs):][:256])
+
+    def ours_files(dec, k):
+        return dec.decode_files(paths[k * 256 % len(paths):][:256])
+
+    def packed(dec, k, t):
+        images = ours_files(dec, k)
+        kept = [x.reshape(-1) for x in images if x is not None]
+        base = t * 256 * 500 * 500 * 3
+        torch.cat(kept, out=arena[base:base + sum(x.numel() for x in kept)])
+        return images
+
+    def ours(**params):
+        def make():
+            dec = NvImageCodecDecoder(torch.device("cuda", 0))
+            colors = nv.ColorSpec
+            dec._params = nv.DecodeParams(
+                apply_exif_orientation=params.get("exif", True),
+                color_spec=colors.SRGB if params.get("srgb", True) else colors.RGB,
+                allow_any_depth=False)
+            return dec
+        return make
+
+    if "--params" in sys.argv:
+        steps = {"nvimgcodec on bytes, default parameters": (lambda: _decoder(""), raw),
+                 "vidloader's decoder on bytes": (ours(), ours_bytes),
+                 "on bytes, no EXIF orientation": (ours(exif=False), ours_bytes),
+                 "on bytes, RGB not sRGB": (ours(srgb=False), ours_bytes),
+                 "on bytes, neither": (ours(exif=False, srgb=False), ours_bytes),
+                 "on paths, neither": (ours(exif=False, srgb=False), ours_files)}
+    else:
+        steps = {}
+    steps = steps or {"nvimgcodec on bytes, default parameters": (lambda: _decoder(""), raw),
+             "vidloader's decoder on bytes": (lambda: NvImageCodecDecoder(torch.device("cuda", 0)), ours_bytes),
+             "vidloader's decoder on paths": (lambda: NvImageCodecDecoder(torch.device("cuda", 0)), ours_files),
+             "on paths, packed into an arena": (lambda: NvImageCodecDecoder(torch.device("cuda", 0)), packed)}
+    rows = []
+    for label, (make, step) in steps.items():
+        call = (lambda dec, k, t, f=step: f(dec, k, t)) if step is packed else (
+            lambda dec, k, t, f=step: f(dec, k))
+        row = {"step": label, **_two_threads(call, [make(), make()], seconds)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _two_threads(call, decoders: list, seconds: float) -> dict:
+    """images/s, cores busy and ``dmon`` shares of ``call(decoder, batch, thread)`` looping on
+    two threads (a CUDA stream each, each batch synchronised) for ``seconds``."""
+    import torch
+
+    counts, stop = [0, 0], threading.Event()
+
+    def loop(t):
+        stream = torch.cuda.Stream()
+        k = t
+        with torch.cuda.stream(stream):
+            while not stop.is_set():
+                images = call(decoders[t], k, t)
+                stream.synchronize()
+                counts[t] += sum(x is not None for x in images)
+                k += 2
+    busy0 = _cpu_busy()
+    dmon = Dmon()
+    threads = [threading.Thread(target=loop, args=(t,)) for t in range(2)]
+    start = time.perf_counter()
+    for th in threads:
+        th.start()
+    time.sleep(seconds)
+    stop.set()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - start
+    return {"images_per_s": round(sum(counts) / elapsed, 1),
+            "cores_busy": round((_cpu_busy() - busy0) / elapsed, 1), "dmon": dmon.stop()}
+
+
+def _cpu_busy() -> float:
+    """Seconds of CPU the machine has spent busy (all cores), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
     from vidloader.images import ImageFolder
@@ -80,6 +181,10 @@ def main() -> int:
     write_image_folder(FOLDER, num_classes=10, per_class=200, copies=1)
     folder = ImageFolder(FOLDER, progress=False)
     blobs = [Path(folder.path(i)).read_bytes() for i in range(len(folder))]
+    if "--steps" in sys.argv:
+        rows = _steps(blobs, [folder.path(i) for i in range(len(folder))], seconds)
+        Path(os.environ.get("OUT", "."), "jpeg_decode_steps.json").write_text(json.dumps(rows, indent=1))
+        return 0
     rows = []
     for label, options in OPTIONS.items():
         for batch, threads in ((256, 1), (1024, 1), (256, 2)):

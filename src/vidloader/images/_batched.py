@@ -154,7 +154,7 @@ def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tup
     ``groups``: the images, sorted by window area, are cut into this many groups, each
     padded to its own largest window: random resized crops of 500×375 images padded to the
     batch's largest window do 2.2× the multiply-adds of their own windows, in 4 groups 1.4×.
-    Default ``min(4, B // 16)``, at least 1 (each group costs about 20 small launches).
+    Default ``min(MAX_GROUPS, B // 16)``, at least 1 (each group costs ~80 launches).
 
     ``compute_dtype``: the dtype of the padded batch, the weights and the products; default
     :func:`compute_dtype_for` the images' device.
@@ -162,7 +162,7 @@ def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tup
     b = len(images)
     dtype = compute_dtype_for(images[0].device) if compute_dtype is None else compute_dtype
     top, left, ch, cw = scaled_windows(windows, scales)
-    groups = max(1, min(4, b // 16)) if groups is None else max(1, min(groups, b))
+    groups = max(1, min(MAX_GROUPS, b // 16)) if groups is None else max(1, min(groups, b))
     if groups == 1:
         res = _resize_group(images, top, left, ch, cw, windows.flip, out_hw, dtype)
         return finish(res, proc, out)
@@ -199,6 +199,13 @@ def _resize_group(images, top, left, ch, cw, flip, out_hw, dtype=torch.float32) 
     mid = torch.bmm(rows, batch.view(b, hm, 3 * wm)).view(b, oh * 3, wm)
     return torch.bmm(mid, cols.transpose(1, 2)).view(b, oh, 3, ow)
 
+
+#: Groups a batch's windows are cut into by default (see :func:`crop_resize_matmul`): one.
+#: Groups saved multiply-adds in float32 (4 groups did 1.4× a batch's own windows' work, one
+#: 2.2×), but each costs ~80 launches; with float16 products the launches cost more than the
+#: padding. H200, a batch of 256 (``benchmarks/results/gpu/session19-6``): 4 groups 8.1 ms of
+#: host and 8.4 of GPU time, 2 groups 4.6 / 5.2, one 2.5 / 3.9.
+MAX_GROUPS = 1
 
 #: The products' dtype on CUDA (:func:`compute_dtype_for`).
 CUDA_COMPUTE_DTYPE = torch.float16
