@@ -76,3 +76,28 @@ def test_a_worker_polls_its_task_queue_without_blocking():
 
         time.sleep(0.01)
     assert tasks.ready() and tasks.get() == "task" and not tasks.ready()
+
+
+def _loader_stub(*, processes, stream_gops=False, blocks=False, prefetch=2, units_decoding=4):
+    """What ``VideoLoader._units_in_flight`` reads of a loader, without building one (that needs
+    a GPU with NVDEC)."""
+    import types
+
+    config = types.SimpleNamespace(nvdec_processes=processes, prefetch=prefetch,
+                                   units_decoding=units_decoding, uses_nvdec=True, backend="nvdec",
+                                   num_workers=0)
+    return types.SimpleNamespace(config=config, uses_stream_gops=stream_gops, uses_block_units=blocks)
+
+
+def test_units_in_flight_with_processes():
+    """K processes keep UNITS_PER_PROCESS units each plus the prefetch, whole batches or GOPs of
+    streams alike (each GOP unit goes whole to one process); a GOP-local block is cut by video
+    over the processes (prefetch + 1); one process decodes units_decoding GOP units at once."""
+    from vidloader.pipeline._loader import VideoLoader
+    from vidloader.pipeline._nvdec_workers import UNITS_PER_PROCESS
+
+    units = VideoLoader._units_in_flight
+    assert units(_loader_stub(processes=4, stream_gops=True)) == UNITS_PER_PROCESS * 4 + 1
+    assert units(_loader_stub(processes=4)) == UNITS_PER_PROCESS * 4 + 1
+    assert units(_loader_stub(processes=4, blocks=True)) == 3
+    assert units(_loader_stub(processes=1, stream_gops=True)) == 2 + 4

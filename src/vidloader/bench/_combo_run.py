@@ -267,7 +267,8 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-p12-dec2": ({"backend": "nvdec", "nvdec_processes": 12, "nvdec_decoders": 2}, {}),
     "nvdec-p16-dec1": ({"backend": "nvdec", "nvdec_processes": 16, "nvdec_decoders": 1}, {}),
     "nvdec-p12": ({"backend": "nvdec", "nvdec_processes": 12}, {}),
-    # W3-stream: GOPs of streams in worker processes (session 19); 8 decoder threads each
+    # W3-stream: GOPs of streams in worker processes (session 19), decoder threads chosen by
+    # frame size as usual, or 4 each
     "nvdec-p3": ({"backend": "nvdec", "nvdec_processes": 3}, {}),
     "nvdec-p6-dec4": ({"backend": "nvdec", "nvdec_processes": 6, "nvdec_decoders": 4}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,

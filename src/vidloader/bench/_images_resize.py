@@ -7,9 +7,11 @@ images of both orientations, batch 64:
 
 - ``per_image``: ``crop_resize`` per image (torch's uint8 kernel on the CPU, float32
   ``interpolate`` on CUDA), then ``finalize`` (the path before this change);
-- ``matmul``: ``crop_resize_matmul`` (per-image weight matrices, two ``bmm``; images sorted
-  by window area in ``min(4, B // 16)`` groups, each padded to its own largest window);
-- ``matmul_1_group``: the same, the whole batch padded to its largest window;
+- ``matmul``: ``crop_resize_matmul`` as the loader runs it (per-image weight matrices, two
+  ``bmm``, the batch padded to its largest window; float16 products on CUDA);
+- ``matmul_4_groups``: the same with images sorted by window area in 4 groups, each padded to
+  its own largest window (the default before session 19);
+- ``matmul_float32``: the same with float32 products (the default on CUDA before session 19);
 - ``grid_sample``: per-image affine grids over the padded batch, bilinear (no antialias:
   shown for its error, it cannot match an antialiased shrink).
 
@@ -117,7 +119,8 @@ def run_resize(args, device: str) -> dict:
     results = {"batch": batch, "reps": reps, "threads": torch.get_num_threads(),
                "load_average_before": os.getloadavg()}
     methods = {"per_image": crop_resize_per_image, "matmul": crop_resize_matmul,
-               "matmul_1_group": functools.partial(crop_resize_matmul, groups=1),
+               "matmul_4_groups": functools.partial(crop_resize_matmul, groups=4),
+               "matmul_float32": functools.partial(crop_resize_matmul, compute_dtype=torch.float32),
                "grid_sample": None}
     for name, fn in methods.items():
         if fn is None:

@@ -17,17 +17,20 @@ window into a zero-padded float batch ``[B, Hm, 3, Wm]``) and about twenty launc
 - normalize is folded into the single kernel that writes the output in its dtype and layout
   (``addcmul`` into the destination), so a float batch is never rounded to uint8 first.
 
-Against the per-image path: uint8 outputs differ by at most 1 (float32 rounding of the same
-weights; torch's CPU uint8 kernel uses 16-bit fixed-point weights); float outputs differ by
-at most ``0.5/255/std`` plus float32 error, the uint8 rounding the per-image path does before
-normalising. Under ``torch.backends.cuda.matmul.allow_tf32`` the products run in TF32 and the
-uint8 difference may reach 2.
+Against the per-image path, with float32 products (the CPU, or ``compute_dtype=torch.float32``):
+uint8 outputs differ by at most 1 (float32 rounding of the same weights; torch's CPU uint8
+kernel uses 16-bit fixed-point weights); float outputs differ by at most ``0.5/255/std`` plus
+float32 error, the uint8 rounding the per-image path does before normalising. Under
+``torch.backends.cuda.matmul.allow_tf32`` the products run in TF32 and the uint8 difference
+may reach 2.
 
 On CUDA the padded batch, the weights and the products are float16 by default
 (:data:`CUDA_COMPUTE_DTYPE`): pixels are exact in float16 and the weights keep 11 bits, so
 before rounding the output is within 0.3 code values of float32's (mean 0.03; measured on
 the H200, ``benchmarks/results/gpu/session19-1``); uint8 outputs then differ from float32's by
-at most 1 on a few percent of values. It halved the packed batch's bytes and moved the products
+at most 1 on a few percent of values (a bound measured, not derived: rounding the weights and
+the intermediate product could reach ~0.4 at worst, more under torch's reduced-precision
+float16 reductions). It halved the packed batch's bytes and moved the products
 to tensor cores: the augmentation's GPU time a batch of 256 went from 13.2 to 9.3 ms there.
 ``compute_dtype=torch.float32`` keeps the exact path.
 

@@ -72,7 +72,8 @@ _LIVE_LOADERS: weakref.WeakSet = weakref.WeakSet()
 _SERVERS_BY_BACKEND = {"nvdec": ("demux",), "combo": ("decode", "demux")}
 
 
-#: Whether NVDEC with demux workers takes a plan of streams as the GOPs its rows walk through
+#: Whether NVDEC with demux workers (or in worker processes, ``nvdec_processes``) takes a plan
+#: of streams as the GOPs its rows walk through
 #: (:attr:`VideoLoader.uses_stream_gops`); False: whole batches, as before session 14 (kept for
 #: A/B runs, ``benchmarks/diag/stream_gops_ab.py``).
 STREAM_GOP_UNITS = True
@@ -99,8 +100,8 @@ def _unit_workers(num_workers: int, nvdec_processes: int) -> int:
     """``num_workers`` as the choice of units sees it: with NVDEC worker processes, their
     number (each demuxes for itself, so ``num_workers`` is unused). Like demux workers, they
     take a plan of streams as the GOPs its rows walk through (:attr:`VideoLoader.uses_stream_gops`):
-    each GOP piece is decoded from its keyframe once, by whichever process gets its unit, and
-    the processes' slots are allocated per unit in flight as in one process."""
+    each GOP piece is decoded from its keyframe once, by whichever process gets its unit (their
+    units in flight: :meth:`VideoLoader._units_in_flight`)."""
     return nvdec_processes if nvdec_processes > 1 else num_workers
 
 
@@ -196,7 +197,9 @@ class VideoLoader:
             host memory grow with it; ``memory_budget`` does not apply). ``num_workers`` is
             then unused: each process demuxes for itself. A plan of streams
             (``MultiCameraClips(streams=True)``) goes out as its GOPs, each decoded once by one
-            process (1.9× one process in 4 on the W3 stream order, session 19). Default 1:
+            process (1.9× one process in 4 on the W3 stream order, session 19), its GPU staging
+            then holding ``8 × (2K + prefetch - 1) + GOP - 1`` batches (64 GB with 4 processes
+            for W3's 48 frames of 1600×900 a batch: mind the GPU's memory). Default 1:
             NVDEC in this process (demux workers per ``num_workers``).
         nvtx (bool | None): emit NVTX ranges (``vidloader.demux``, ``.decode``, ``.convert``,
             ``.copy``, ``.finalize``, ``.collect``) for Nsight Systems, in each process where
@@ -419,8 +422,8 @@ class VideoLoader:
     def uses_block_units(self) -> bool:
         """Whether work is handed out one GOP-local block at a time (see ``lookahead``), or,
         for a plan of streams, one row over a few batches (CPU workers only: each keeps its
-        rows' videos open; NVDEC in separation mode takes the GOPs of the streams instead,
-        :attr:`uses_stream_gops`; otherwise whole batches)."""
+        rows' videos open; NVDEC with demux workers or in worker processes takes the GOPs of
+        the streams instead, :attr:`uses_stream_gops`; otherwise whole batches)."""
         config = self.config
         return takes_block_units(self._epoch_plan(self._epoch), backend=config.backend,
                                  num_workers=self._unit_workers, lookahead=config.lookahead)
@@ -429,9 +432,11 @@ class VideoLoader:
     def uses_stream_gops(self) -> bool:
         """Whether work is handed out as GOPs of streams (:func:`~._units.stream_gop_units`):
         a plan of streams on NVDEC with demux workers or ``nvdec_processes``, ``lookahead``
-        not given. Each GOP a
-        row walks through is then decoded once, whatever the batches it spans. (NVDEC with no
-        workers keeps whole batches: every one of its slots is a GPU buffer; the combo too.)"""
+        not given. Each GOP a row walks through is then decoded once, whatever the batches it
+        spans. (NVDEC with no workers keeps whole batches, and so does the combo. Worker
+        processes take the GOPs although every slot of theirs is a GPU buffer too: their
+        ``2K + prefetch - 1`` units in flight reach ``8 × that + span - 1`` batches, 64 GB of
+        GPU memory with 4 processes on W3's native 1600×900, session 19.)"""
         config = self.config
         return takes_stream_gops(lambda: self._epoch_plan(self._epoch), backend=config.backend,
                                  num_workers=self._unit_workers, lookahead=config.lookahead)
@@ -449,10 +454,12 @@ class VideoLoader:
 
     def _units_in_flight(self, units_decoding: int | None = None) -> int:
         """Units the staging slots hold at once. Whole-batch units: one per worker plus the
-        prefetch. Block units are large, and need no slot per worker: on CPU workers a
-        block is shared by all of them (the scheduler cuts it by video), so ``prefetch +
-        1``; on the GPU up to ``units_decoding`` (the config's, unless given) decode at
-        once, plus the prefetch."""
+        prefetch (NVDEC worker processes: :data:`UNITS_PER_PROCESS` each, plus the prefetch,
+        also for GOPs of streams, each of which goes whole to one process). Block units are
+        large, and need no slot per worker: on CPU workers and NVDEC processes a block is
+        shared by all of them (the scheduler cuts it by video), so ``prefetch + 1``; on the GPU
+        in one process up to ``units_decoding`` (the config's, unless given) decode at once,
+        plus the prefetch."""
         config = self.config
         decoding = config.units_decoding if units_decoding is None else units_decoding
         processes = config.nvdec_processes

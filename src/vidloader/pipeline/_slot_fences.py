@@ -6,8 +6,9 @@ One inter-process CUDA event per slot, made in the loader's process and sent to 
 once, at its start (torch's reductions send its IPC handle). When a unit is handed out, the
 event of each slot it fills is recorded on the consumer's current stream; a worker waits for
 those events (on the GPU, or on the host) before it writes the slots. A slot is handed out
-again only after its batch was delivered, so the event a worker waits for is always the
-record made for its own unit.
+again only after its batch was delivered. Units that overlap (GOPs of streams) share a slot
+that is still open: each ``submit`` records its event again, and a later record only makes
+the next unit wait for a later point of the consumer's stream, never an earlier one.
 """
 
 from __future__ import annotations
