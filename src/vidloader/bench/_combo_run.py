@@ -152,13 +152,10 @@ def _workloads():
 
 def _stream_rigs(index, dataset):
     """The bench's multicam-stream sampler over ``dataset``'s rigs (positions in ``index``)."""
-    import os
-
     from vidloader.bench._multicam import multicam_sampler
+    from vidloader.bench._workloads import rig_positions
 
-    position = {p: i for i, p in enumerate(index.paths)}
-    rigs = [[position[os.path.abspath(p)] for p in clip] for clip in dataset.clips]
-    return multicam_sampler(rigs, order="stream")
+    return multicam_sampler(rig_positions(index, dataset), order="stream")
 
 
 def _combo(patches: dict | None = None, **loader) -> tuple[dict, dict]:

@@ -152,15 +152,24 @@ def _gop_shuffle(index, dataset, needed: int, seed: int) -> Sampler:
     return cls(seed=seed)
 
 
+def rig_positions(index, dataset) -> list[list[int]]:
+    """Each multi-camera clip (rig) of ``dataset`` as its camera files' positions in ``index``.
+
+    Raises:
+        Skip: the dataset has no rigs, or a camera file is not in the index.
+    """
+    if not dataset.clips:
+        raise Skip(f"dataset {dataset.spec.name} has no multi-camera clips (use W3)")
+    position = {p: i for i, p in enumerate(index.paths)}
+    try:
+        return [[position[os.path.abspath(p)] for p in clip] for clip in dataset.clips]
+    except KeyError as exc:
+        raise Skip(f"camera file {exc} is not in the index") from None
+
+
 def _multicam(order: str) -> Callable[..., Sampler]:
     def make(index, dataset, needed: int, seed: int) -> Sampler:
-        if not dataset.clips:
-            raise Skip(f"dataset {dataset.spec.name} has no multi-camera clips (use W3)")
-        position = {p: i for i, p in enumerate(index.paths)}
-        try:
-            clips = [[position[os.path.abspath(p)] for p in clip] for clip in dataset.clips]
-        except KeyError as exc:
-            raise Skip(f"camera file {exc} is not in the index") from None
+        clips = rig_positions(index, dataset)
         cams = len(clips[0])
         return multicam_sampler(clips, order=order, num_samples=needed // cams, seed=seed)
     return make

@@ -37,12 +37,10 @@ import traceback
 
 import torch
 
-from ._contract import BatchPool
 from ._image_decode import _Streams, allocate_final_slots
 from ._image_fill import fill_from_images, fill_task_messages
 from ._messages import STOP, Failure, FillTask, Ready
-from ._pool import WorkerProcesses
-from ._slot_fences import SlotFences
+from ._slot_fences import FencedWorkerPool, SlotFences
 
 
 def nvimgcodec_decoder(device: torch.device):
@@ -110,7 +108,7 @@ def _fill_task(start: GpuImageWorkerStart, config, decoder, streams: _Streams,
     return messages
 
 
-class GpuImageProcessPool(WorkerProcesses, BatchPool):
+class GpuImageProcessPool(FencedWorkerPool):
     """nvImageCodec decoding and GPU augmentation in ``config.num_workers`` processes, each
     filling whole batches into slots shared with this process (module docstring).
 
@@ -136,15 +134,3 @@ class GpuImageProcessPool(WorkerProcesses, BatchPool):
         args = [GpuImageWorkerStart(i, config, device, self.slots, self.fences.events, make_decoder)
                 for i in range(config.num_workers)]
         super().__init__(gpu_image_worker_main, args, config.num_workers, server="torch")
-
-    @property
-    def ways(self) -> int:
-        return self.num_workers
-
-    def submit(self, worker: int, task: FillTask) -> None:
-        self.fences.copied_out(task.slot_ids)
-        self.put(worker, task)
-
-    def shutdown(self) -> None:
-        super().shutdown()  # the workers are joined: no kernel of theirs reads the slots
-        self.slots = []

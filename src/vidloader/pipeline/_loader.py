@@ -463,12 +463,10 @@ class VideoLoader:
         config = self.config
         decoding = config.units_decoding if units_decoding is None else units_decoding
         processes = config.nvdec_processes
-        if processes > 1 and self.uses_stream_gops:  # GOP units go whole to each process
-            return UNITS_PER_PROCESS * processes + config.prefetch - 1
-        if self.uses_block_units or self.uses_stream_gops:
+        if self.uses_block_units or (self.uses_stream_gops and processes == 1):
             # A block is cut by video over CPU workers, or over NVDEC worker processes.
             return config.prefetch + (decoding if config.uses_nvdec and processes == 1 else 1)
-        if processes > 1:  # a few units on each process's decoders, plus the prefetch
+        if processes > 1:  # a few units (GOPs of streams go whole) on each process, plus prefetch
             return UNITS_PER_PROCESS * processes + config.prefetch - 1
         if config.backend == "combo":  # a unit per CPU worker and NVDEC's queue, plus prefetch
             return config.num_workers + decoding + config.prefetch - 1

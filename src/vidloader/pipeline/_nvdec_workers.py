@@ -32,10 +32,9 @@ import traceback
 import torch
 
 from ..errors import GpuMemoryError
-from ._contract import BatchPool
 from ._messages import STOP, Failure, FillTask, Ready
-from ._pool import WorkerProcesses, _allocate
-from ._slot_fences import SlotFences
+from ._pool import _allocate
+from ._slot_fences import FencedWorkerPool, SlotFences
 from ._worker import start_unit_messages
 
 #: Units a worker decodes at once: the next unit's GOPs are queued on its decoder threads
@@ -121,7 +120,7 @@ class _GpuMemory:
         pass
 
 
-class NvdecProcessPool(WorkerProcesses, BatchPool):
+class NvdecProcessPool(FencedWorkerPool):
     """NVDEC decoding in ``config.nvdec_processes`` worker processes, each filling units into
     GPU slots shared with this process (module docstring)."""
 
@@ -135,17 +134,5 @@ class NvdecProcessPool(WorkerProcesses, BatchPool):
         super().__init__(nvdec_worker_main, args, processes, server="torch")
 
     @property
-    def ways(self) -> int:
-        return self.num_workers
-
-    @property
     def splits_blocks(self) -> bool:
         return True  # each process decodes its share of a GOP-local block, as CPU workers do
-
-    def submit(self, worker: int, task: FillTask) -> None:
-        self.fences.copied_out(task.slot_ids)
-        self.put(worker, task)
-
-    def shutdown(self) -> None:
-        super().shutdown()  # the workers are joined: no kernel of theirs writes the slots
-        self.slots = []

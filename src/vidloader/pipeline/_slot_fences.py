@@ -17,6 +17,10 @@ from collections.abc import Iterable
 
 import torch
 
+from ._contract import BatchPool
+from ._messages import FillTask
+from ._pool import WorkerProcesses
+
 
 class SlotFences:
     """Per slot, the inter-process event marking its last batch copied out (``events``, to
@@ -40,3 +44,25 @@ class SlotFences:
         stream = torch.cuda.current_stream(self.device)
         for slot_id in set(slot_ids):
             self.events[slot_id].record(stream)
+
+
+class FencedWorkerPool(WorkerProcesses, BatchPool):
+    """Worker processes that write this process's staging slots (the GPU image workers, NVDEC
+    worker processes): each is an executor; a task is handed to its worker once the fences of
+    its slots are recorded. A subclass sets :attr:`slots` and :attr:`fences` before it starts
+    its workers."""
+
+    slots: list
+    fences: SlotFences
+
+    @property
+    def ways(self) -> int:
+        return self.num_workers
+
+    def submit(self, worker: int, task: FillTask) -> None:
+        self.fences.copied_out(task.slot_ids)
+        self.put(worker, task)
+
+    def shutdown(self) -> None:
+        super().shutdown()  # the workers are joined: no kernel of theirs uses the slots
+        self.slots = []
