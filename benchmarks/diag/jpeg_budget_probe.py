@@ -94,26 +94,11 @@ class Dmon:
 
 def loader_row(workers: int, seconds: float) -> dict:
     import torch
+    from jpeg_workers_sweep import warm_jpeg_loader  # this folder: the script's own
 
-    from vidloader.bench._images import _rrc_proc
     from vidloader.images import ImageFolder
-    from vidloader.pipeline import ImageLoader
 
-    folder = ImageFolder(FOLDER, progress=False)
-    t0 = time.perf_counter()
-    loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
-                         decoder="nvimgcodec", num_workers=workers, persistent_workers=True)
-
-    def batches():
-        while True:
-            yield from loader
-    it = batches()
-    next(it)
-    first_s = time.perf_counter() - t0
-    warm = time.perf_counter()
-    while time.perf_counter() - warm < 4.0:
-        next(it)
-    torch.cuda.synchronize()
+    loader, it, first_s = warm_jpeg_loader(ImageFolder(FOLDER, progress=False), workers)
     dmon = Dmon()
     busy0, total0 = _cpu_ticks()
     self0 = _self_cpu_s()

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from jpeg_budget_probe import FOLDER, Dmon  # this folder: the script's own
+from jpeg_budget_probe import FOLDER, Dmon, _cpu_ticks  # this folder: the script's own
 
 HW = "nvjpeg_hw_decoder"
 OPTIONS = {
@@ -49,32 +49,14 @@ def _run(options: str, batch: int, threads: int, blobs: list, seconds: float) ->
     import torch
 
     decoders = [_decoder(options) for _ in range(threads)]
-    counts = [0] * threads
-    stop = threading.Event()
-
-    def loop(t):
-        stream = torch.cuda.Stream()
-        k = t
-        while not stop.is_set():
-            chunk = [nv.CodeStream(blobs[(k * batch + j) % len(blobs)]) for j in range(batch)]
-            images = decoders[t].decode(chunk, cuda_stream=stream.cuda_stream)
-            stream.synchronize()
-            counts[t] += sum(x is not None for x in images)
-            k += threads
-    for t in range(threads):  # warm-up
-        decoders[t].decode([nv.CodeStream(b) for b in blobs[:batch]])
+    for decoder in decoders:  # warm-up
+        decoder.decode([nv.CodeStream(b) for b in blobs[:batch]])
     torch.cuda.synchronize()
-    dmon = Dmon()
-    workers = [threading.Thread(target=loop, args=(t,)) for t in range(threads)]
-    start = time.perf_counter()
-    for w in workers:
-        w.start()
-    time.sleep(seconds)
-    stop.set()
-    for w in workers:
-        w.join()
-    elapsed = time.perf_counter() - start
-    return {"images_per_s": round(sum(counts) / elapsed, 1), "dmon": dmon.stop()}
+
+    def call(decoder, k, t):
+        chunk = [nv.CodeStream(blobs[(k * batch + j) % len(blobs)]) for j in range(batch)]
+        return decoder.decode(chunk, cuda_stream=torch.cuda.current_stream().cuda_stream)
+    return _decode_threads(call, decoders, seconds)
 
 
 def _steps(blobs: list, paths: list, seconds: float) -> list:
@@ -130,18 +112,19 @@ def _steps(blobs: list, paths: list, seconds: float) -> list:
     for label, (make, step) in steps.items():
         call = (lambda dec, k, t, f=step: f(dec, k, t)) if step is packed else (
             lambda dec, k, t, f=step: f(dec, k))
-        row = {"step": label, **_two_threads(call, [make(), make()], seconds)}
+        row = {"step": label, **_decode_threads(call, [make(), make()], seconds)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
 
 
-def _two_threads(call, decoders: list, seconds: float) -> dict:
+def _decode_threads(call, decoders: list, seconds: float) -> dict:
     """images/s, cores busy and ``dmon`` shares of ``call(decoder, batch, thread)`` looping on
-    two threads (a CUDA stream each, each batch synchronised) for ``seconds``."""
+    a thread per decoder (a CUDA stream each, each batch synchronised) for ``seconds``."""
     import torch
 
-    counts, stop = [0, 0], threading.Event()
+    n = len(decoders)
+    counts, stop = [0] * n, threading.Event()
 
     def loop(t):
         stream = torch.cuda.Stream()
@@ -151,10 +134,10 @@ def _two_threads(call, decoders: list, seconds: float) -> dict:
                 images = call(decoders[t], k, t)
                 stream.synchronize()
                 counts[t] += sum(x is not None for x in images)
-                k += 2
-    busy0 = _cpu_busy()
+                k += n
+    busy0, _ = _cpu_ticks()
     dmon = Dmon()
-    threads = [threading.Thread(target=loop, args=(t,)) for t in range(2)]
+    threads = [threading.Thread(target=loop, args=(t,)) for t in range(n)]
     start = time.perf_counter()
     for th in threads:
         th.start()
@@ -163,14 +146,9 @@ def _two_threads(call, decoders: list, seconds: float) -> dict:
     for th in threads:
         th.join()
     elapsed = time.perf_counter() - start
-    return {"images_per_s": round(sum(counts) / elapsed, 1),
-            "cores_busy": round((_cpu_busy() - busy0) / elapsed, 1), "dmon": dmon.stop()}
-
-
-def _cpu_busy() -> float:
-    """Seconds of CPU the machine has spent busy (all cores), from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    busy = (_cpu_ticks()[0] - busy0) / os.sysconf("SC_CLK_TCK")
+    return {"images_per_s": round(sum(counts) / elapsed, 1), "cores_busy": round(busy / elapsed, 1),
+            "dmon": dmon.stop()}
 
 
 def main() -> int:

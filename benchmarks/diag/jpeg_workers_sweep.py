@@ -28,7 +28,9 @@ BATCH = 256
 WARMUP_S = 4.0
 
 
-def _one(folder, workers: int, seconds: float) -> dict:
+def warm_jpeg_loader(folder, workers: int):
+    """``(loader, batches, first_batch_s)``: the GPU JPEG loader with ``workers`` processes,
+    its batches epoch after epoch, warmed up for :data:`WARMUP_S` and synchronised."""
     t0 = time.perf_counter()
     loader = ImageLoader(folder, batch_size=BATCH, processing=_rrc_proc(), device="cuda",
                          decoder="nvimgcodec", num_workers=workers, persistent_workers=True)
@@ -37,13 +39,17 @@ def _one(folder, workers: int, seconds: float) -> dict:
         while True:
             yield from loader
     it = batches()
-    first = next(it)
+    next(it)
     first_s = time.perf_counter() - t0
-    del first
     warm = time.perf_counter()
     while time.perf_counter() - warm < WARMUP_S:
         next(it)
     torch.cuda.synchronize()
+    return loader, it, first_s
+
+
+def _one(folder, workers: int, seconds: float) -> dict:
+    loader, it, first_s = warm_jpeg_loader(folder, workers)
     peak = [0]
 
     def sample():
