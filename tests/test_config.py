@@ -155,9 +155,10 @@ def test_every_argument_has_a_row():
 
 
 def test_nvdec_option_keys_are_the_executors():
+    """The executor's options the loader does not set, and the two the loader reads itself."""
     from vidloader.decoding.nvdec import NvdecExecutor
     from vidloader.pipeline._config import NVDEC_OPTION_KEYS
 
     set_by_loader = {"device", "max_width", "max_height", "num_decoders", "caps", "nvtx"}
     options = set(inspect.signature(NvdecExecutor).parameters) - set_by_loader
-    assert options | {"units_decoding"} == set(NVDEC_OPTION_KEYS)
+    assert options | {"units_decoding", "demux_ahead_bytes"} == set(NVDEC_OPTION_KEYS)

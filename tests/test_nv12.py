@@ -372,17 +372,18 @@ def test_av1_key_frames_without_a_sequence_header_get_the_extradatas(media):
     frame_only = b"".join(data[a:b] for a, b, t in _obus(data) if t != 1)
     video = SimpleNamespace(bsf=None, av1_sequence_header=seq)
     out = _GopPackets(0, 0, 0)
-    _append(video, _Pkt(frame_only, True), 0, out)
-    _append(video, _Pkt(frame_only, False), 1, out)
+    _append(video, _Pkt(frame_only, True), 0, out, None)
+    _append(video, _Pkt(frame_only, False), 1, out, None)
     assert out.data == [seq + frame_only, frame_only]
 
 
-class _Pkt:
-    def __init__(self, data: bytes, key: bool) -> None:
-        self._data, self.is_keyframe = data, key
+class _Pkt(bytes):
+    """A packet's bytes (its buffer, as a PyAV packet gives it) and its key flag."""
 
-    def __bytes__(self) -> bytes:
-        return self._data
+    def __new__(cls, data: bytes, key: bool):
+        packet = super().__new__(cls, data)
+        packet.is_keyframe = key
+        return packet
 
 
 def _bundle(media):

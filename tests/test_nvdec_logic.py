@@ -624,10 +624,11 @@ def _bare_separation_pool(*, units_decoding: int, batch_rows: int):
     """A SeparationPool's unit ordering alone: no workers, no decoder."""
     import collections
 
-    from vidloader.pipeline._pool import SeparationPool
+    from vidloader.pipeline._pool import DemuxAhead, SeparationPool
 
     pool = object.__new__(SeparationPool)
     pool.units_decoding, pool._batch_rows = units_decoding, batch_rows
+    pool.demux_ahead = DemuxAhead(None)
     pool._ready, pool._parts, pool._units = {}, {}, {}
     pool._decoding, pool._weights, pool._done = (collections.deque() for _ in range(3))
     return pool

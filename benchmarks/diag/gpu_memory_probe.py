@@ -166,27 +166,33 @@ def _options(pairs: list[str]) -> dict:
     out = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
-        out[key] = int(value)
+        out[key] = None if value.lower() == "none" else int(value)
     return out
 
 
 class HostPeak(_Sampled):
     """Peak PSS of this process and, apart, of its children (the demux workers and the fork
-    servers), sampled every 0.25 s on a thread (issue 16 item 1: where host memory goes)."""
+    servers), sampled every 0.25 s on a thread (issue 16 item 1: where host memory goes);
+    and the bytes of the shared-memory segments in ``/dev/shm`` that no process maps (a demux
+    worker's sent part not yet received: in no process's PSS), above what was there at the
+    start."""
 
     def __init__(self, every_s: float = 0.25) -> None:
         import psutil
 
         super().__init__(every_s)
         self._me = psutil.Process()
-        self.main_gib = self.children_gib = self.total_gib = 0.0
+        self._shm_at_start = _shm_bytes()
+        self.main_gib = self.children_gib = self.shm_gib = self.total_gib = 0.0
 
     def sample(self) -> None:
         main = self._pss(self._me)
         children = sum(self._pss(c) for c in self._me.children(recursive=True))
+        shm = max(0, _shm_bytes() - self._shm_at_start)
         self.main_gib = max(self.main_gib, main / GIB)
         self.children_gib = max(self.children_gib, children / GIB)
-        self.total_gib = max(self.total_gib, (main + children) / GIB)
+        self.shm_gib = max(self.shm_gib, shm / GIB)
+        self.total_gib = max(self.total_gib, (main + children + shm) / GIB)
 
     @staticmethod
     def _pss(proc) -> int:
@@ -194,6 +200,25 @@ class HostPeak(_Sampled):
             return proc.memory_full_info().pss
         except Exception:  # noqa: BLE001 - psutil.Error: a child gone between the calls
             return 0
+
+
+def _gib(n):
+    return None if n is None else n / GIB
+
+
+def _shm_bytes() -> int:
+    """Bytes allocated to the files of ``/dev/shm`` (pages written, not their sizes)."""
+    total = 0
+    try:
+        entries = list(os.scandir("/dev/shm"))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            total += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:  # unlinked between the listing and the stat
+            continue
+    return total
 
 
 def _executor(loader):
@@ -225,7 +250,7 @@ def main(argv: list[str]) -> None:
     plan = loader.memory_plan
     print(f"plan: {json.dumps(plan)}", flush=True)
     peak_snapshot, peak, frames, t0 = None, 0, 0, None
-    executor = None
+    executor = demux = None
     with SmiPeak() as smi, HostPeak() as host:
         for n, batch in enumerate(loader, 1):
             if n == args.warmup:
@@ -235,6 +260,7 @@ def main(argv: list[str]) -> None:
                 frames += len(batch["frames"])
             del batch
             executor = executor or _executor(loader)
+            demux = demux or getattr(loader._pool, "demux_ahead", None)  # gone after the loop
             allocated = torch.cuda.memory_allocated()
             if allocated > peak and not args.no_history:
                 peak, peak_snapshot = allocated, torch.cuda.memory._snapshot()
@@ -250,10 +276,12 @@ def main(argv: list[str]) -> None:
         "lookahead": loader.lookahead, "plan": plan,
         "plan_total_gib": plan["total_bytes"] / GIB, "plan_torch_gib": plan["torch_bytes"] / GIB,
         "gpu_staging": dict(loader.stats["gpu_staging"]),
+        "demux_ahead_limit_gib": _gib(getattr(demux, "limit", None)),
+        "demux_ahead_peak_gib": _gib(getattr(demux, "peak_bytes", None)),
         "frames_held_peak": getattr(executor, "frames_held_peak", None),
         "stack_frames": getattr(executor, "stack_frames", None),
         "host_peak_pss_gib": {"main": host.main_gib, "children": host.children_gib,
-                              "total": host.total_gib},
+                              "shm_unmapped": host.shm_gib, "total": host.total_gib},
         "smi_context_gib": context, "smi_peak_gib": smi.peak,
         "smi_loader_peak_gib": smi.peak - context,
         "smi_used_gib": _smi_used_gib(),

@@ -38,6 +38,15 @@ BACKENDS: tuple[str, ...] = ("cpu", "nvdec", "combo")
 ON_ERROR: tuple[str, ...] = ("raise", "skip")
 FALLBACKS: tuple[str, ...] = ("cpu", "error")
 
+#: Packet bytes demuxed ahead of NVDEC (sent to the demux workers or received, not yet
+#: decoding) by default: ``nvdec_options["demux_ahead_bytes"]`` (:class:`~._pool.DemuxAhead`).
+#: Bounded by the worker count alone (a unit each, plus the prefetch), W1's uniform random
+#: frames (1080p, ~0.25 GB of packets a unit of 128 frames, 16 workers) held 4.0-4.6 GiB in
+#: segments sent but not yet received, on top of 3.1-3.3 GiB in the processes; bounded at
+#: 2 GiB / 1 GiB / 512 MiB / 256 MiB, 3.86 / 2.90-3.06 / 2.38 / 2.23 GiB in all, at the same
+#: pace (304-314 frames/s; H100, ``session20-3``).
+DEFAULT_DEMUX_AHEAD_BYTES = 512 << 20
+
 #: Units queued on the NVDEC decoders at once, by default: the next ones decode while the
 #: oldest is waited for, so the decoders never drain between units.
 DEFAULT_UNITS_DECODING = 4
@@ -74,6 +83,9 @@ class LoaderConfig:
         memory_budget: the GPU bytes the NVDEC side was planned to fit (``None``: no
             budget); ``units_decoding`` and ``nvdec_options`` hold what it chose
             (:mod:`._memory`).
+        nvdec_processes: NVDEC worker processes (1: NVDEC in this process).
+        demux_ahead_bytes: packet bytes the demux workers may hold ahead of NVDEC
+            (``nvdec_options["demux_ahead_bytes"]``; ``None``: a unit per worker, no bound).
     """
 
     index: VideoIndex
@@ -97,6 +109,7 @@ class LoaderConfig:
     nvtx: bool = False
     memory_budget: int | None = None
     nvdec_processes: int = 1
+    demux_ahead_bytes: int | None = None
 
     @property
     def uses_nvdec(self) -> bool:
@@ -130,9 +143,9 @@ def backend_uses_nvdec(backend: str) -> bool:
 
 
 #: The keys ``nvdec_options`` may hold: ``NvdecExecutor`` options the loader does not set
-#: itself, and ``units_decoding``.
-NVDEC_OPTION_KEYS = ("frame_cache_bytes", "packet_cache_bytes", "skip_nonref", "stack_frames",
-                     "units_decoding")
+#: itself, ``units_decoding`` and ``demux_ahead_bytes``.
+NVDEC_OPTION_KEYS = ("demux_ahead_bytes", "frame_cache_bytes", "packet_cache_bytes", "skip_nonref",
+                     "stack_frames", "units_decoding")
 
 
 def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallback="cpu",
@@ -346,6 +359,7 @@ def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
     else:
         gpu = int(os.environ.get("LOCAL_RANK", "0"))
     extra = dict(extra or {})
+    extra.pop("demux_ahead_bytes", None)  # the demux workers', read by demux_ahead_bytes()
     units = extra.pop("units_decoding", DEFAULT_UNITS_DECODING)
     if isinstance(units, bool) or not isinstance(units, int) or units < 1:
         raise ConfigError(f"nvdec_options['units_decoding'] must be an int >= 1 (units queued on "
@@ -363,6 +377,24 @@ def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
         **extra,
     }
     return options, units
+
+
+def demux_ahead_bytes(extra: Mapping | None) -> int | None:
+    """``nvdec_options["demux_ahead_bytes"]``: bytes (an int, or a string such as
+    ``"512MiB"``), ``None`` for no bound, or the default
+    (:data:`~._pool.DEFAULT_DEMUX_AHEAD_BYTES`)."""
+    extra = extra or {}
+    if "demux_ahead_bytes" not in extra:
+        return DEFAULT_DEMUX_AHEAD_BYTES
+    value = extra["demux_ahead_bytes"]
+    if value is None:
+        return None
+    try:
+        return parse_memory_budget(value)
+    except ConfigError:
+        raise ConfigError(f"nvdec_options['demux_ahead_bytes'] must be bytes (an int >= 1, or a "
+                          f"string such as '512MiB' or '2GB') or None for no bound, got "
+                          f"{value!r}") from None
 
 
 def _distinct_sizes(index: VideoIndex):

@@ -37,6 +37,7 @@ from ._config import (
     backend_uses_nvdec,
     check_options,
     decoded_per_delivered,
+    demux_ahead_bytes,
     resolve_device,
     resolve_nvdec_options,
     staging_shapes,
@@ -174,8 +175,10 @@ class VideoLoader:
         nvdec_options (Mapping | None): further :class:`~vidloader.decoding.nvdec.NvdecExecutor`
             options (``frame_cache_bytes``, ``packet_cache_bytes``, ``skip_nonref``,
             ``stack_frames``: decoded frames a decoder thread holds before converting them,
-            default 8), and ``units_decoding``: units of work queued on the decoders at once
-            (default 4).
+            default 8), ``units_decoding``: units of work queued on the decoders at once
+            (default 4), and ``demux_ahead_bytes``: packet bytes the demux workers may hold
+            ahead of the decoders (bytes or a string such as ``"1GiB"``; default 512 MiB;
+            ``None``: a unit per worker whatever its size), the host memory's knob.
         fallback ("cpu" | "error"): what happens to files NVDEC cannot decode (``"nvdec"``,
             ``"combo"``): decoded on the CPU, or refused at construction.
         combo_share (float | None): with ``"combo"``, a fixed share of units for NVDEC;
@@ -309,6 +312,7 @@ class VideoLoader:
             combo_share=None if combo_share is None else float(combo_share),
             nvtx=resolve_ranges(nvtx).enabled, memory_budget=budget,
             nvdec_processes=nvdec_processes,
+            demux_ahead_bytes=demux_ahead_bytes(nvdec_options) if uses_nvdec else None,
         )
         if self.uses_block_units and has_row_affinity(self._epoch_plan(0)):
             self.config = _with_stream_files(self.config)

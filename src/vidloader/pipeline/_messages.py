@@ -49,6 +49,9 @@ class DemuxWorkerStart:
     #: demux fails with a media error (not a missing or stale file) is reported, not raised,
     #: whatever ``on_error`` says, so the loader's process decodes its file on the CPU.
     falls_back: bool = False
+    #: How the names of this pool's shared-memory segments begin (``_payloads.SharedPayloads``),
+    #: so that the pool removes those of a worker stopped mid-part at its shutdown.
+    segment_prefix: str = "psm_"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import mmap
 import os
+import secrets
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
@@ -39,42 +40,130 @@ class Segment:
     size: int
 
 
+#: A new segment's size before it grows (doubling): shared memory takes pages as they are
+#: written, so a size never written costs nothing but address space.
+INITIAL_SEGMENT_BYTES = 64 << 20
+
+
+class SharedPayloads:
+    """Packet payloads written straight into one named shared-memory segment, which grows as
+    they come: a demux part's packets are copied once, from FFmpeg's buffers to the segment
+    (:func:`~vidloader.decoding.nvdec.demux_gops`'s ``sink``), instead of into bytes, then a
+    bundle's array, then the segment. A worker held 2.2 times its part's bytes at its peak
+    that way (the 2-core machine, W1 at half size: 34 MiB for 15 MiB of packets).
+
+    The segment is a :class:`~vidloader.decoding.nvdec.PayloadSink`. Growing it maps the
+    larger file again and keeps the earlier mappings (views of them stay valid: they map the
+    same pages). :meth:`pack` ends it; :meth:`discard` drops it.
+    """
+
+    def __init__(self, capacity: int = INITIAL_SEGMENT_BYTES, *, prefix: str = "psm_") -> None:
+        if _posixshmem is None:  # pragma: no cover - separation mode's workers are POSIX only
+            raise OSError("SharedPayloads needs POSIX shared memory (Linux or macOS)")
+        self.name = prefix + secrets.token_hex(8)
+        self._size = 0
+        self._capacity = max(int(capacity), mmap.PAGESIZE)
+        self._maps: list[tuple[mmap.mmap, int]] = []  # (mapping, its address), newest last
+        flags = os.O_CREAT | os.O_EXCL | os.O_RDWR
+        self._fd = _posixshmem.shm_open("/" + self.name, flags, mode=0o600)
+        # A worker that dies before sending the segment: the loader's resource tracker (the
+        # fork server's children share it) unlinks the name at exit, as for SharedMemory.
+        resource_tracker.register("/" + self.name, "shared_memory")
+        try:
+            self._map(self._capacity)
+        except BaseException:
+            self.discard()
+            raise
+
+    def _map(self, capacity: int) -> None:
+        os.ftruncate(self._fd, capacity)
+        mapping = mmap.mmap(self._fd, capacity)
+        address = np.frombuffer(mapping, np.uint8).ctypes.data  # the view is gone at once
+        self._maps.append((mapping, address))
+        self._capacity = capacity
+
+    def tell(self) -> int:
+        return self._size
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        end = self._size + view.nbytes
+        if end > self._capacity:
+            self._map(max(end, 2 * self._capacity))
+        self._maps[-1][0][self._size:end] = view
+        self._size = end
+
+    def truncate(self, size: int) -> None:
+        self._size = min(self._size, int(size))
+
+    def view(self, start: int, stop: int) -> np.ndarray:
+        return np.frombuffer(self._maps[-1][0], np.uint8, stop - start, start)
+
+    def position(self, payload: np.ndarray) -> int | None:
+        """Where ``payload`` starts in the segment, if it is a view of one of its mappings."""
+        address = payload.ctypes.data
+        for mapping, base in self._maps:
+            if base <= address and address + payload.nbytes <= base + len(mapping):
+                return address - base
+        return None
+
+    def pack(self, bundles: list) -> tuple[Segment | None, list]:
+        """End the segment: ``(segment, light)`` as :func:`pack_payloads` gives them. Payloads
+        that are not views of the segment are written to it first. Takes ``bundles``: the list
+        is emptied, so that no view of the mappings is left when they close."""
+        light = []
+        try:
+            for bundle in bundles:
+                if bundle is None:
+                    light.append(None)
+                    continue
+                start = self.position(bundle.payload) if bundle.payload.nbytes else self._size
+                if start is None:
+                    start = self._size
+                    self.write(bundle.payload)
+                light.append((dataclasses.replace(bundle, payload=_NO_PAYLOAD), start,
+                              start + int(bundle.payload.nbytes)))
+        except BaseException:
+            self.discard()
+            raise
+        bundles.clear()
+        if self._size == 0:
+            self.discard()
+            return None, light
+        self._close()
+        return Segment(self.name, self._size), light
+
+    def _close(self) -> None:
+        for mapping, _ in self._maps:
+            with contextlib.suppress(BufferError):  # a view still held: unmapped when it goes
+                mapping.close()
+        self._maps = []
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def discard(self) -> None:
+        """Drop the segment (nobody else knows its name yet)."""
+        self._close()
+        discard(Segment(self.name, 0))
+
+
 def pack_payloads(bundles: list) -> tuple[Segment | None, list]:
     """Every bundle's payload in one shared-memory segment (``None`` when there is no byte),
     and the bundles without their payloads, each with its ``(start, stop)`` in that segment
-    (``None`` stays ``None``).
+    (``None`` stays ``None``). Payloads that already are views of a :class:`SharedPayloads`
+    segment are packed by its :meth:`~SharedPayloads.pack`, without a copy.
 
     Shared memory, not pickled bytes: the GPU process maps the segment instead of reading and
     unpickling the bytes on its main thread. Measured on the 2-core machine for 122 MB (one
     demux part of a GopShuffle block), as a torch shared tensor, which crosses the same way:
     1,204 ms of main-thread ``get`` as pickled numpy, 34 ms shared.
     """
-    sizes = [0 if b is None else int(b.payload.nbytes) for b in bundles]
-    light, pos = [], 0
-    for bundle, n in zip(bundles, sizes):
-        light.append(None if bundle is None
-                     else (dataclasses.replace(bundle, payload=_NO_PAYLOAD), pos, pos + n))
-        pos += n
-    if pos == 0:
-        return None, light
-    shm = SharedMemory(create=True, size=pos)
-    try:
-        _copy_in(shm, bundles, light)
-    except BaseException:
-        shm.close()
-        shm.unlink()  # nobody else knows the name yet
-        raise
-    shm.close()  # this process's mapping only; the GPU process unlinks the name
-    return Segment(shm.name, pos), light
-
-
-def _copy_in(shm: SharedMemory, bundles: list, light: list) -> None:
-    # Separate function: the array view must be gone before ``shm.close()``, which refuses
-    # to unmap a buffer that is still exported.
-    flat = np.ndarray((shm.size,), np.uint8, buffer=shm.buf)
-    for bundle, item in zip(bundles, light):
-        if item is not None:
-            flat[item[1]:item[2]] = bundle.payload
+    total = sum(0 if b is None else int(b.payload.nbytes) for b in bundles)
+    if total == 0:
+        return None, [None if b is None else (dataclasses.replace(b, payload=_NO_PAYLOAD), 0, 0)
+                      for b in bundles]
+    return SharedPayloads(total).pack(list(bundles))
 
 
 def unpack_payloads(light: list, segment: Segment | None) -> list:
@@ -104,6 +193,24 @@ def _map_and_unlink(segment: Segment) -> np.ndarray:
     finally:  # mapped or not, the name goes now
         discard(segment)
     return np.frombuffer(mapping, np.uint8)
+
+
+def segment_prefix() -> str:
+    """A name prefix for one pool's segments (:func:`discard_prefixed` removes them)."""
+    return f"psm_vl{secrets.token_hex(4)}_"
+
+
+def discard_prefixed(prefix: str) -> int:
+    """Unlink every segment whose name begins with ``prefix`` (a worker stopped while it
+    wrote a part leaves its segment; the resource tracker would remove it only when the
+    program exits). Returns how many; 0 where ``/dev/shm`` cannot be listed."""
+    try:
+        names = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+    except OSError:
+        return 0
+    for name in names:
+        discard(Segment(name, 0))
+    return len(names)
 
 
 def discard(segment: Segment | None) -> None:

@@ -45,7 +45,7 @@ from ._messages import (
     Ready,
     RowsFilled,
 )
-from ._payloads import discard, unpack_payloads
+from ._payloads import discard, discard_prefixed, segment_prefix, unpack_payloads
 from ._shared_slots import SharedSlots
 from ._worker import fill_unit_messages, start_unit_messages, worker_main
 
@@ -578,6 +578,102 @@ def demux_spans(tasks: list, num_workers: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [(0, len(tasks))]
 
 
+class DemuxAhead:
+    """Which units' demux tasks go to the workers now, so that the packets demuxed ahead of
+    NVDEC stay within ``limit`` bytes (``None``: no limit, every unit goes at once).
+
+    A unit is *ahead* from when its tasks are sent until it starts decoding, and counts as its
+    estimate (:func:`estimate_packet_bytes`: the index's bytes per frame times the frames its
+    GOPs demux) scaled by what the last :data:`MEAN_OF` units weighed against theirs (keyframes
+    weigh more than the mean frame), until all its parts are here; then as their bytes. Units
+    are held in submission order, and the next one is sent while nothing is ahead or while it
+    fits beside those ahead. A unit submitted ``first`` (the combo handing NVDEC the oldest
+    batch) goes at once. Units start in submission order, so the oldest unit not started is
+    always ahead or the next to go: holding never stalls it.
+    """
+
+    #: Units whose bytes against their estimates scale the next estimates.
+    MEAN_OF = 16
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self._held: collections.deque = collections.deque()  # (key, estimate, [(worker, task)])
+        self._ahead: dict[int, list] = {}  # key -> [estimate, bytes received, parts left]
+        self._history: collections.deque = collections.deque(maxlen=self.MEAN_OF)
+        self._first = False
+        #: Most bytes ahead at once, as counted when a unit was sent.
+        self.peak_bytes = 0
+
+    def hold(self, key: int, tasks: list, estimate: float, *, first: bool = False) -> None:
+        """Queue unit ``key``'s demux tasks (``(worker, DemuxTask)`` pairs) and its estimated
+        packet bytes; ``first`` puts it before the held ones, and the next :meth:`release`
+        sends it whatever the bytes."""
+        item = (key, float(estimate), tasks)
+        if first:
+            self._held.appendleft(item)
+            self._first = True
+        else:
+            self._held.append(item)
+
+    def release(self) -> list:
+        """The ``(worker, task)`` pairs to send now."""
+        out = []
+        while self._held and (self._first or self._fits(self._held[0][1])):
+            self._first = False
+            key, estimate, tasks = self._held.popleft()
+            self._ahead[key] = [estimate, 0, len(tasks)]
+            self.peak_bytes = max(self.peak_bytes, int(self.bytes_ahead()))
+            out += tasks
+        return out
+
+    def _fits(self, estimate: float) -> bool:
+        if self.limit is None or not self._ahead:
+            return True
+        return self.bytes_ahead() + estimate * self._scale() <= self.limit
+
+    def _scale(self) -> float:
+        """Bytes received per byte estimated, over the last units (1 before any)."""
+        estimated = sum(e for e, _ in self._history)
+        return sum(b for _, b in self._history) / estimated if estimated > 0 else 1.0
+
+    def bytes_ahead(self) -> float:
+        """The units ahead: their bytes where all parts are here, else their scaled estimate
+        (or the bytes received so far, if more)."""
+        scale = self._scale()
+        return sum(got if left == 0 else max(got, estimate * scale)
+                   for estimate, got, left in self._ahead.values())
+
+    def received(self, key: int, nbytes: int) -> None:
+        """A part of unit ``key`` arrived with ``nbytes`` of packets."""
+        unit = self._ahead.get(key)
+        if unit is None:
+            return
+        unit[1] += nbytes
+        unit[2] -= 1
+        if unit[2] == 0:
+            self._history.append((unit[0], unit[1]))
+
+    def started(self, key: int) -> None:
+        """Unit ``key`` started decoding (or failed): no longer ahead."""
+        self._ahead.pop(key, None)
+
+    def __len__(self) -> int:
+        """Units ahead."""
+        return len(self._ahead)
+
+
+def estimate_packet_bytes(decode_tasks) -> float:
+    """Packet bytes the demux of ``decode_tasks`` yields, from the index alone: each video's
+    mean bytes per frame (file size over frames) times the frames from each GOP's keyframe
+    to its last wanted one."""
+    total = 0.0
+    for task in decode_tasks:
+        record = task.record
+        per_frame = record.size_bytes / max(1, record.num_frames)
+        total += per_frame * sum(g.last - g.keyframe + 1 for g in task.gops)
+    return total
+
+
 #: Whether a unit filling part of one batch counts as that part against ``units_decoding``
 #: (see :class:`SeparationPool`); False counts every unit whole, as before session 11 (kept
 #: for A/B runs of the start-up, ``benchmarks/startup.py --patch``).
@@ -629,9 +725,11 @@ class SeparationPool(WorkerProcesses, BatchPool):
         self._weights: collections.deque = collections.deque()  # their rows, as counted
         self._batch_rows = config.batch_size * config.rows_per_sample
         self._done: collections.deque = collections.deque()
+        self.demux_ahead = DemuxAhead(config.demux_ahead_bytes)
+        self._segment_prefix = segment_prefix()
         falls_back = assembler.fallback is not None  # the loader's process retries on the CPU
         args = [DemuxWorkerStart(i, config.index, config.skips_bad_files, config.cpu_only, config.nvtx,
-                                 falls_back)
+                                 falls_back, self._segment_prefix)
                 for i in range(config.num_workers)]
         # The demux server: workers without torch (~190 MiB of RSS each saved).
         super().__init__(demux_worker_main, args, config.num_workers, server="demux")
@@ -656,8 +754,15 @@ class SeparationPool(WorkerProcesses, BatchPool):
             self._order.appendleft(key)
         else:
             self._order.append(key)
-        for part, (start, stop) in enumerate(spans):
-            self.put((worker + part) % self.num_workers, DemuxTask(key, task.plans, part, start, stop))
+        demux = [((worker + part) % self.num_workers, DemuxTask(key, task.plans, part, start, stop))
+                 for part, (start, stop) in enumerate(spans)]
+        self.demux_ahead.hold(key, demux, estimate_packet_bytes(decode_tasks), first=first)
+        self._send_demux()
+
+    def _send_demux(self) -> None:
+        """Send the held units' demux tasks that :class:`DemuxAhead` lets go now."""
+        for worker, message in self.demux_ahead.release():
+            self.put(worker, message)
 
     def get(self, deadline: float | None = None):
         while not self._done:
@@ -745,6 +850,9 @@ class SeparationPool(WorkerProcesses, BatchPool):
 
     def _with_batch_index(self, msg):
         """A demux worker's failure names its unit's key: name the unit's first batch too."""
+        if isinstance(msg, Failure) and msg.unit_key is not None:
+            self.demux_ahead.started(msg.unit_key)  # it will not start: no longer ahead
+            self._send_demux()
         unit = self._units.get(msg.unit_key) if isinstance(msg, Failure) else None
         if unit is None:
             return msg
@@ -757,6 +865,7 @@ class SeparationPool(WorkerProcesses, BatchPool):
         """Keep a part of a unit's packets; the unit is ready once all its parts are here."""
         key = msg.key
         bundles = unpack_payloads(msg.light, msg.segment)  # maps the segment, unlinks its name
+        self.demux_ahead.received(key, msg.segment.size if msg.segment is not None else 0)
         parts = self._parts[key]
         parts[msg.part] = (bundles, msg.failed)
         if any(p is None for p in parts):
@@ -765,6 +874,8 @@ class SeparationPool(WorkerProcesses, BatchPool):
         self._ready[key] = ([b for p in parts for b in p[0]], [f for p in parts for f in p[1]])
 
     def _start(self, key: int, bundles: list, failed: list) -> None:
+        self.demux_ahead.started(key)
+        self._send_demux()
         task, decode_tasks = self._units.pop(key)
         self._decoding.append(start_unit_messages(
             self.assembler, self.slots, task, bundles, failed, decode_tasks=decode_tasks,
@@ -793,6 +904,9 @@ class SeparationPool(WorkerProcesses, BatchPool):
         while self._decoding:
             self._pop_decoding().cancel()
         super().shutdown()
+        # The workers are gone: a segment of a part one of them was writing when it was
+        # stopped is still named (the resource tracker would remove it only at exit).
+        discard_prefixed(self._segment_prefix)
         self.assembler.close()
         self.slots = []
         self._parts, self._ready = {}, {}  # received packets: their mappings go with them

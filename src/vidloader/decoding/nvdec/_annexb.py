@@ -41,10 +41,11 @@ from ...errors import CorruptVideoError, UnsupportedCodecError, VideoNotFoundErr
 from ...index import VideoRecord
 from ...index._codecs import display_name
 from .._base import GopRequest
-from ._bundle import PacketBundle, concat_bundles
+from ._bundle import PacketBundle, PayloadSink, concat_bundles
 from ._nal import nonreference_flags
 
-__all__ = ["ContainerCache", "PacketBundle", "concat_bundles", "demux_gops", "full_gop_requests"]
+__all__ = ["ContainerCache", "PacketBundle", "PayloadSink", "concat_bundles", "demux_gops",
+           "full_gop_requests"]
 
 #: Bitstream filter turning each codec's MP4 packets into what NVDEC parses (``None``: the
 #: packets as they are).
@@ -213,6 +214,7 @@ def demux_gops(
     gops: Sequence[GopRequest],
     *,
     container_cache: ContainerCache | None = None,
+    sink: PayloadSink | None = None,
 ) -> PacketBundle:
     """Demux the packets that decode every wanted frame of ``gops``, in NVDEC's input form.
 
@@ -222,6 +224,10 @@ def demux_gops(
             all frames ``keyframe .. last wanted`` can be output after a flush.
         container_cache: reuse open files across calls (one cache per thread); without one
             the file is opened and closed here.
+        sink: where the packets' bytes go (a demux worker's shared-memory segment): each
+            packet is copied once, from FFmpeg's buffer to the sink, and the bundle's payload
+            is the sink's view of them. Without one, the payload is a new array. On an error
+            the sink is cut back to where this call began.
 
     Returns:
         A :class:`PacketBundle` with one GOP per request, in request order.
@@ -234,36 +240,59 @@ def demux_gops(
 
     check_demuxable(record)
     cache = container_cache if container_cache is not None else ContainerCache(1)
+    start = sink.tell() if sink is not None else 0
     try:
         video = cache.get(record)
-        parts = [_demux_one(video, record, g, i) for i, g in enumerate(gops)]
-    except av.FFmpegError as exc:
-        cache.discard(record)
-        raise CorruptVideoError(record.path, f"demuxing failed ({exc})") from exc
+        parts = [_demux_one(video, record, g, i, sink) for i, g in enumerate(gops)]
+    except BaseException as exc:
+        if sink is not None:
+            sink.truncate(start)  # a GOP's packets may be in it already
+        if isinstance(exc, av.FFmpegError):
+            cache.discard(record)
+            raise CorruptVideoError(record.path, f"demuxing failed ({exc})") from exc
+        raise
     finally:
         if container_cache is None:
             cache.close()
-    return _pack(record, parts)
+    if sink is None:
+        payload = np.frombuffer(b"".join(d for p in parts for d in p.data), np.uint8)
+    else:
+        payload = sink.view(start, sink.tell())
+    return _pack(record, parts, payload)
 
 
 class _GopPackets:
-    """Packets of one GOP as collected by :func:`_demux_one`."""
+    """Packets of one GOP as collected by :func:`_demux_one`: their bytes (``data``, unless
+    they went to a sink), sizes, timestamps and key flags."""
 
     def __init__(self, gop_index: int, keyframe: int, last: int) -> None:
         self.gop_index, self.keyframe, self.last = gop_index, keyframe, last
         self.data: list[bytes] = []
+        self.sizes: list[int] = []
         self.pts: list[int] = []
         self.is_key: list[int] = []
 
+    def keep(self, data, t: int, key: int, sink: PayloadSink | None) -> None:
+        """One packet: ``data`` is anything with the buffer protocol (bytes, a PyAV packet)."""
+        view = memoryview(data)
+        if sink is None:
+            self.data.append(view.tobytes())
+        else:
+            sink.write(view)
+        self.sizes.append(view.nbytes)
+        self.pts.append(t)
+        self.is_key.append(key)
 
-def _demux_one(video: _OpenVideo, record: VideoRecord, gop: GopRequest, gop_index: int) -> _GopPackets:
+
+def _demux_one(video: _OpenVideo, record: VideoRecord, gop: GopRequest, gop_index: int,
+               sink: PayloadSink | None) -> _GopPackets:
     key_pts = int(record.pts[gop.keyframe])
     need = set(record.pts[gop.keyframe : gop.last + 1].tolist())
     out = _GopPackets(gop_index, gop.keyframe, gop.last)
     # A seek by pts can land after the keyframe where a GOP is shorter than the B-frame delay
     # (the next keyframe's dts is then <= our pts); a second pass scans from the start.
     for target in (key_pts, None):
-        if _read_gop(video, record, key_pts, need, out, target):
+        if _read_gop(video, record, key_pts, need, out, target, sink):
             return out
     raise CorruptVideoError(
         record.path, f"keyframe {gop.keyframe} (pts {key_pts}) was not found by seeking; "
@@ -271,8 +300,10 @@ def _demux_one(video: _OpenVideo, record: VideoRecord, gop: GopRequest, gop_inde
     )
 
 
-def _read_gop(video: _OpenVideo, record, key_pts: int, need: set, out: _GopPackets, target) -> bool:
-    """Seek and collect; False if the keyframe was missed (the caller retries from the start)."""
+def _read_gop(video: _OpenVideo, record, key_pts: int, need: set, out: _GopPackets, target,
+              sink: PayloadSink | None) -> bool:
+    """Seek and collect; False if the keyframe was missed (the caller retries from the start;
+    nothing was kept then)."""
     stream = video.stream
     start = target if target is not None else int(record.pts[0]) - (1 << 40)
     video.container.seek(start, stream=stream, backward=True, any_frame=False)
@@ -294,7 +325,7 @@ def _read_gop(video: _OpenVideo, record, key_pts: int, need: set, out: _GopPacke
                 continue
         if t < key_pts:
             continue  # open-GOP leading picture: belongs to the previous GOP
-        _append(video, packet, t, out)
+        _append(video, packet, t, out, sink)
         need.discard(t)
         if not need:
             return True
@@ -307,30 +338,26 @@ def _read_gop(video: _OpenVideo, record, key_pts: int, need: set, out: _GopPacke
     )
 
 
-def _append(video: _OpenVideo, packet, t: int, out: _GopPackets) -> None:
+def _append(video: _OpenVideo, packet, t: int, out: _GopPackets, sink: PayloadSink | None) -> None:
     key = int(packet.is_keyframe)  # read first: filtering takes the packet's data and flags
     if video.bsf is None:
-        data = bytes(packet)
-        if key and video.av1_sequence_header and not any(
-            k == _OBU_SEQUENCE_HEADER for _, _, k in _obus(data)
-        ):
-            data = video.av1_sequence_header + data
-        out.data.append(data)
-        out.pts.append(t)
-        out.is_key.append(key)
+        data = packet
+        if key and video.av1_sequence_header:
+            data = bytes(packet)
+            if not any(k == _OBU_SEQUENCE_HEADER for _, _, k in _obus(data)):
+                data = video.av1_sequence_header + data
+        out.keep(data, t, key, sink)
         return
     for filtered in video.bsf.filter(packet):
-        out.data.append(bytes(filtered))
-        out.pts.append(t)
-        out.is_key.append(key)
+        out.keep(filtered, t, key, sink)
 
 
-def _pack(record: VideoRecord, parts: list[_GopPackets]) -> PacketBundle:
-    sizes = np.fromiter((len(d) for p in parts for d in p.data), np.int64)
+def _pack(record: VideoRecord, parts: list[_GopPackets], payload: np.ndarray) -> PacketBundle:
+    """The bundle of ``parts``, whose packets lie back to back in ``payload``."""
+    sizes = np.fromiter((n for p in parts for n in p.sizes), np.int64)
     offsets = np.zeros(len(sizes), np.int64)
     np.cumsum(sizes[:-1], out=offsets[1:])
-    payload = np.frombuffer(b"".join(d for p in parts for d in p.data), np.uint8)
-    gop_id = np.concatenate([np.full(len(p.data), p.gop_index, np.int64) for p in parts]) if parts else np.empty(0, np.int64)
+    gop_id = np.concatenate([np.full(len(p.sizes), p.gop_index, np.int64) for p in parts]) if parts else np.empty(0, np.int64)
     return PacketBundle(
         record.path, record.codec, payload, offsets, sizes,
         pts=np.fromiter((t for p in parts for t in p.pts), np.int64),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -172,6 +173,24 @@ class PacketBundle:
         pos += lpath + lcodec
         payload = np.frombuffer(mv, np.uint8, nbytes, pos)
         return cls(path, codec, payload.copy() if copy else payload, *arrays)
+
+
+class PayloadSink(Protocol):
+    """Where :func:`~._annexb.demux_gops` writes packet bytes instead of a new array: an
+    append-only buffer (a demux worker's shared-memory segment,
+    :class:`vidloader.pipeline._payloads.SharedPayloads`)."""
+
+    def tell(self) -> int:
+        """Bytes written so far (where the next write goes)."""
+
+    def write(self, data: memoryview) -> None:
+        """Append ``data``."""
+
+    def truncate(self, size: int) -> None:
+        """Forget everything written after the first ``size`` bytes."""
+
+    def view(self, start: int, stop: int) -> np.ndarray:
+        """uint8 view of bytes ``start:stop`` (valid while the sink lives)."""
 
 
 def concat_bundles(bundles: Sequence[PacketBundle]) -> PacketBundle:

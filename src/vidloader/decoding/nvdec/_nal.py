@@ -40,6 +40,10 @@ __all__ = ["nonreference_flags"]
 _HEVC_NONREF_TYPES = (0, 2, 4, 6, 8, 10, 12, 14)
 
 
+#: Bytes :func:`nal_header_positions` compares at a time.
+SCAN_BYTES = 1 << 22
+
+
 def nal_header_positions(payload: np.ndarray) -> np.ndarray:
     """Positions of the first header byte of every NAL unit (the byte after each ``00 00 01``).
 
@@ -49,10 +53,15 @@ def nal_header_positions(payload: np.ndarray) -> np.ndarray:
     p = np.asarray(payload).view(np.uint8).reshape(-1)
     if p.size < 4:
         return np.empty(0, np.int64)
-    # Bytes equal to 1 are rare (~1/256 of the data); test the two zeros only there.
-    ones = np.flatnonzero(p[2:-1] == 1)  # i with p[i + 2] == 1 and a header byte at i + 3
-    starts = ones[(p[ones] == 0) & (p[ones + 1] == 0)]
-    return starts.astype(np.int64) + 3
+    found = []
+    # In windows of SCAN_BYTES: the comparison's mask is as large as what it scans, and a demux
+    # worker's bundle can be tens of MB (its peak memory, issue 16 item 1).
+    for lo in range(0, p.size - 3, SCAN_BYTES):
+        hi = min(lo + SCAN_BYTES, p.size - 3)
+        # Bytes equal to 1 are rare (~1/256 of the data); test the two zeros only there.
+        ones = np.flatnonzero(p[lo + 2:hi + 2] == 1) + lo  # p[i + 2] == 1, a header at i + 3
+        found.append(ones[(p[ones] == 0) & (p[ones + 1] == 0)])
+    return np.concatenate(found).astype(np.int64) + 3
 
 
 def nonreference_flags(payload: np.ndarray, offsets, sizes, codec: str) -> np.ndarray:
