@@ -148,7 +148,8 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10, help="batches before frames/s is timed")
     p.add_argument("--memory-budget", default=None, help="e.g. 3GiB (default: none)")
-    p.add_argument("--sampler", choices=("random", "sequential"), default="random")
+    p.add_argument("--sampler", choices=("random", "sequential", "relaxed"), default="random",
+                   help="relaxed: GopShuffle(seed=0), the bench's relaxed workload")
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--decoders", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=128)
@@ -230,7 +231,7 @@ def _executor(loader):
 
 def main(argv: list[str]) -> None:
     args = _arguments(argv)
-    from vidloader import RandomFrames, SequentialFrames, VideoLoader, build_index
+    from vidloader import GopShuffle, RandomFrames, SequentialFrames, VideoLoader, build_index
     from vidloader.bench import prepare_dataset
     from vidloader.processing import Process
 
@@ -242,7 +243,8 @@ def main(argv: list[str]) -> None:
     context = _smi_used_gib()
     if not args.no_history:
         torch.cuda.memory._record_memory_history(max_entries=200_000)
-    sampler = RandomFrames(seed=0) if args.sampler == "random" else SequentialFrames()
+    sampler = {"random": lambda: RandomFrames(seed=0), "sequential": SequentialFrames,
+               "relaxed": lambda: GopShuffle(seed=0)}[args.sampler]()
     loader = VideoLoader(index, sampler=sampler, batch_size=args.batch_size, backend="nvdec",
                          device="cuda", processing=Process(size=(224, 224)),
                          num_workers=args.workers, nvdec_decoders=args.decoders, drop_last=True,
