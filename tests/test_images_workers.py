@@ -49,6 +49,19 @@ class _Broken(PillowFiles):
         return super().decode_files(paths)
 
 
+class _PillowBytes(PillowFiles):
+    """Decodes bytes only (as nvImageCodec's ``decode``); paths raise. Module-level: it
+    travels to the workers by name."""
+
+    def decode(self, blobs):
+        assert all(b is None or isinstance(b, bytes) for b in blobs)
+        return [None if b is None else super(_PillowBytes, self).decode_files([b])[0]
+                for b in blobs]
+
+    def decode_files(self, paths):
+        raise AssertionError("a worker handed its decoder paths, not the files' bytes")
+
+
 def _process_pool(monkeypatch, make_decoder=PillowFiles):
     """Make Pillow loaders (CPU) use the GPU image pool's worker processes, ``make_decoder``
     standing in for nvImageCodec."""
@@ -82,6 +95,22 @@ def test_worker_processes_give_the_in_process_batches_in_order(folder, monkeypat
         _equal(x, y)
     stats = loader.stats  # rows handed to the decoder: the skipped one too
     assert stats["rows_by_executor"] == {"pillow": stats["samples"] + stats["skipped_samples"]}
+
+
+def test_workers_give_a_decoder_that_takes_bytes_the_files_bytes(folder, monkeypatch):
+    """Where the decoder has ``decode`` (nvImageCodec), a worker reads its batch's files and
+    hands it their bytes (``WORKERS_READ_BYTES``); a file it cannot read reaches the decoder
+    as ``None`` and is skipped. The batches are the in-process pool's."""
+    ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    reference = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
+                                 on_error="skip", sampler=RandomFrames(seed=5)))
+    _process_pool(monkeypatch, make_decoder=_PillowBytes)
+    loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=2, on_error="skip",
+                         sampler=RandomFrames(seed=5))
+    for x, y in zip(reference, list(loader), strict=True):
+        _equal(x, y)
+    assert loader.stats["skipped_samples"] == 1
 
 
 def test_worker_processes_resume_and_persist(folder, monkeypatch):
