@@ -21,7 +21,8 @@ def lines(results_dir: str) -> list[str]:
         with open(path) as f:
             report = json.load(f)
         for r in report["runs"]:
-            head = f"{r['workload']:10s} {r['backend']:16s}"
+            run = path.rsplit("/", 2)[-2]  # the run's folder (what the script named it)
+            head = f"{run:14s} {r['workload']:10s} {r['backend']:16s}"
             if r.get("status") != "ok":
                 out.append(f"{head} {r.get('status')}: {r.get('reason', '')}")
                 continue
