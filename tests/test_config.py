@@ -162,3 +162,21 @@ def test_nvdec_option_keys_are_the_executors():
     set_by_loader = {"device", "max_width", "max_height", "num_decoders", "caps", "nvtx"}
     options = set(inspect.signature(NvdecExecutor).parameters) - set_by_loader
     assert options | {"units_decoding", "demux_ahead_bytes"} == set(NVDEC_OPTION_KEYS)
+
+
+def test_nvdec_takes_at_most_8_demux_workers_by_default(monkeypatch):
+    """``num_workers=None``: a process per core, but NVDEC in the loader's process takes at
+    most DEFAULT_NVDEC_DEMUX_WORKERS demux workers (8 ran faster than 16 on 16 cores,
+    session20-4 and -6); the CPU backend, the combo and NVDEC worker processes keep a process
+    per core."""
+    from vidloader.constants import DEFAULT_NVDEC_DEMUX_WORKERS
+    from vidloader.pipeline import _loader
+
+    monkeypatch.setattr(_loader.os, "cpu_count", lambda: 16)
+    assert DEFAULT_NVDEC_DEMUX_WORKERS == 8
+    assert _loader._default_workers("nvdec", 1) == 8
+    assert _loader._default_workers("nvdec", 4) == 16
+    assert _loader._default_workers("cpu", 1) == 16
+    assert _loader._default_workers("combo", 1) == 16
+    monkeypatch.setattr(_loader.os, "cpu_count", lambda: 2)
+    assert _loader._default_workers("nvdec", 1) == 2

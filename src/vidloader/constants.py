@@ -37,6 +37,14 @@ DEFAULT_INTERPOLATION = "BILINEAR"
 #: loader picks by itself (``nvdec_decoders=None``): for 1080p and larger frames.
 DEFAULT_NVDEC_DECODERS = 16
 
+#: Demux workers of ``backend="nvdec"`` (separation mode) when ``num_workers`` is not given:
+#: at most this many (fewer on a smaller machine). On the H200 with 16 cores, 8 ran W1 (1080p)
+#: uniform random frames at 410 frames/s against 325 with 16 (4: 463), sequential reading at
+#: 2,282 against 2,217 (4: 2,154) (``session20-4``), and W4's random clips and clips-head at
+#: 2,314 / 2,712 against 2,187 / 2,693 (``session20-6``): the decoding process, not the demux,
+#: needs the cores.
+DEFAULT_NVDEC_DEMUX_WORKERS = 8
+
 #: The fewest decoder threads the loader picks by itself, for small frames each decoded once.
 #: Each delivered frame costs its decoder thread Python work under the GIL (copies, conversion
 #: launches) whatever its size, and NVDEC time in proportion to its pixels and to the frames

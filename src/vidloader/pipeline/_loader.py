@@ -22,6 +22,7 @@ from ..constants import (
     DEFAULT_DECODER_THREADS,
     DEFAULT_LOOKAHEAD_BATCHES,
     DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_NVDEC_DEMUX_WORKERS,
     DEFAULT_PREFETCH_PER_WORKER,
 )
 from ..decoding import DecodeStats, release_frames
@@ -97,6 +98,15 @@ def takes_block_units(plan, *, backend: str, num_workers: int, lookahead: int | 
     return not has_row_affinity(plan) or (backend == "cpu" and num_workers > 0)
 
 
+def _default_workers(backend: str, nvdec_processes: int) -> int:
+    """``num_workers`` when not given: a process per core, but at most
+    :data:`DEFAULT_NVDEC_DEMUX_WORKERS` demux workers for NVDEC decoding in this process."""
+    cores = os.cpu_count() or 1
+    if backend == "nvdec" and nvdec_processes == 1:
+        return min(cores, DEFAULT_NVDEC_DEMUX_WORKERS)
+    return cores
+
+
 def _unit_workers(num_workers: int, nvdec_processes: int) -> int:
     """``num_workers`` as the choice of units sees it: with NVDEC worker processes, their
     number (each demuxes for itself, so ``num_workers`` is unused). Like demux workers, they
@@ -144,7 +154,9 @@ class VideoLoader:
             decode; with ``"nvdec"`` they only demux (separation mode) and this process
             decodes; with ``"combo"`` they decode on the CPU (at a lower priority) and a quarter
             as many more (at least one) demux for NVDEC. 0 does everything in the calling process
-            (not with ``"combo"``). Default: the number of CPU cores.
+            (not with ``"combo"``). Default: the number of CPU cores; with ``"nvdec"`` in
+            this process, at most :data:`~vidloader.constants.DEFAULT_NVDEC_DEMUX_WORKERS`
+            (8: faster than 16 on 16 cores, where the decoding process needs them).
         prefetch (int): bounded prefetch: the loader holds ``lookahead × (num_workers +
             prefetch − 1)`` staging slots of one batch each, in shared memory (with NVDEC in
             separation mode, only ``lookahead × units_decoding`` of them hold a GPU buffer at
@@ -281,7 +293,7 @@ class VideoLoader:
             for server in servers:
                 start_server(server)
         uses_nvdec = backend_uses_nvdec(backend)
-        workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+        workers = _default_workers(backend, nvdec_processes) if num_workers is None else num_workers
         nv_options, units_decoding = (
             resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options,
                                   work=self._decode_work(backend, _unit_workers(workers, nvdec_processes),

@@ -125,7 +125,7 @@ class DemuxFailed:
 class PacketsDemuxed:
     """A demux part's bundles: payloads in the shared-memory segment ``segment`` (``None``
     when there is no byte), the bundles without them in ``light`` (see
-    ``_payloads.pack_payloads``), and a :class:`DemuxFailed` per failed task."""
+    ``_payloads.SharedPayloads.pack``), and a :class:`DemuxFailed` per failed task."""
 
     key: int
     light: list

@@ -1,15 +1,18 @@
 """Packet payloads from separation mode's demux workers to the GPU process, through named
-shared memory (``multiprocessing.shared_memory``), with no torch on the worker's side.
+POSIX shared memory, with no torch on the worker's side.
 
-A demux part's payloads go into one segment (:func:`pack_payloads`); the message carries its
-name and the bundles without their bytes. The GPU process maps the segment and unlinks its
+A demux part's payloads go into one segment, written as the packets are demuxed
+(:class:`SharedPayloads`; :func:`pack_payloads` for bundles demuxed elsewhere); the message
+carries its name and the bundles without their bytes. The GPU process maps the segment and unlinks its
 name at once (:func:`unpack_payloads`), so the name never outlives the message and nothing
 is left in ``/dev/shm`` whatever happens next; the pages are returned when the last payload
 view of the mapping is dropped (when the unit's decode finished: the packet cache keeps
 copies, never views). A segment whose message was never read (the loader shut down first)
-is unlinked by :func:`discard`; one whose worker died between creating it and sending it is
-unlinked by multiprocessing's resource tracker when the program exits, which the worker
-registered it with (the tracker is the loader process's: fork-server children share it).
+is unlinked by :func:`discard`; one whose worker was stopped or died between creating it and
+sending it by the pool's shutdown (:func:`discard_prefixed`: each pool's segments share a name
+prefix), or else by multiprocessing's resource tracker when the program exits, which the
+worker registered it with (the tracker is the loader process's: fork-server children share
+it).
 """
 
 from __future__ import annotations
