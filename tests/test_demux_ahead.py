@@ -94,10 +94,10 @@ def test_the_separation_pool_holds_units_past_the_bytes_and_sends_them_as_units_
 
     pool = _bare_separation_pool(units_decoding=2, batch_rows=4)
     pool.demux_ahead = DemuxAhead(250)
-    pool.assembler = pool.slots = None
+    pool.assembler = pool.slots = None  # 100 bytes estimated a unit
     pool._keys, pool._order, pool.index = iter(range(10)), collections.deque(), None
     video = SimpleNamespace(size_bytes=1000, num_frames=100)  # 10 bytes a frame
-    task = SimpleNamespace(record=video, gops=[SimpleNamespace(keyframe=0, last=9)])  # 100
+    task = SimpleNamespace(video_index=0, record=video, gops=[SimpleNamespace(keyframe=0, last=9)])
     monkeypatch.setattr(pool_mod, "plan_tasks", lambda plans, index: [task])
     monkeypatch.setattr(pool_mod, "demux_spans", lambda tasks, workers: [(0, 1)])
     monkeypatch.setattr(pool_mod, "unpack_payloads", lambda light, segment: light)
@@ -115,3 +115,25 @@ def test_the_separation_pool_holds_units_past_the_bytes_and_sends_them_as_units_
     pool._with_batch_index(Failure(-1, None, "boom", "", None, unit_key=1))
     assert sent == [0, 1, 2, 3] and len(pool.demux_ahead) == 2
     assert np.isclose(pool.demux_ahead.bytes_ahead(), 200)
+    # Unit 2 weighs a tenth of its estimate: the scale falls, and the next unit fits now.
+    pool._receive(PacketsDemuxed(2, ["b2"], [], 0, SimpleNamespace(size=10)))
+    assert sent == [0, 1, 2, 3, 4]
+
+
+def test_units_left_to_the_cpu_count_nothing_and_teach_nothing():
+    """Videos NVDEC cannot decode go to the CPU (``fallback="cpu"``): the workers demux none
+    of their packets, so they count 0 in a unit's estimate, and a unit of them alone (0
+    bytes) does not scale the next estimates down to nothing."""
+    video = SimpleNamespace(size_bytes=1000, num_frames=100)
+    tasks = [SimpleNamespace(video_index=v, record=video,
+                             gops=[SimpleNamespace(keyframe=0, last=9)]) for v in (0, 1)]
+    assert estimate_packet_bytes(tasks) == 200
+    assert estimate_packet_bytes(tasks, np.array([True, False])) == 100
+    ahead = DemuxAhead(250)
+    ahead.hold(0, [(0, 0)], 100)
+    _sent(ahead)
+    ahead.received(0, 0)  # all on the CPU
+    ahead.started(0)
+    for key in (1, 2, 3):
+        ahead.hold(key, [(0, key)], 100)
+    assert _sent(ahead) == [1, 2]  # still 100 each: the empty unit taught nothing

@@ -217,3 +217,29 @@ def test_a_pool_removes_the_segments_its_stopped_workers_left():
     assert not any(os.path.exists(f"/dev/shm/{p.name}") for p in left)
     assert os.path.exists(f"/dev/shm/{kept.name}")
     kept.discard()
+
+
+def test_a_part_with_a_bad_gop_keeps_the_others_once_in_its_segment(media):
+    """``skips_bad_files``: a task whose demux fails is demuxed again GOP by GOP; the GOPs that
+    demux lie back to back in the part's segment and the bundle's payload is that run, so
+    the segment holds exactly their bytes (not a joined copy beside them)."""
+    from vidloader.decoding._base import DecodeTask
+    from vidloader.decoding.nvdec import ContainerCache
+    from vidloader.decoding.nvdec._annexb import demux_gops
+    from vidloader.pipeline._demux import demux_part
+    from vidloader.pipeline._messages import DemuxWorkerStart
+    from vidloader.pipeline._payloads import unpack_payloads
+
+    record = record_of(media["h264"])
+    gops = _all_frames(record)[:3]
+    pts = record.pts.copy()
+    pts[int(gops[1].frames[-1])] += 10**9  # GOP 1's last frame: no packet carries it
+    bad = dataclasses.replace(record, pts=pts)
+    good = [demux_gops(record, [g]) for g in (gops[0], gops[2])]
+    start = DemuxWorkerStart(0, None, True, None)
+    segment, light, failed = demux_part([DecodeTask(0, bad, tuple(gops))], ContainerCache(), start)
+    assert [f.kept for f in failed] == [(0, 2)]
+    assert segment.size == sum(b.payload.nbytes for b in good)
+    (bundle,) = unpack_payloads(light, segment)
+    assert np.array_equal(bundle.payload, np.concatenate([b.payload for b in good]))
+    assert bundle.num_gops == 2 and np.array_equal(bundle.sizes, np.concatenate([b.sizes for b in good]))

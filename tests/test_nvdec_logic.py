@@ -572,29 +572,49 @@ def test_separation_pool_decodes_units_asynchronously_and_exactly(media, fake, m
 def test_nvdec_loader_demux_workers_are_torch_free_and_leave_no_shared_memory(media, fake, monkeypatch):
     """backend="nvdec" with workers (separation mode, fake NVDEC): the demux workers map no
     libtorch (they come from the demux fork server), and neither a full epoch nor a break
-    mid-epoch leaves a shared-memory segment behind."""
+    mid-epoch leaves a shared-memory segment behind, not even one a worker stopped mid-part
+    would leave (named with the pool's prefix, removed at shutdown)."""
+    import os
+
+    import vidloader.pipeline._pool as pool_mod
     from vidloader import RandomFrames, VideoLoader
     from vidloader.index import VideoIndex
+    from vidloader.pipeline._payloads import SharedPayloads
 
     from .test_loader import _shm_entries
 
     _fake_nvc.stage_on_cpu(monkeypatch)
+    names = []  # the segments the loader received: named with its pool's prefix
+
+    def unpack(light, segment, original=pool_mod.unpack_payloads):
+        names.append(None if segment is None else segment.name)
+        return original(light, segment)
+
+    monkeypatch.setattr(pool_mod, "unpack_payloads", unpack)
     index = VideoIndex([record_of(media[n]) for n in ("h264", "hevc", "h264_small")])
     shm_before = _shm_entries()
     loader = VideoLoader(index, sampler=RandomFrames(seed=2), batch_size=6, size=(32, 32),
                          backend="nvdec", num_workers=2, device="cpu")
     it = iter(loader)
     next(it)
-    workers = loader._pool.procs
+    pool = loader._pool
+    workers = pool.procs
     assert len(workers) == 2
     for p in workers:
         with open(f"/proc/{p.pid}/maps") as f:
             assert "libtorch" not in f.read(), p.name
     delivered = 6 + sum(len(b["frames"]) for b in it)
     assert delivered == index.total_frames
-    for _ in zip(range(2), loader):  # a break mid-epoch: packets may be in flight
-        pass
+    assert names and all(n.startswith(pool._segment_prefix) for n in names if n)
+    it = iter(loader)
+    for _ in range(2):  # then a break mid-epoch: packets may be in flight
+        next(it)
+    # What a worker stopped mid-part leaves: a segment named with its pool's prefix.
+    left = SharedPayloads(prefix=loader._pool._segment_prefix)
+    left.write(b"packets")
+    it.close()
     loader.shutdown()
+    assert not os.path.exists(f"/dev/shm/{left.name}")
     assert _shm_entries() <= shm_before, sorted(_shm_entries() - shm_before)
     assert not any(p.is_alive() for p in workers)
 
@@ -628,7 +648,7 @@ def _bare_separation_pool(*, units_decoding: int, batch_rows: int):
 
     pool = object.__new__(SeparationPool)
     pool.units_decoding, pool._batch_rows = units_decoding, batch_rows
-    pool.demux_ahead = DemuxAhead(None)
+    pool.demux_ahead, pool.cpu_only = DemuxAhead(None), None
     pool._ready, pool._parts, pool._units = {}, {}, {}
     pool._decoding, pool._weights, pool._done = (collections.deque() for _ in range(3))
     return pool

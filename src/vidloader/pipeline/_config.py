@@ -85,7 +85,8 @@ class LoaderConfig:
             (:mod:`._memory`).
         nvdec_processes: NVDEC worker processes (1: NVDEC in this process).
         demux_ahead_bytes: packet bytes the demux workers may hold ahead of NVDEC
-            (``nvdec_options["demux_ahead_bytes"]``; ``None``: a unit per worker, no bound).
+            (``nvdec_options["demux_ahead_bytes"]``; ``None``: every unit submitted is sent
+            at once, bounded by the staging slots alone).
     """
 
     index: VideoIndex
@@ -381,8 +382,7 @@ def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
 
 def demux_ahead_bytes(extra: Mapping | None) -> int | None:
     """``nvdec_options["demux_ahead_bytes"]``: bytes (an int, or a string such as
-    ``"512MiB"``), ``None`` for no bound, or the default
-    (:data:`~._pool.DEFAULT_DEMUX_AHEAD_BYTES`)."""
+    ``"512MiB"``), ``None`` for no bound, or the default (:data:`DEFAULT_DEMUX_AHEAD_BYTES`)."""
     extra = extra or {}
     if "demux_ahead_bytes" not in extra:
         return DEFAULT_DEMUX_AHEAD_BYTES

@@ -114,16 +114,22 @@ def demux_tasks(tasks, containers, skips_bad_files: bool, cpu_only=None, ranges=
 
 def _demuxable_gops(task, containers, sink=None) -> tuple[tuple[int, ...], object]:
     """Positions of ``task``'s GOPs that demux alone (after the task's demux failed), and
-    their packets as one bundle (``None`` when none demuxes). With a sink, the joined
-    bundle is a new array and the GOPs' own bytes stay in the sink unused (a bad file's
-    task only)."""
+    their packets as one bundle (``None`` when none demuxes). With a sink, the GOPs kept lie
+    back to back in it (a GOP that fails is cut back out), and the bundle's payload is the
+    sink's view of them; a whole-file error cuts all of them back out."""
     kept, parts = [], []
+    start = sink.tell() if sink is not None else 0
     for g, gop in enumerate(task.gops):
         try:
             parts.append(demux_gops(task.record, [gop], container_cache=containers, sink=sink))
         except MediaError as exc:
             if isinstance(exc, WHOLE_FILE_ERRORS):
+                if sink is not None:
+                    sink.truncate(start)
                 return (), None
             continue
         kept.append(g)
-    return tuple(kept), concat_bundles(parts) if parts else None
+    if not parts:
+        return (), None
+    joined = None if sink is None else sink.view(start, sink.tell())
+    return tuple(kept), concat_bundles(parts, payload=joined)

@@ -190,7 +190,8 @@ class VideoLoader:
             default 8), ``units_decoding``: units of work queued on the decoders at once
             (default 4), and ``demux_ahead_bytes``: packet bytes the demux workers may hold
             ahead of the decoders (bytes or a string such as ``"1GiB"``; default 512 MiB;
-            ``None``: a unit per worker whatever its size), the host memory's knob.
+            ``None``: no bound, every unit the staging slots admit is demuxed at once), the
+            host memory's knob.
         fallback ("cpu" | "error"): what happens to files NVDEC cannot decode (``"nvdec"``,
             ``"combo"``): decoded on the CPU, or refused at construction.
         combo_share (float | None): with ``"combo"``, a fixed share of units for NVDEC;

@@ -2,8 +2,8 @@
 POSIX shared memory, with no torch on the worker's side.
 
 A demux part's payloads go into one segment, written as the packets are demuxed
-(:class:`SharedPayloads`; :func:`pack_payloads` for bundles demuxed elsewhere); the message
-carries its name and the bundles without their bytes. The GPU process maps the segment and unlinks its
+(:class:`SharedPayloads`; :func:`pack_payloads` copies bundles already demuxed into one);
+the message carries its name and the bundles without their bytes. The GPU process maps the segment and unlinks its
 name at once (:func:`unpack_payloads`), so the name never outlives the message and nothing
 is left in ``/dev/shm`` whatever happens next; the pages are returned when the last payload
 view of the mapping is dropped (when the unit's decode finished: the packet cache keeps
@@ -52,8 +52,8 @@ class SharedPayloads:
     """Packet payloads written straight into one named shared-memory segment, which grows as
     they come: a demux part's packets are copied once, from FFmpeg's buffers to the segment
     (:func:`~vidloader.decoding.nvdec.demux_gops`'s ``sink``), instead of into bytes, then a
-    bundle's array, then the segment. A worker held 2.2 times its part's bytes at its peak
-    that way (the 2-core machine, W1 at half size: 34 MiB for 15 MiB of packets).
+    bundle's array, then the segment. A worker held more than twice its part's bytes at its peak
+    that way (2.3 times: the 2-core machine, W1 at half size, 34 MiB for 15 MiB of packets).
 
     The segment is a :class:`~vidloader.decoding.nvdec.PayloadSink`. Growing it maps the
     larger file again and keeps the earlier mappings (views of them stay valid: they map the
@@ -63,7 +63,7 @@ class SharedPayloads:
     def __init__(self, capacity: int = INITIAL_SEGMENT_BYTES, *, prefix: str = "psm_") -> None:
         if _posixshmem is None:  # pragma: no cover - separation mode's workers are POSIX only
             raise OSError("SharedPayloads needs POSIX shared memory (Linux or macOS)")
-        self.name = prefix + secrets.token_hex(8)
+        self.name = prefix + secrets.token_hex(6)  # macOS takes names of 31 bytes at most
         self._size = 0
         self._capacity = max(int(capacity), mmap.PAGESIZE)
         self._maps: list[tuple[mmap.mmap, int]] = []  # (mapping, its address), newest last
@@ -133,6 +133,9 @@ class SharedPayloads:
         if self._size == 0:
             self.discard()
             return None, light
+        # Pages written past the end (a failed demux's, cut back by truncate) go back now; no
+        # view reaches past the end.
+        os.ftruncate(self._fd, self._size)
         self._close()
         return Segment(self.name, self._size), light
 
@@ -154,8 +157,8 @@ class SharedPayloads:
 def pack_payloads(bundles: list) -> tuple[Segment | None, list]:
     """Every bundle's payload in one shared-memory segment (``None`` when there is no byte),
     and the bundles without their payloads, each with its ``(start, stop)`` in that segment
-    (``None`` stays ``None``). Payloads that already are views of a :class:`SharedPayloads`
-    segment are packed by its :meth:`~SharedPayloads.pack`, without a copy.
+    (``None`` stays ``None``): the payloads are copied into a new :class:`SharedPayloads`
+    segment (a demux worker writes its packets into one as they come instead).
 
     Shared memory, not pickled bytes: the GPU process maps the segment instead of reading and
     unpickling the bytes on its main thread. Measured on the 2-core machine for 122 MB (one

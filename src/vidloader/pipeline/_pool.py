@@ -650,7 +650,7 @@ class DemuxAhead:
             return
         unit[1] += nbytes
         unit[2] -= 1
-        if unit[2] == 0:
+        if unit[2] == 0 and unit[0] > 0 and unit[1] > 0:  # a unit left to the CPU says nothing
             self._history.append((unit[0], unit[1]))
 
     def started(self, key: int) -> None:
@@ -662,12 +662,15 @@ class DemuxAhead:
         return len(self._ahead)
 
 
-def estimate_packet_bytes(decode_tasks) -> float:
+def estimate_packet_bytes(decode_tasks, cpu_only=None) -> float:
     """Packet bytes the demux of ``decode_tasks`` yields, from the index alone: each video's
     mean bytes per frame (file size over frames) times the frames from each GOP's keyframe
-    to its last wanted one."""
+    to its last wanted one. Videos marked in ``cpu_only`` (decoded on the CPU: the workers
+    demux nothing of them) count 0."""
     total = 0.0
     for task in decode_tasks:
+        if cpu_only is not None and cpu_only[task.video_index]:
+            continue
         record = task.record
         per_frame = record.size_bytes / max(1, record.num_frames)
         total += per_frame * sum(g.last - g.keyframe + 1 for g in task.gops)
@@ -726,6 +729,7 @@ class SeparationPool(WorkerProcesses, BatchPool):
         self._batch_rows = config.batch_size * config.rows_per_sample
         self._done: collections.deque = collections.deque()
         self.demux_ahead = DemuxAhead(config.demux_ahead_bytes)
+        self.cpu_only = config.cpu_only  # videos the workers leave to the CPU: no packets
         self._segment_prefix = segment_prefix()
         falls_back = assembler.fallback is not None  # the loader's process retries on the CPU
         args = [DemuxWorkerStart(i, config.index, config.skips_bad_files, config.cpu_only, config.nvtx,
@@ -756,7 +760,8 @@ class SeparationPool(WorkerProcesses, BatchPool):
             self._order.append(key)
         demux = [((worker + part) % self.num_workers, DemuxTask(key, task.plans, part, start, stop))
                  for part, (start, stop) in enumerate(spans)]
-        self.demux_ahead.hold(key, demux, estimate_packet_bytes(decode_tasks), first=first)
+        self.demux_ahead.hold(key, demux, estimate_packet_bytes(decode_tasks, self.cpu_only),
+                              first=first)
         self._send_demux()
 
     def _send_demux(self) -> None:
@@ -866,6 +871,7 @@ class SeparationPool(WorkerProcesses, BatchPool):
         key = msg.key
         bundles = unpack_payloads(msg.light, msg.segment)  # maps the segment, unlinks its name
         self.demux_ahead.received(key, msg.segment.size if msg.segment is not None else 0)
+        self._send_demux()  # bytes under the estimate make room for more
         parts = self._parts[key]
         parts[msg.part] = (bundles, msg.failed)
         if any(p is None for p in parts):

@@ -244,6 +244,11 @@ def demux_gops(
     try:
         video = cache.get(record)
         parts = [_demux_one(video, record, g, i, sink) for i, g in enumerate(gops)]
+        if sink is None:
+            payload = np.frombuffer(b"".join(d for p in parts for d in p.data), np.uint8)
+        else:
+            payload = sink.view(start, sink.tell())
+        return _pack(record, parts, payload)
     except BaseException as exc:
         if sink is not None:
             sink.truncate(start)  # a GOP's packets may be in it already
@@ -254,11 +259,6 @@ def demux_gops(
     finally:
         if container_cache is None:
             cache.close()
-    if sink is None:
-        payload = np.frombuffer(b"".join(d for p in parts for d in p.data), np.uint8)
-    else:
-        payload = sink.view(start, sink.tell())
-    return _pack(record, parts, payload)
 
 
 class _GopPackets:

@@ -193,8 +193,11 @@ class PayloadSink(Protocol):
         """uint8 view of bytes ``start:stop`` (valid while the sink lives)."""
 
 
-def concat_bundles(bundles: Sequence[PacketBundle]) -> PacketBundle:
-    """Join bundles of the same video into one (GOP ids renumbered in order)."""
+def concat_bundles(bundles: Sequence[PacketBundle], payload: np.ndarray | None = None
+                   ) -> PacketBundle:
+    """Join bundles of the same video into one (GOP ids renumbered in order). ``payload``:
+    their payloads already back to back (views of one sink, written in this order), used
+    instead of a joined copy."""
     if not bundles:
         raise ValueError("concat_bundles needs at least one bundle")
     first = bundles[0]
@@ -204,7 +207,7 @@ def concat_bundles(bundles: Sequence[PacketBundle]) -> PacketBundle:
     gop_starts = np.cumsum([0] + [b.num_gops for b in bundles[:-1]])
     return PacketBundle(
         first.path, first.codec,
-        payload=np.concatenate([b.payload for b in bundles]),
+        payload=np.concatenate([b.payload for b in bundles]) if payload is None else payload,
         offsets=np.concatenate([b.offsets + s for b, s in zip(bundles, payload_starts)]),
         sizes=np.concatenate([b.sizes for b in bundles]),
         pts=np.concatenate([b.pts for b in bundles]),
