@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from vidloader.pipeline._payloads import unread_segment_bytes
+
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -174,22 +176,21 @@ def _options(pairs: list[str]) -> dict:
 class HostPeak(_Sampled):
     """Peak PSS of this process and, apart, of its children (the demux workers and the fork
     servers), sampled every 0.25 s on a thread (issue 16 item 1: where host memory goes);
-    and the bytes of the shared-memory segments in ``/dev/shm`` that no process maps (a demux
-    worker's sent part not yet received: in no process's PSS), above what was there at the
-    start."""
+    and the bytes of the demux segments in ``/dev/shm`` that no process maps (a worker's
+    sent part not yet received: in no process's PSS; session 20's calls counted every file
+    there above what was at the start, which on the device machine was the same)."""
 
     def __init__(self, every_s: float = 0.25) -> None:
         import psutil
 
         super().__init__(every_s)
         self._me = psutil.Process()
-        self._shm_at_start = _shm_bytes()
         self.main_gib = self.children_gib = self.shm_gib = self.total_gib = 0.0
 
     def sample(self) -> None:
         main = self._pss(self._me)
         children = sum(self._pss(c) for c in self._me.children(recursive=True))
-        shm = max(0, _shm_bytes() - self._shm_at_start)
+        shm = unread_segment_bytes()
         self.main_gib = max(self.main_gib, main / GIB)
         self.children_gib = max(self.children_gib, children / GIB)
         self.shm_gib = max(self.shm_gib, shm / GIB)
@@ -205,21 +206,6 @@ class HostPeak(_Sampled):
 
 def _gib(n):
     return None if n is None else n / GIB
-
-
-def _shm_bytes() -> int:
-    """Bytes allocated to the files of ``/dev/shm`` (pages written, not their sizes)."""
-    total = 0
-    try:
-        entries = list(os.scandir("/dev/shm"))
-    except OSError:
-        return 0
-    for entry in entries:
-        try:
-            total += entry.stat(follow_symlinks=False).st_blocks * 512
-        except OSError:  # unlinked between the listing and the stat
-            continue
-    return total
 
 
 def _executor(loader):

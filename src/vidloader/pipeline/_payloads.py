@@ -201,9 +201,30 @@ def _map_and_unlink(segment: Segment) -> np.ndarray:
     return np.frombuffer(mapping, np.uint8)
 
 
+#: How the names of every pool's segments begin (:func:`segment_prefix`).
+POOL_SEGMENT_PREFIX = "psm_vl"
+
+
 def segment_prefix() -> str:
     """A name prefix for one pool's segments (:func:`discard_prefixed` removes them)."""
-    return f"psm_vl{secrets.token_hex(4)}_"
+    return f"{POOL_SEGMENT_PREFIX}{secrets.token_hex(4)}_"
+
+
+def unread_segment_bytes() -> int:
+    """Bytes held by the pools' segments that are still named in ``/dev/shm``: sent by a demux
+    worker and not yet received (the loader unlinks a name as it maps it). No process maps
+    them, so no process's PSS counts them; 0 where ``/dev/shm`` cannot be listed."""
+    try:
+        entries = [e for e in os.scandir("/dev/shm") if e.name.startswith(POOL_SEGMENT_PREFIX)]
+    except OSError:
+        return 0
+    total = 0
+    for entry in entries:
+        try:
+            total += entry.stat(follow_symlinks=False).st_blocks * 512  # pages written
+        except OSError:  # received (unlinked) meanwhile
+            continue
+    return total
 
 
 def discard_prefixed(prefix: str) -> int:
