@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from vidloader.errors import ConfigError
 from vidloader.pipeline._config import DEFAULT_DEMUX_AHEAD_BYTES, demux_ahead_bytes
@@ -137,3 +138,42 @@ def test_units_left_to_the_cpu_count_nothing_and_teach_nothing():
     for key in (1, 2, 3):
         ahead.hold(key, [(0, key)], 100)
     assert _sent(ahead) == [1, 2]  # still 100 each: the empty unit taught nothing
+
+
+@pytest.mark.parametrize("bound", [1, "64KiB"])
+def test_a_loader_with_a_tight_bound_delivers_the_unbounded_loaders_batches(media, monkeypatch, bound):
+    """Separation mode on the stand-in NVDEC (CPU): with the packets ahead bounded to a byte
+    (one unit at a time: the oldest held unit goes whenever nothing is ahead) or to a few
+    units, the epoch completes with the batches of the unbounded loader, in order."""
+    from vidloader import RandomFrames, VideoLoader
+    from vidloader.index import VideoIndex
+
+    from . import _fake_nvc
+    from ._nvdec_media import record_of
+
+    _fake_nvc.install_on_cpu(monkeypatch)
+    index = VideoIndex([record_of(media[n]) for n in ("h264", "hevc", "h264_small")])
+
+    def epoch(ahead):
+        loader = VideoLoader(index, sampler=RandomFrames(seed=4), batch_size=6, size=(24, 24),
+                             backend="nvdec", num_workers=2, device="cpu",
+                             nvdec_options={"demux_ahead_bytes": ahead})
+        batches, most_ahead = [], 0
+        try:
+            for b in loader:
+                batches.append((b["frames"].clone(), b["video_index"].clone(),
+                                b["frame_index"].clone()))
+                most_ahead = max(most_ahead, len(loader._pool.demux_ahead))
+            limit = loader.config.demux_ahead_bytes
+        finally:
+            loader.shutdown()
+        return batches, limit, most_ahead
+
+    reference, unbounded, _ = epoch(None)
+    bounded, limit, most_ahead = epoch(bound)
+    assert unbounded is None and limit == (1 if bound == 1 else 64 << 10)
+    if bound == 1:
+        assert most_ahead <= 1  # one unit demuxed ahead at a time
+    assert len(bounded) == len(reference) > 3
+    for got, want in zip(bounded, reference, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
