@@ -587,7 +587,7 @@ def test_nvimgcodec_within_tolerance_of_pillow(folder):
     """nvJPEG's IDCT and chroma upsampling differ from libjpeg's. Stated tolerance, per image
     (of 255): mean absolute difference under 3, 99th percentile under 16; PNG exact. The
     CMYK file is only printed (colour conversion of CMYK JPEGs differs between libraries),
-    and a truncated file may be refused or decoded partially by nvJPEG (printed)."""
+    and a truncated file goes to Pillow, which refuses it, as on the CPU path."""
     pytest.importorskip("nvidia.nvimgcodec")
     ds = ImageFolder(folder, num_workers=0, progress=False)
 
@@ -602,7 +602,7 @@ def test_nvimgcodec_within_tolerance_of_pillow(folder):
     cpu, _ = by_index(num_workers=0)
     gpu, gpu_skipped = by_index(decoder="nvimgcodec", device="cuda")
     print("nvimgcodec skipped:", gpu_skipped)
-    assert set(cpu) <= set(gpu)
+    assert set(cpu) == set(gpu)  # the truncated file skipped on both
     for i, ref in cpu.items():
         diff = (ref.int() - gpu[i].int()).abs().float()
         name = os.path.basename(ds.path(i))
@@ -643,6 +643,54 @@ def test_nvimgcodec_decoder_falls_back_to_pillow_for_what_it_cannot_decode(folde
     for name, image in zip(names[:2], out):
         assert torch.equal(image, torch.from_numpy(_reference(folder / name)))
     assert out[2] is None and out[3] is None and dec.cpu_fallbacks == 2
+
+
+def test_a_jpeg_without_its_end_marker_is_told_apart(folder):
+    """A JPEG's last bytes (padding aside) are its end-of-image marker; a truncated file's are
+    not, nor are those of a file with other bytes after the image."""
+    from vidloader.images._nvimgcodec import TAIL_BYTES, _file_ends, jpeg_cut_short
+
+    whole = (folder / "apple" / "0_baseline.jpg").read_bytes()
+    cut = (folder / "banana" / "6_truncated.jpg").read_bytes()
+    png = (folder / "banana" / "5_plain.png").read_bytes()
+
+    def ends(blob):
+        return blob[:2], blob[-TAIL_BYTES:]
+    assert not jpeg_cut_short(*ends(whole))
+    assert jpeg_cut_short(*ends(cut))
+    for padding in (b"\x00" * 10, b"\xff\xff", b"\r\n"):
+        assert not jpeg_cut_short(*ends(whole + padding)), padding
+    assert jpeg_cut_short(*ends(whole + b"thumbnail data"))
+    assert not jpeg_cut_short(*ends(png)) and not jpeg_cut_short(b"", b"")
+    assert _file_ends(str(folder / "banana" / "6_truncated.jpg")) == ends(cut)
+    assert _file_ends(str(folder / "missing.jpg")) == (b"", b"")
+
+
+def test_nvimgcodec_decoder_sends_a_jpeg_cut_short_to_pillow(folder, monkeypatch, tmp_path):
+    """nvJPEG decodes a truncated JPEG into a whole image, the missing rows made up (H100,
+    session20-1), where Pillow refuses it. The decoder hands such a file to Pillow instead: a
+    truncated one comes out ``None`` (skipped or raised per ``on_error``, as on the CPU
+    path), one with bytes after its image decodes exactly. From bytes and from paths."""
+    from types import SimpleNamespace
+
+    from vidloader.images._nvimgcodec import NvImageCodecDecoder
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
+    dec = NvImageCodecDecoder.__new__(NvImageCodecDecoder)  # nvImageCodec itself is not needed
+    dec.device, dec.cpu_fallbacks, dec._params = torch.device("cpu"), 0, None
+    made_up = np.full((48, 64, 3), 7, np.uint8)  # what nvJPEG gives whatever it is handed
+    dec._code_stream = lambda blob: blob
+    dec._decoder = SimpleNamespace(decode=lambda streams, **kw: [made_up for _ in streams])
+    whole = folder / "apple" / "0_baseline.jpg"
+    trailing = tmp_path / "trailing.jpg"
+    trailing.write_bytes(whole.read_bytes() + b"thumbnail data")
+    files = [whole, folder / "banana" / "6_truncated.jpg", trailing]
+    for out in (dec.decode([f.read_bytes() for f in files]), dec.decode_files([str(f) for f in files])):
+        assert torch.equal(out[0], torch.from_numpy(made_up))  # decoded on the "GPU"
+        assert out[1] is None
+        assert torch.equal(out[2], torch.from_numpy(_reference(whole)))
+    cut_only = dec.decode([files[1].read_bytes(), trailing.read_bytes()])  # none to nvJPEG
+    assert cut_only[0] is None and torch.equal(cut_only[1], torch.from_numpy(_reference(whole)))
 
 
 def test_image_bench_counts_every_kind_of_batch():
