@@ -773,7 +773,7 @@ def test_demux_parts_cross_in_one_shared_memory_segment_and_the_cache_copies_out
     from vidloader.decoding._base import GopRequest
     from vidloader.decoding.nvdec._annexb import demux_gops, full_gop_requests
     from vidloader.decoding.nvdec._gop_cache import GopPacketCache
-    from vidloader.pipeline._payloads import pack_payloads, unpack_payloads
+    from vidloader.pipeline._payloads import SharedPayloads, unpack_payloads
 
     def whole_gops(rec, count):
         keys = rec.keyframes[:count]
@@ -785,7 +785,7 @@ def test_demux_parts_cross_in_one_shared_memory_segment_and_the_cache_copies_out
 
     recs = [record_of(media[n]) for n in ("h264", "hevc")]
     bundles = [whole_gops(recs[0], 2), None, whole_gops(recs[1], 1)]
-    segment, light = pack_payloads(bundles)
+    segment, light = SharedPayloads().pack(list(bundles))
     assert segment.size == sum(b.payload.nbytes for b in bundles if b)
     assert os.path.exists(f"/dev/shm/{segment.name}") and not mapped()  # the writer unmapped
     assert len(pickle.dumps((segment, light))) < 0.1 * segment.size  # the bytes are not in the message
@@ -806,9 +806,9 @@ def test_demux_parts_cross_in_one_shared_memory_segment_and_the_cache_copies_out
 
 
 def test_a_demux_part_without_payload_bytes_sends_no_segment():
-    from vidloader.pipeline._payloads import pack_payloads, unpack_payloads
+    from vidloader.pipeline._payloads import SharedPayloads, unpack_payloads
 
-    segment, light = pack_payloads([None, None])
+    segment, light = SharedPayloads().pack([None, None])
     assert segment is None and unpack_payloads(light, segment) == [None, None]
 
 

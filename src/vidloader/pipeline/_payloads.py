@@ -2,8 +2,7 @@
 POSIX shared memory, with no torch on the worker's side.
 
 A demux part's payloads go into one segment, written as the packets are demuxed
-(:class:`SharedPayloads`; :func:`pack_payloads` copies bundles already demuxed into one);
-the message carries its name and the bundles without their bytes. The GPU process maps the segment and unlinks its
+(:class:`SharedPayloads`); the message carries its name and the bundles without their bytes. The GPU process maps the segment and unlinks its
 name at once (:func:`unpack_payloads`), so the name never outlives the message and nothing
 is left in ``/dev/shm`` whatever happens next; the pages are returned when the last payload
 view of the mapping is dropped (when the unit's decode finished: the packet cache keeps
@@ -58,6 +57,11 @@ class SharedPayloads:
     The segment is a :class:`~vidloader.decoding.nvdec.PayloadSink`. Growing it maps the
     larger file again and keeps the earlier mappings (views of them stay valid: they map the
     same pages). :meth:`pack` ends it; :meth:`discard` drops it.
+
+    Shared memory, not pickled bytes: the GPU process maps the segment instead of reading and
+    unpickling the bytes on its main thread. Measured on the 2-core machine for 122 MB (one
+    demux part of a GopShuffle block), as a torch shared tensor, which crosses the same way:
+    1,204 ms of main-thread ``get`` as pickled numpy, 34 ms shared.
     """
 
     def __init__(self, capacity: int = INITIAL_SEGMENT_BYTES, *, prefix: str = "psm_") -> None:
@@ -111,9 +115,11 @@ class SharedPayloads:
         return None
 
     def pack(self, bundles: list) -> tuple[Segment | None, list]:
-        """End the segment: ``(segment, light)`` as :func:`pack_payloads` gives them. Payloads
-        that are not views of the segment are written to it first. Takes ``bundles``: the list
-        is emptied, so that no view of the mappings is left when they close."""
+        """End the segment: ``(segment, light)``, the segment ``None`` when it holds no byte, and
+        the bundles without their payloads, each with its ``(start, stop)`` in the segment
+        (``None`` stays ``None``). Payloads that are not views of the segment are written to
+        it first. Takes ``bundles``: the list is emptied, so that no view of the mappings is
+        left when they close."""
         light = []
         try:
             for bundle in bundles:
@@ -154,26 +160,8 @@ class SharedPayloads:
         discard(Segment(self.name, 0))
 
 
-def pack_payloads(bundles: list) -> tuple[Segment | None, list]:
-    """Every bundle's payload in one shared-memory segment (``None`` when there is no byte),
-    and the bundles without their payloads, each with its ``(start, stop)`` in that segment
-    (``None`` stays ``None``): the payloads are copied into a new :class:`SharedPayloads`
-    segment (a demux worker writes its packets into one as they come instead).
-
-    Shared memory, not pickled bytes: the GPU process maps the segment instead of reading and
-    unpickling the bytes on its main thread. Measured on the 2-core machine for 122 MB (one
-    demux part of a GopShuffle block), as a torch shared tensor, which crosses the same way:
-    1,204 ms of main-thread ``get`` as pickled numpy, 34 ms shared.
-    """
-    total = sum(0 if b is None else int(b.payload.nbytes) for b in bundles)
-    if total == 0:
-        return None, [None if b is None else (dataclasses.replace(b, payload=_NO_PAYLOAD), 0, 0)
-                      for b in bundles]
-    return SharedPayloads(total).pack(list(bundles))
-
-
 def unpack_payloads(light: list, segment: Segment | None) -> list:
-    """The bundles of :func:`pack_payloads`, their payloads views of the mapped segment, whose
+    """The bundles of :meth:`SharedPayloads.pack`, their payloads views of the mapped segment, whose
     name is unlinked here: the memory goes back when the last view is dropped."""
     flat = _NO_PAYLOAD if segment is None else _map_and_unlink(segment)
     return [None if item is None else dataclasses.replace(item[0], payload=flat[item[1]:item[2]])
@@ -210,16 +198,21 @@ def segment_prefix() -> str:
     return f"{POOL_SEGMENT_PREFIX}{secrets.token_hex(4)}_"
 
 
+def _named_segments(prefix: str) -> list:
+    """The entries of ``/dev/shm`` whose names begin with ``prefix`` (none where it cannot be
+    listed)."""
+    try:
+        return [e for e in os.scandir("/dev/shm") if e.name.startswith(prefix)]
+    except OSError:
+        return []
+
+
 def unread_segment_bytes() -> int:
     """Bytes held by the pools' segments that are still named in ``/dev/shm``: sent by a demux
     worker and not yet received (the loader unlinks a name as it maps it). No process maps
     them, so no process's PSS counts them; 0 where ``/dev/shm`` cannot be listed."""
-    try:
-        entries = [e for e in os.scandir("/dev/shm") if e.name.startswith(POOL_SEGMENT_PREFIX)]
-    except OSError:
-        return 0
     total = 0
-    for entry in entries:
+    for entry in _named_segments(POOL_SEGMENT_PREFIX):
         try:
             total += entry.stat(follow_symlinks=False).st_blocks * 512  # pages written
         except OSError:  # received (unlinked) meanwhile
@@ -231,13 +224,10 @@ def discard_prefixed(prefix: str) -> int:
     """Unlink every segment whose name begins with ``prefix`` (a worker stopped while it
     wrote a part leaves its segment; the resource tracker would remove it only when the
     program exits). Returns how many; 0 where ``/dev/shm`` cannot be listed."""
-    try:
-        names = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
-    except OSError:
-        return 0
-    for name in names:
-        discard(Segment(name, 0))
-    return len(names)
+    entries = _named_segments(prefix)
+    for entry in entries:
+        discard(Segment(entry.name, 0))
+    return len(entries)
 
 
 def discard(segment: Segment | None) -> None:
