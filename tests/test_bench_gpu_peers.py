@@ -57,7 +57,7 @@ def _mean_diff(a, b) -> float:
 def test_registered_and_in_the_gpu_alias():
     assert {"spdl", "pyav-nvdec"} <= set(PEERS)
     gpu = resolve_backends("gpu")
-    assert gpu[-2:] == ["spdl", "pyav-nvdec"] and "pynvc-threads" in gpu
+    assert gpu[-3:] == ["spdl", "pyav-nvdec", "dali"] and "pynvc-threads" in gpu
     assert resolve_backends("spdl,pyav-nvdec,spdl") == ["spdl", "pyav-nvdec"]
     for name in NEW:
         peer = make_peer(name)

@@ -21,14 +21,14 @@ PEERS = {
     "pynvc-threads": ("_peers_gpu", "PynvcThreadsPeer"),
     "spdl": ("_peers_gpu", "SpdlPeer"),
     "pyav-nvdec": ("_peers_gpu", "PyavNvdecPeer"),
-    "dali": ("_peers_gpu", "DaliPeer"),
+    "dali": ("_peers_dali", "DaliPeer"),
 }
 
 #: Names that expand to several backends on the command line.
 BACKEND_ALIASES = {
     "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec", "torchcodec-tuned"],
     "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads", "spdl",
-            "pyav-nvdec"],
+            "pyav-nvdec", "dali"],
 }
 
 

@@ -1,5 +1,5 @@
 """GPU peers: PyNvVideoCodec (``SimpleDecoder`` and the raw demuxer + decoder ceiling), SPDL's
-NVDEC decoding, PyAV with FFmpeg's CUDA hwaccel, and DALI.
+NVDEC decoding and PyAV with FFmpeg's CUDA hwaccel (DALI's reader is in :mod:`._peers_dali`).
 
 They run in the benchmark's main process (one CUDA context; no worker ever touches CUDA) and
 import their library only when asked, so a CPU machine reports them as skipped. SPDL and PyAV
@@ -599,28 +599,3 @@ class PyavNvdecPeer(_PoolPeer):
     def _upload(self, pictures: list, geometry: Geometry, record) -> torch.Tensor:
         x = torch.from_numpy(np.stack(pictures)).to(self.device)
         return _resize_and_crop(x, geometry, record.height, record.width)
-
-
-class DaliPeer(Peer):
-    """NVIDIA DALI: reported as skipped, with the reason."""
-
-    name, library = "dali", "nvidia-dali-cuda120"
-
-    def check(self) -> None:
-        _need_cuda()
-        try:
-            import nvidia.dali  # noqa: F401
-        except ImportError:
-            raise Skip("nvidia-dali is not installed") from None
-        raise Skip(_DALI_CANNOT_RUN_THE_PLAN)
-
-    def batches(self, job):
-        # check() always skips, so the harness never gets here; say why if a caller does.
-        raise Skip(_DALI_CANNOT_RUN_THE_PLAN)
-
-
-_DALI_CANNOT_RUN_THE_PLAN = (
-    "DALI's video readers take file lists with a fixed sequence length and stride, not an "
-    "arbitrary per-batch list of (video, frame) requests (DALI #2604), so DALI cannot run the "
-    "shared plan; no adapter yet"
-)
