@@ -28,6 +28,7 @@ from vidloader import (
     SequentialFrames,
     VideoLoader,
 )
+from vidloader.constants import DEFAULT_STACK_FRAMES
 from vidloader.decoding.nvdec._executor import NvdecExecutor
 from vidloader.index import VideoIndex, VideoRecord
 from vidloader.pipeline import _pool
@@ -210,8 +211,9 @@ def test_w1_arithmetic_staging_before_and_after(fake):
     assert loader.staging_slots == 68 and loader.gpu_staging_buffers == 16
     assert plan["slot_bytes"] == 128 * 224 * 224 * 3
     assert plan["components_bytes"]["staging"] == 16 * 128 * 224 * 224 * 3  # 294 MiB, was 1.22 GiB
-    assert plan["frame_bytes"] == 1620 * 1920 and plan["stack_frames"] == 8
-    assert plan["components_bytes"]["gop_stacks"] == 16 * 8 * 1620 * 1920
+    assert plan["frame_bytes"] == 1620 * 1920 and plan["stack_frames"] == 16
+    assert plan["components_bytes"]["gop_stacks"] == 16 * 16 * 1620 * 1920
+    assert plan["frame_cache_bytes"] == 0  # off by default since session 21
     assert plan["components_bytes"]["cublas_workspaces"] == 16 * 32 * MIB  # the fake is sm90
     budgeted = VideoLoader(index, **options, memory_budget="3GiB")
     small = budgeted.memory_plan
@@ -331,13 +333,16 @@ def test_stack_frames_bounds_the_frames_held_and_every_frame_still_comes_once(me
     ex.close()
 
 
-def test_default_stacks_hold_at_most_eight_frames(media, fake):
-    ex = NvdecExecutor(num_decoders=2, frame_cache_bytes=0, packet_cache_bytes=0)
+def test_stacks_hold_at_most_stack_frames(media, fake):
     task = plan_tasks_for_frames(0, record_of(media["h264"]), list(range(0, 12)))  # one GOP of 12
-    sizes = []
-    ex.submit_batch([task], lambda pos, indices, frames: sizes.append(len(indices))).wait()
-    assert sizes == [8, 4] and ex.frames_held_peak == 8
-    ex.close()
+    for stack_frames, want in ((8, [8, 4]), (DEFAULT_STACK_FRAMES, [12])):
+        ex = NvdecExecutor(num_decoders=2, packet_cache_bytes=0, stack_frames=stack_frames)
+        sizes = []
+        ex.submit_batch([task], lambda pos, indices, frames: sizes.append(len(indices))).wait()
+        assert sizes == want and ex.frames_held_peak == max(want)
+        assert ex.frame_cache.max_bytes == 0  # off by default
+        ex.close()
+    assert DEFAULT_STACK_FRAMES == 16
 
 
 class _PeakBytes(TorchDispatchMode):

@@ -63,8 +63,13 @@ MIN_AUTO_NVDEC_DECODERS = 4
 #: GOP held every wanted frame of it at once (sequential W1: 16 threads x 30 frames x 3.1 MB,
 #: 1.57 GiB at peak on the H100, ``benchmarks/results/gpu/session9-6``), and each thread's
 #: CUDA stream kept that high-water mark in PyTorch's caching allocator for good.
-#: ``memory_budget`` lowers it; ``nvdec_options["stack_frames"]`` sets it.
-DEFAULT_STACK_FRAMES = 8
+#: Stacks of 16 with no frame cache read W1 (1080p) in stream order at 2,463-2,472 frames/s in
+#: one process against 1,837-2,264 with stacks of 8 and a 256 MiB frame cache, the same on
+#: uniform random frames (345 against 344; H200, ``benchmarks/results/gpu/session21-7`` and
+#: ``session21-8``): a stack's conversion is ~15 launches from Python whatever its size, and
+#: the decoder threads are bound by the GIL. ``memory_budget`` lowers it;
+#: ``nvdec_options["stack_frames"]`` sets it.
+DEFAULT_STACK_FRAMES = 16
 
 #: Decoder threads allowed per GPU: data-center GPUs have up to 7 NVDEC engines, and each
 #: decoder holds its own surfaces (tens of MiB at 1080p), so more threads only cost memory.

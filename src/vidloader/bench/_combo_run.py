@@ -128,16 +128,26 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
 #: own (as the bench's ``clips-head``), so that no cache keyed by path serves a clip twice
 #: within ``HEAD_REPEATS × videos`` clips.
 HEAD_REPEATS = 40
+#: Times the ``W1-sequential`` and ``W1-relaxed`` workloads list W1's videos (gpu-quick: 100
+#: videos of 60 frames, so an epoch of 20 repeats lasts ~50 s at 2,500 frames/s).
+STREAM_REPEATS = 20
 
 
 def _workloads():
     """Each workload: ``(dataset, loader arguments, index transform or None)``."""
-    from vidloader import Clips, Process, RandomFrames
+    from vidloader import Clips, GopShuffle, Process, RandomFrames, SequentialFrames, VideoIndex
     from vidloader.bench._workloads import HEAD_CLIPS, _linked_repeats
 
     clips_proc = Process(size=(112, 112), short_side=128, crop="random")
     return {
         "W1-random": ("W1", dict(sampler=RandomFrames(seed=0), batch_size=128, size=(224, 224)), None),
+        # Issue 16 item 2 (the raw NVDEC ceiling): stream order and GopShuffle over W1 listed
+        # STREAM_REPEATS times, so a window never spans an epoch's end (the bench's
+        # repeat_index does the same).
+        "W1-sequential": ("W1", dict(sampler=SequentialFrames(), batch_size=128, size=(224, 224)),
+                          lambda index: VideoIndex(list(index) * STREAM_REPEATS)),
+        "W1-relaxed": ("W1", dict(sampler=GopShuffle(seed=0), batch_size=128, size=(224, 224)),
+                       lambda index: VideoIndex(list(index) * STREAM_REPEATS)),
         "W4-clips": ("W4", dict(sampler=Clips(sequence_length=16, stride=2, seed=0), batch_size=8,
                                processing=clips_proc), None),
         # SPDL's Kinetics setting (issue 16 item 4): each video's first 16 frames, once each.
@@ -267,6 +277,14 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # W3-stream: GOPs of streams in worker processes (session 19), decoder threads chosen by
     # frame size as usual, or 4 each
     "nvdec-p3": ({"backend": "nvdec", "nvdec_processes": 3}, {}),
+    # session21-7: stacks of 16 without the frame cache read W1 in stream order at 2,472
+    # frames/s in one process against 1,837 by default; in 4 processes?
+    # the NVDEC defaults until session 21 (stacks of 8, a 256 MiB frame cache), against the
+    # defaults since (stacks of 16, no frame cache): "nvdec"
+    "nvdec-old": ({"backend": "nvdec",
+                   "nvdec_options": {"stack_frames": 8, "frame_cache_bytes": 256 << 20}}, {}),
+    "nvdec-p4-stack16-nocache": ({"backend": "nvdec", "nvdec_processes": 4,
+                                  "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
     "nvdec-p6-dec4": ({"backend": "nvdec", "nvdec_processes": 6, "nvdec_decoders": 4}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),

@@ -127,6 +127,7 @@ def run_backend(cfg: RunConfig) -> dict:
         job, _ = sized_job(cfg, [peer])
         lengths = run_lengths(peer, job, cfg)
         result.update(measure(peer, job, lengths, cfg.max_seconds))
+        result["peer_settings"] = peer.settings()  # with what the run chose (DALI's sequences)
         result["status"] = "ok"
     except Skip as exc:
         result.update(status="skipped", reason=str(exc))

@@ -23,7 +23,7 @@ The loader's GPU memory is the sum of (per decoder thread, ``d`` of them):
   8.125 MiB before, or what ``CUBLAS_WORKSPACE_CONFIG`` says. On the H100 the 16 decoder
   threads' workspaces were the 0.5 GiB still allocated after the loop, listed under
   ``_resample.py``'s matrix product (the allocation that created them);
-- **the frame cache** (``nvdec_options["frame_cache_bytes"]``, 256 MiB by default);
+- **the frame cache** (``nvdec_options["frame_cache_bytes"]``, off by default);
 - **decoder surfaces**: NVDEC's own (outside PyTorch, seen by ``nvidia-smi`` only), about
   :data:`DECODER_SURFACE_FRAMES` pitched pictures per decoder.
 
@@ -76,8 +76,9 @@ ALLOCATOR_SEGMENT = 20 * MIB
 ALLOCATOR_SMALL_SEGMENT = 2 * MIB
 
 #: What ``memory_budget`` lowers, in order, until the plan fits: (knob, value). The cheapest
-#: trades first: a smaller frame cache (fewer repeats served without decoding), decoder
-#: threads down to 8, no frame cache, smaller conversion stacks (more launches per GOP), fewer
+#: trades first: a smaller frame cache where one was asked for (fewer repeats served without
+#: decoding), decoder threads down to 8, stacks of 8, no frame cache, smaller conversion
+#: stacks (more launches per GOP), fewer
 #: units queued (the decoders may drain between units), then the rest of the decoders and
 #: the smallest stacks and queues. Decoders go early because each costs ~176 MiB of NVDEC
 #: surfaces at 1080p while 8 threads decode as fast as 12 or 16: their Python work contends
@@ -86,7 +87,7 @@ ALLOCATOR_SMALL_SEGMENT = 2 * MIB
 #: or 4, 1,049-1,528 in 3.0-3.4 GiB; the default 16, 1,759-2,079 in 7.1 GiB).
 BUDGET_STEPS: tuple[tuple[str, int], ...] = (
     ("frame_cache_bytes", 64 * MIB), *(("decoders", d) for d in range(15, 7, -1)),
-    ("frame_cache_bytes", 0), ("stack_frames", 4), ("units_decoding", 2),
+    ("stack_frames", 8), ("frame_cache_bytes", 0), ("stack_frames", 4), ("units_decoding", 2),
     *(("decoders", d) for d in range(7, 3, -1)), ("stack_frames", 2), ("units_decoding", 1),
     *(("decoders", d) for d in range(3, 0, -1)), ("stack_frames", 1),
 )

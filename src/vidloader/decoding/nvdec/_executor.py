@@ -56,8 +56,13 @@ from ._status_tap import Lease
 
 log = logging.getLogger(__name__)
 
-#: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache).
-DEFAULT_FRAME_CACHE_BYTES = 256 << 20
+#: Decoded NV12 frames kept on the GPU per executor (0 disables the frame cache). Off by
+#: default: no workload measured hits it often enough to pay for it. Its views keep every
+#: stack alive until evicted, so each stack is a fresh allocation, and each frame's ``put`` is
+#: Python work on GIL-bound decoder threads (session17-3 on clips-head: 10% of their samples,
+#: no hit). Without it W1 in stream order ran 1.09x faster with stacks of 16, uniform random
+#: frames the same (``session21-8``). ``nvdec_options["frame_cache_bytes"]`` turns it on.
+DEFAULT_FRAME_CACHE_BYTES = 0
 #: Demuxed GOPs kept in host memory per executor (0 disables the packet cache).
 DEFAULT_PACKET_CACHE_BYTES = 128 << 20
 
