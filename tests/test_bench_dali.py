@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from vidloader.bench._peers_dali import (
     dali_requests,
     rebatch,
     run_sequence_length,
+    uneven_timestamps,
 )
 from vidloader.bench._workloads import Geometry, make_plan
 from vidloader.sampling import BatchPlan
@@ -126,8 +128,7 @@ def test_clips_are_one_line_each_with_the_plans_stride():
     rng = np.random.default_rng(0)
     starts = rng.integers(0, 20, 8)
     bp = _bp(np.arange(8) % 3, starts[:, None] + 2 * np.arange(4)[None, :], is_clip=True)
-    index = [type("R", (), {"path": f"/v/{i}.mp4", "num_frames": 40,
-                            "keyframes": np.array([0, 10, 20, 30])})() for i in range(3)]
+    index = [_rec(f"/v/{i}.mp4", 40, gop=10) for i in range(3)]
     req = dali_requests([bp, bp], index)
     assert (req.mode, req.sequence_length, req.stride, req.batch_size) == ("clips", 4, 2, 8)
     assert _rows(req) == _plan_rows([bp, bp])
@@ -138,8 +139,7 @@ def test_clips_are_one_line_each_with_the_plans_stride():
 
 
 def test_clips_with_uneven_steps_or_paths_with_spaces_are_skipped():
-    index = [type("R", (), {"path": "/v/a b.mp4", "num_frames": 40,
-                            "keyframes": np.array([0])})()]
+    index = [_rec("/v/a b.mp4", 40)]
     even = _bp([0], [[0, 2, 4]], is_clip=True)
     with pytest.raises(Skip, match="whitespace"):
         dali_requests([even], index)
@@ -147,6 +147,52 @@ def test_clips_with_uneven_steps_or_paths_with_spaces_are_skipped():
     uneven = _bp([0], [[0, 2, 5]], is_clip=True)
     with pytest.raises(Skip, match="evenly spaced"):
         dali_requests([uneven], index)
+
+
+def _rec(path: str, frames: int, *, gop: int = 30, pts=None):
+    """A record-like object: ``frames`` frames at 30 frames/s, time base 1/15360."""
+    return type("R", (), {"path": path, "num_frames": frames, "fps": 30.0,
+                          "time_base": Fraction(1, 15360),
+                          "keyframes": np.arange(0, frames, gop),
+                          "pts": np.arange(frames) * 512 if pts is None else np.asarray(pts)})()
+
+
+def _rows_plan(rows: list[tuple[int, int]], batch: int) -> list:
+    return [_bp([v for v, _ in rows[a : a + batch]], [[f] for _, f in rows[a : a + batch]])
+            for a in range(0, len(rows), batch)]
+
+
+def test_a_run_reaching_its_videos_end_moves_its_last_sequence_back():
+    index = [_rec(f"/v/{i}.mp4", 60) for i in range(3)]
+    # runs: video 0 from frame 20 (cut by the plan's start), then whole videos 1, 2, 0
+    rows = [(0, f) for f in range(20, 60)] + [(v, f) for v in (1, 2, 0) for f in range(60)]
+    plan = _rows_plan(rows, 20)
+    req = dali_requests(plan, index)
+    assert req.mode == "runs" and req.sequence_length == 30
+    assert _rows(req) == rows  # every planned row once, in order
+    assert req.starts[1] == 30 and req.keep[1].tolist() == [20, 30]  # [50, 60) from [30, 60)
+    assert np.all(req.starts + 30 <= 60) and np.all(req.keep[:, 0] >= 0)
+    assert np.all(req.keep[:, 1] <= 30)
+
+
+def test_a_video_shorter_than_the_sequences_shortens_them():
+    index = [_rec("/v/a.mp4", 60), _rec("/v/b.mp4", 12)]
+    rows = [(0, f) for f in range(60)] + [(1, f) for f in range(12)] + [(0, f) for f in range(60)]
+    req = dali_requests(_rows_plan(rows, 12), index)
+    assert req.sequence_length == 12 and _rows(req) == rows
+    assert np.all(req.starts[req.videos == 1] + 12 <= 12)
+
+
+def test_videos_whose_timestamps_are_not_evenly_spaced_are_skipped():
+    even = _rec("/v/even.mp4", 40)
+    assert uneven_timestamps(even) is None
+    jittered = _rec("/v/jit.mp4", 40, pts=np.arange(40) * 512 + np.r_[0, 100, np.zeros(38)])
+    assert uneven_timestamps(jittered) is None  # within a quarter period (128 ticks)
+    dropped = _rec("/v/vfr.mp4", 40, pts=np.r_[np.arange(20) * 512, np.arange(21, 41) * 512])
+    why = uneven_timestamps(dropped)
+    assert why and "/v/vfr.mp4" in why and "frame 20" in why
+    with pytest.raises(Skip, match="vfr.mp4"):
+        dali_requests(_rows_plan([(0, 3), (0, 9)], 2), [dropped])
 
 
 def test_sequence_length_for_runs():

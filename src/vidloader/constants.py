@@ -66,8 +66,9 @@ MIN_AUTO_NVDEC_DECODERS = 4
 #: Stacks of 16 with no frame cache read W1 (1080p) in stream order at 2,463-2,472 frames/s in
 #: one process against 1,837-2,264 with stacks of 8 and a 256 MiB frame cache, the same on
 #: uniform random frames (345 against 344; H200, ``benchmarks/results/gpu/session21-7`` and
-#: ``session21-8``): a stack's conversion is ~15 launches from Python whatever its size, and
-#: the decoder threads are bound by the GIL. ``memory_budget`` lowers it;
+#: ``session21-8``, alternated in ``session21-10``): fewer stacks per GOP are fewer hand-overs
+#: to the sink and batch writes from Python, on decoder threads that contend for the GIL (a
+#: stack still converts in chunks of ``_frame.RGB_CHUNK``). ``memory_budget`` lowers it;
 #: ``nvdec_options["stack_frames"]`` sets it.
 DEFAULT_STACK_FRAMES = 16
 

@@ -278,11 +278,22 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # frame size as usual, or 4 each
     "nvdec-p3": ({"backend": "nvdec", "nvdec_processes": 3}, {}),
     # session21-7: stacks of 16 without the frame cache read W1 in stream order at 2,472
-    # frames/s in one process against 1,837 by default; in 4 processes?
+    # frames/s in one process against 1,837 with the defaults then (stacks of 8, the cache);
+    # in 4 processes? (Since session 21 these are the defaults: "nvdec-p4" is the same, as
+    # "nvdec-stack16-nocache" and "nvdec-nocache" are "nvdec".)
     # the NVDEC defaults until session 21 (stacks of 8, a 256 MiB frame cache), against the
     # defaults since (stacks of 16, no frame cache): "nvdec"
     "nvdec-old": ({"backend": "nvdec",
                    "nvdec_options": {"stack_frames": 8, "frame_cache_bytes": 256 << 20}}, {}),
+    # session 21: the surface copies through cudaMemcpy2DAsync (the default) or copy_; more
+    # decoder threads than the 16 allowed (the cap raised for the run)
+    "nvdec-nomemcpy": ({"backend": "nvdec"}, {"decoding.nvdec._surface_copy:ENABLED": False}),
+    "nvdec-dec24": ({"backend": "nvdec", "nvdec_decoders": 24},
+                    {"pipeline._config:MAX_DECODERS_PER_GPU": 24,
+                     "decoding.nvdec._pool:MAX_DECODERS_PER_GPU": 24}),
+    "nvdec-dec32": ({"backend": "nvdec", "nvdec_decoders": 32},
+                    {"pipeline._config:MAX_DECODERS_PER_GPU": 32,
+                     "decoding.nvdec._pool:MAX_DECODERS_PER_GPU": 32}),
     "nvdec-p4-stack16-nocache": ({"backend": "nvdec", "nvdec_processes": 4,
                                   "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
     "nvdec-p6-dec4": ({"backend": "nvdec", "nvdec_processes": 6, "nvdec_decoders": 4}, {}),

@@ -17,8 +17,12 @@ from ``first_frame``). So the shared plan becomes such a list (:func:`dali_reque
   dropped.
 
 Each line's label is its position in the list, so the adapter checks that DALI delivered the
-lines in order, and ``enable_frame_num`` gives each sequence's first frame, checked against
-the line. Frames are resized (and centre-cropped) by DALI on the GPU (``fn.resize``,
+lines in order (``enable_frame_num`` echoes each line's first frame, checked too, but it is
+the request, not what was decoded). DALI finds frame ``k`` by time, at the stream's start
+plus ``k`` frame periods, where the index counts frames in display order: the two agree only
+where the timestamps are evenly spaced, so a plan holding any other video is skipped
+(:func:`uneven_timestamps`); the cuda tests check the delivered pixels against a full
+decode. Frames are resized (and centre-cropped) by DALI on the GPU (``fn.resize``,
 ``fn.crop``), then cut back into the plan's batches.
 
 DALI's reader seeks and flushes its one NVDEC decoder for every sequence (``read_file`` in
@@ -100,16 +104,37 @@ class DaliRequests:
         return out
 
 
+def uneven_timestamps(record) -> str | None:
+    """Why DALI's frame ``k`` (the stream's start plus ``k`` periods of its frame rate) would
+    not be the index's frame ``k`` (display order) of ``record``, or ``None`` where they agree:
+    every timestamp within a quarter period of ``pts[0] + k`` periods."""
+    pts = np.asarray(record.pts, np.int64)
+    if len(pts) < 2 or not record.fps:
+        return None
+    period = 1.0 / (float(record.fps) * float(record.time_base))  # ticks per frame
+    off = np.abs(pts - (pts[0] + np.arange(len(pts)) * period))
+    k = int(np.argmax(off))
+    if off[k] <= max(1.0, 0.25 * period):
+        return None
+    return (f"frame {k} of {record.path} is at pts {int(pts[k])}, {off[k]:.0f} ticks from where "
+            f"DALI seeks it ({pts[0] + k * period:.0f}: {record.fps:g} frames/s from pts "
+            f"{int(pts[0])}); DALI's reader would deliver other frames than planned")
+
+
 def dali_requests(batches: Sequence, index) -> DaliRequests:
     """The plan's batches as DALI ``file_list`` lines, in delivery order (see the module).
 
     Raises:
         Skip: clips whose frames are not evenly spaced, or a stride that changes between
-            clips, or a path DALI's list cannot hold (whitespace).
+            clips, a path DALI's list cannot hold (whitespace), or a video whose timestamps
+            are not evenly spaced (:func:`uneven_timestamps`).
     """
-    for r in {int(v) for bp in batches for v in bp.video_indices}:
+    for r in sorted({int(v) for bp in batches for v in bp.video_indices}):
         if any(c.isspace() for c in index[r].path):
             raise Skip(f"DALI's file_list splits lines on whitespace: {index[r].path!r}")
+        why = uneven_timestamps(index[r])
+        if why:
+            raise Skip(why)
     frames = np.concatenate([np.asarray(bp.frame_indices, np.int64) for bp in batches])
     videos = np.concatenate([np.asarray(bp.video_indices, np.int64) for bp in batches])
     rows_per_batch = int(frames.shape[0] // max(1, len(batches)))

@@ -187,7 +187,7 @@ class VideoLoader:
         nvdec_options (Mapping | None): further :class:`~vidloader.decoding.nvdec.NvdecExecutor`
             options (``frame_cache_bytes``, ``packet_cache_bytes``, ``skip_nonref``,
             ``stack_frames``: decoded frames a decoder thread holds before converting them,
-            default 8), ``units_decoding``: units of work queued on the decoders at once
+            default 16), ``units_decoding``: units of work queued on the decoders at once
             (default 4), and ``demux_ahead_bytes``: packet bytes the demux workers may hold
             ahead of the decoders (bytes or a string such as ``"1GiB"``; default 512 MiB;
             ``None``: no bound, every unit the staging slots admit is demuxed at once), the

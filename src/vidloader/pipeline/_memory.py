@@ -14,7 +14,7 @@ The loader's GPU memory is the sum of (per decoder thread, ``d`` of them):
   streams begin ``stride`` batches apart and each reaches ``lookahead``) need
   ``stride × units_decoding + lookahead - stride``;
 - **GOP stacks**: decoded NV12/P016 pictures waiting for their conversion, at most
-  ``stack_frames`` per decoder thread (``nvdec_options["stack_frames"]``, 8 by default);
+  ``stack_frames`` per decoder thread (``nvdec_options["stack_frames"]``, 16 by default);
 - **conversion workspace**: the float intermediates of converting a stack to RGB
   (:func:`~vidloader.processing._nv12.conversion_bytes`), which PyTorch's caching allocator
   keeps per CUDA stream, i.e. per decoder thread, rounded up to its 20 MiB segments;

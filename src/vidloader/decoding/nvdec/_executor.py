@@ -19,7 +19,7 @@ With ``num_decoders > 1``, GOPs are decoded by a :class:`DecoderPool` of threads
   thread, task by task, frames ascending.
 * :meth:`NvdecExecutor.submit_batch`: the loader's path. A per-GOP sink runs *on the decoder
   thread* as the GOP is decoded, with the GOP's wanted frames stacked (``stack_frames`` at a
-  time, 8 by default: what bounds the decoded frames waiting on the GPU), so colour
+  time, 16 by default: what bounds the decoded frames waiting on the GPU), so colour
   conversion and resize run batched and in parallel with other GOPs' decoding, and the call
   returns at once: the caller can submit the next unit of work before waiting for this one
   (:meth:`PendingBatch.wait`), so decoders never drain between units.
@@ -53,6 +53,7 @@ from ._frame import NvdecFrame, NvdecFrames, record_stream, stack_surfaces
 from ._gop_cache import FrameCache, GopPacketCache
 from ._pool import DecoderPool, shared_stream
 from ._status_tap import Lease
+from ._surface_copy import copy_rows, stream_handle
 
 log = logging.getLogger(__name__)
 
@@ -636,13 +637,15 @@ class _Stack:
         self.tensor: torch.Tensor | None = None
         self.indices: list[int] = []
         self.flushed: list[int] = []
+        self._stream: int | None = None  # the raw handle of the stack's stream, once known
 
     def add(self, i: int, nv12: torch.Tensor) -> None:
         if self.tensor is None:
             n = min(self.executor.stack_frames, self.left)
             self.tensor = nv12.new_empty((n, self.rows, self.width))
             self.executor._hold(n)
-        self.tensor[len(self.indices)].copy_(nv12[: self.rows, : self.width])
+            self._stream = stream_handle(self.tensor.device)
+        copy_rows(self.tensor[len(self.indices)], nv12, self.rows, self.width, self._stream)
         self.indices.append(i)
         self.left -= 1
         # A full stack goes now, but the GOP's last one after the decode (the caller): most
