@@ -54,8 +54,10 @@ def _runtime():
 
 
 def stream_handle(device: torch.device) -> int | None:
-    """The raw handle of ``device``'s current CUDA stream (``None`` off CUDA)."""
-    if device.type != "cuda":
+    """The raw handle of ``device``'s current CUDA stream, or ``None`` (use ``copy_``) off CUDA
+    and where ``device`` is not this thread's current device: the runtime enqueues on a stream
+    of the current device's context."""
+    if device.type != "cuda" or torch.cuda.current_device() != device.index:
         return None
     return torch.cuda.current_stream(device).cuda_stream
 
