@@ -180,6 +180,14 @@ def _tap_off() -> bool:
 
 #: Each variant: the loader's arguments, and constants patched for its run (diagnostics):
 #: ``NAME`` of ``vidloader.pipeline._combo``, or ``module:NAME`` of ``vidloader.<module>``.
+def _decoders_past_the_cap(n: int) -> tuple[dict, dict]:
+    """An NVDEC variant of ``n`` decoder threads, the cap (``MAX_DECODERS_PER_GPU``, read by
+    the config and the decoder pool) raised to ``n`` for its run."""
+    cap = {"pipeline._config:MAX_DECODERS_PER_GPU": n,
+           "decoding.nvdec._pool:MAX_DECODERS_PER_GPU": n}
+    return {"backend": "nvdec", "nvdec_decoders": n}, cap
+
+
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "cpu": ({"backend": "cpu"}, {}),
     "nvdec": ({"backend": "nvdec"}, {}),
@@ -288,12 +296,8 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # session 21: the surface copies through cudaMemcpy2DAsync (the default) or copy_; more
     # decoder threads than the 16 allowed (the cap raised for the run)
     "nvdec-nomemcpy": ({"backend": "nvdec"}, {"decoding.nvdec._surface_copy:ENABLED": False}),
-    "nvdec-dec24": ({"backend": "nvdec", "nvdec_decoders": 24},
-                    {"pipeline._config:MAX_DECODERS_PER_GPU": 24,
-                     "decoding.nvdec._pool:MAX_DECODERS_PER_GPU": 24}),
-    "nvdec-dec32": ({"backend": "nvdec", "nvdec_decoders": 32},
-                    {"pipeline._config:MAX_DECODERS_PER_GPU": 32,
-                     "decoding.nvdec._pool:MAX_DECODERS_PER_GPU": 32}),
+    "nvdec-dec24": _decoders_past_the_cap(24),
+    "nvdec-dec32": _decoders_past_the_cap(32),
     "nvdec-p4-stack16-nocache": ({"backend": "nvdec", "nvdec_processes": 4,
                                   "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
     "nvdec-p6-dec4": ({"backend": "nvdec", "nvdec_processes": 6, "nvdec_decoders": 4}, {}),

@@ -180,9 +180,9 @@ def _frame_requests(videos, frames, index, rows_per_batch: int) -> DaliRequests:
     if len(frames) / len(runs) < MIN_MEAN_RUN:
         keep = np.tile(np.array([0, 1], np.int64), (len(frames), 1))
         return DaliRequests("frames", 1, 1, videos, frames.copy(), keep, max(1, rows_per_batch))
-    length = run_sequence_length(runs[:, 2])
-    if any(index[int(v)].num_frames < length for v in np.unique(runs[:, 0])):
-        length = min(length, min(index[int(v)].num_frames for v in np.unique(runs[:, 0])))
+    # no longer than the plan's shortest video: every sequence must fit inside its video
+    length = min(run_sequence_length(runs[:, 2]),
+                 *(index[int(v)].num_frames for v in np.unique(runs[:, 0])))
     out_v, out_s, out_keep = [], [], []
     for v, first, n in runs.tolist():
         last_start = index[v].num_frames - length
