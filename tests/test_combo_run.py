@@ -136,3 +136,26 @@ def test_ratios_read_a_pair_run_again_by_its_label():
     _combo_run._ratios("W1-random", row)
     assert row["cpu+nvdec@10#3"]["over_sum"] == pytest.approx(0.9)
     assert row["combo"]["over_pair"] == pytest.approx(290 / 270)
+
+
+def test_the_long_stream_workload_walks_every_repeat_of_every_rig(tmp_path_factory, monkeypatch):
+    """``W3-stream-long`` lists W3's files ``STREAM_REPEATS`` times and streams the rigs of
+    every repeat, each rig's cameras at that repeat's positions (the same files as the rig
+    of the first listing)."""
+    from vidloader.bench._datasets import load_index
+    from vidloader.bench._workloads import rig_positions
+
+    monkeypatch.setattr(_combo_run, "STREAM_REPEATS", 3)
+    prepared = prepare_dataset("W3", "tiny", data_dir=tmp_path_factory.mktemp("w3-long"))
+    index = load_index(prepared)
+    dataset, kwargs, transform = _combo_run._workloads()["W3-stream-long"]
+    assert dataset == "W3" and kwargs["batch_size"] == 8
+    repeated = transform(index)
+    assert len(repeated) == 3 * len(index)
+    sampler = kwargs["sampler_for"](repeated, prepared)
+    rigs = rig_positions(index, prepared)
+    assert len(sampler.rigs) == 3 * len(rigs)
+    for k in range(3):
+        for base, rig in zip(rigs, sampler.rigs[k * len(rigs):(k + 1) * len(rigs)]):
+            assert [repeated.paths[p] for p in rig] == [index.paths[p] for p in base]
+            assert min(rig) >= k * len(index) and max(rig) < (k + 1) * len(index)

@@ -342,3 +342,54 @@ def test_streams_count_each_frame_decoded_once_for_the_automatic_decoders(rigs, 
                                backend="nvdec", num_workers=2, device="cpu")
     assert not random_order.uses_stream_gops
     assert seen[-1][0] is False and seen[-1][1] > 1.0  # GOPs of 5: frames after the keyframe
+
+
+def test_stream_batches_are_their_in_order_samples_across_blocks(monkeypatch):
+    """Batch ``i`` of the stream order holds in-order sample ``k·run + i`` in row group ``k``
+    (its definition), also where the runs lie in different blocks of the in-order epoch and
+    the stream batches are computed a block at a time (both blocks made small here)."""
+    from vidloader.sampling import _epoch, _multicam
+
+    monkeypatch.setattr(_epoch, "BLOCK_SAMPLES", 16)
+    monkeypatch.setattr(_multicam, "BLOCK_SAMPLES", 16)
+    index = _Lengths([37, 50, 41, 60, 45, 52, 39, 58])
+    rigs = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    sampler = MultiCameraClips(rigs, sequence_length=3, stride=2, shuffle=False, streams=True, seed=5)
+    for rank, world in ((0, 1), (1, 2)):
+        plan = sampler.plan_epoch(index, epoch=2, batch_size=3, rank=rank, world_size=world)
+        order = list(range(len(plan)))
+        for b in order[::-1] + order:  # backwards first: blocks entered out of order
+            got = plan.batch(b)
+            parts = [plan.in_order.batch(p) for p in plan.in_order_positions(b)]
+            assert got.batch_index == b and got.epoch == 2 and got.is_clip
+            np.testing.assert_array_equal(got.video_indices,
+                                          np.concatenate([p.video_indices for p in parts]))
+            np.testing.assert_array_equal(got.frame_indices,
+                                          np.concatenate([p.frame_indices for p in parts]))
+            np.testing.assert_array_equal(got.sample_seeds,
+                                          np.concatenate([p.sample_seeds for p in parts]))
+
+
+def test_a_stream_epoch_walked_forward_computes_each_block_once(monkeypatch):
+    """Walking the stream order forward locates each block of batches once, in one pass,
+    and never has the in-order epoch compute blocks of its own (one per run and batch made a
+    200-rig epoch ~10× slower than its decoding, session 22)."""
+    from vidloader.sampling import _epoch, _multicam
+
+    monkeypatch.setattr(_epoch, "BLOCK_SAMPLES", 16)
+    monkeypatch.setattr(_multicam, "BLOCK_SAMPLES", 16)
+    calls = collections.Counter()
+    for cls in (_epoch.SampledEpoch, _multicam.StreamEpoch):
+        original = cls._compute
+
+        def counted(self, batches, original=original, name=cls.__name__):
+            calls[name] += 1
+            return original(self, batches)
+        monkeypatch.setattr(cls, "_compute", counted)
+    index = _Lengths([40] * 24)
+    sampler = MultiCameraClips([[2 * r, 2 * r + 1] for r in range(12)], shuffle=False, streams=True)
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=4)
+    for b in range(len(plan)):
+        plan.batch(b)
+    per_block = 16 // 4
+    assert calls == {"StreamEpoch": -(-len(plan) // per_block)}

@@ -157,6 +157,11 @@ def _workloads():
         # accvlab's workload (issue 16 item 3): 8 rigs × 6 cameras a batch, stream order,
         # native size (the bench's multicam-stream); the sampler needs the rigs' positions.
         "W3-stream": ("W3", dict(batch_size=8, sampler_for=_stream_rigs), None),
+        # The same with the rigs listed STREAM_REPEATS times: at the gpu scale an epoch is 60
+        # batches (1.7 s), so W3-stream's windows time epoch restarts as much as the stream;
+        # here a window lies inside one epoch, as in a dataset of many rigs.
+        "W3-stream-long": ("W3", dict(batch_size=8, sampler_for=_repeated_stream_rigs),
+                           lambda index: VideoIndex(list(index) * STREAM_REPEATS)),
     }
 
 
@@ -166,6 +171,19 @@ def _stream_rigs(index, dataset):
     from vidloader.bench._workloads import rig_positions
 
     return multicam_sampler(rig_positions(index, dataset), order="stream")
+
+
+def _repeated_stream_rigs(index, dataset):
+    """:func:`_stream_rigs` over an index that lists the dataset's videos
+    :data:`STREAM_REPEATS` times: each repeat's rigs at that repeat's positions."""
+    from vidloader import VideoIndex
+    from vidloader.bench._multicam import multicam_sampler
+    from vidloader.bench._workloads import rig_positions
+
+    n = len(index) // STREAM_REPEATS
+    rigs = rig_positions(VideoIndex(list(index)[:n]), dataset)
+    return multicam_sampler([[p + k * n for p in rig] for k in range(STREAM_REPEATS) for rig in rigs],
+                            order="stream")
 
 
 def _combo(patches: dict | None = None, **loader) -> tuple[dict, dict]:

@@ -131,14 +131,26 @@ class SampledEpoch(EpochPlan):
             self._block = block
         return block[1][batch_index - first]
 
+    def samples_at(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(video_indices, frame_indices, sample_seeds)`` of this rank's samples at local
+        positions ``local`` (any order, repeats allowed), in one pass: what :meth:`batch`
+        gives those samples, as every step is element-wise."""
+        positions = self._shard(np.asarray(local, dtype=np.int64))
+        videos, frames = self._space.locate(self._order(positions))
+        # Keyed on the global position: the same on resume, whatever the rank or batching.
+        return videos, frames, counter_stream(self._seed_key, positions)
+
+    @property
+    def is_clip(self) -> bool:
+        """Whether this epoch's samples are clips (outputs keep the ``T`` axis)."""
+        return self._is_clip
+
     def _compute(self, batches: range) -> list[BatchPlan]:
         """The plans of consecutive ``batches``, in one pass over their samples."""
         # The batches' local positions are one run: batch b holds b·B .. min((b+1)·B, n) - 1.
         stop = min(batches.stop * self.batch_size, self.num_samples)
-        positions = self._shard(np.arange(batches.start * self.batch_size, stop, dtype=np.int64))
-        videos, frames = self._space.locate(self._order(positions))
-        # Keyed on the global position: the same on resume, whatever the rank or batching.
-        seeds = counter_stream(self._seed_key, positions)
+        videos, frames, seeds = self.samples_at(
+            np.arange(batches.start * self.batch_size, stop, dtype=np.int64))
         plans = []
         for b in batches:
             start = (b - batches.start) * self.batch_size
