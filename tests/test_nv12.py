@@ -491,3 +491,39 @@ def test_frame_cache_bounds_and_lru():
     assert not cache.put("v", 9, torch.zeros(100, 100, dtype=torch.uint8))
     cache.clear()
     assert len(cache) == 0 and cache.nbytes == 0
+
+
+@pytest.mark.parametrize("matrix", ["bt601", "bt709"])
+@pytest.mark.parametrize("full_range", [False, True])
+@pytest.mark.parametrize("crop", [None, (2, 4, 40, 36), (1, 3, 41, 37)])
+def test_the_lean_unscaled_path_matches_the_general_one(monkeypatch, matrix, full_range, crop):
+    """8-bit pictures kept at their size go through ``_unscaled_8bit`` (a chroma term at
+    chroma resolution, one ``addcmul`` over the luma): within one code value of the general
+    path (float32 sums in another order, ties rounded up), equal on all but a few values,
+    into ``out`` too; odd crops keep the general path (identical)."""
+    from vidloader.processing import _nv12
+
+    g = torch.Generator().manual_seed(3)
+    h, w, pitch = 66, 50, 64
+    frames = torch.randint(0, 256, (3, h + h // 2, pitch), dtype=torch.uint8, generator=g)
+    kw = dict(height=h, width=w, matrix=matrix, full_range=full_range, crop=crop)
+    lean = nv12_to_rgb_batch(frames, **kw)
+    out = torch.zeros_like(lean)
+    assert nv12_to_rgb_batch(frames, **kw, out=out) is out and torch.equal(out, lean)
+    monkeypatch.setattr(_nv12, "LEAN_UNSCALED", False)
+    general = nv12_to_rgb_batch(frames, **kw)
+    diff = (lean.int() - general.int()).abs()
+    assert diff.max() <= 1 and (diff > 0).float().mean() < 1e-3
+    if crop is not None and crop[0] % 2:
+        assert torch.equal(lean, general)
+
+
+def test_every_matrix_weighs_luma_alike_in_r_g_and_b():
+    """What ``_unscaled_8bit`` relies on (``rgb = a_y·Y + chroma term``), for every matrix
+    and range :func:`yuv_to_rgb_coefficients` builds."""
+    from vidloader.processing._nv12 import _KR_KB, yuv_to_rgb_coefficients
+
+    for matrix in _KR_KB:
+        for full_range in (False, True):
+            a, _ = yuv_to_rgb_coefficients(matrix, full_range)
+            assert torch.equal(a[:, 0], a[0, 0].expand(3)), (matrix, full_range)

@@ -162,6 +162,9 @@ def _workloads():
         # here a window lies inside one epoch, as in a dataset of many rigs.
         "W3-stream-long": ("W3", dict(batch_size=8, sampler_for=_repeated_stream_rigs),
                            lambda index: VideoIndex(list(index) * STREAM_REPEATS)),
+        # accvlab's random order (issue 16 item 3: >= 1,000 frames/s): uniform (rig, frame)
+        # draws, 8 a batch, 6 cameras each, native size (the bench's multicam-random).
+        "W3-random": ("W3", dict(batch_size=8, sampler_for=_random_rigs), None),
     }
 
 
@@ -171,6 +174,14 @@ def _stream_rigs(index, dataset):
     from vidloader.bench._workloads import rig_positions
 
     return multicam_sampler(rig_positions(index, dataset), order="stream")
+
+
+def _random_rigs(index, dataset):
+    """The bench's multicam-random sampler over ``dataset``'s rigs."""
+    from vidloader.bench._multicam import multicam_sampler
+    from vidloader.bench._workloads import rig_positions
+
+    return multicam_sampler(rig_positions(index, dataset), order="random")
 
 
 def _repeated_stream_rigs(index, dataset):
