@@ -330,6 +330,12 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-p4-stack16-nocache": ({"backend": "nvdec", "nvdec_processes": 4,
                                   "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
     "nvdec-p6-dec4": ({"backend": "nvdec", "nvdec_processes": 6, "nvdec_decoders": 4}, {}),
+    # W3-random is NVDEC-bound at 8 decoded per delivered frame (session 22): units of more
+    # batches share more GOPs between samples of the same rig (a smaller dataset's effect).
+    "cpu-la16": ({"backend": "cpu", "lookahead": 16}, {}),
+    "nvdec-la16": ({"backend": "nvdec", "lookahead": 16}, {}),
+    "nvdec-p4-la8": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 8}, {}),
+    "nvdec-p4-la16": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 16}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),
 }

@@ -237,7 +237,7 @@ def _unscaled_8bit(nv12, height: int, width: int, window, a: torch.Tensor, b: to
     chroma = torch.matmul(uv.float(), a[:, 1:].T).add_(b + 0.5)  # [N, ch/2, cw/2, 3]
     luma = nv12[:, top : top + ch, left : left + cw].unflatten(1, (ch // 2, 2)).unflatten(3, (cw // 2, 2))
     rgb = torch.addcmul(chroma[:, :, None, :, None, :], luma.unsqueeze(-1), a[0, 0])
-    rgb = rgb.view(n, ch, cw, 3).clamp_(0, 255)
+    rgb = rgb.reshape(n, ch, cw, 3).clamp_(0, 255)  # a view, but for column-major input
     return _into(out, rgb)  # the cast truncates: with the ½ added, rounds half up
 
 

@@ -149,6 +149,10 @@ class MultiCameraEpoch(EpochPlan):
         return f"MultiCameraEpoch({self.samples!r}, {self.rigs.shape[1]} cameras)"
 
 
+#: Blocks of batches a :class:`StreamEpoch` keeps: a reader up to two blocks ahead of another
+#: (stream-GOP units ahead of dispatch, batch size 128 and more) recomputes nothing.
+KEPT_BLOCKS = 3
+
 #: Batches a unit of one row spans in the stream order (see :meth:`StreamEpoch.decode_units`).
 STREAM_UNIT_BATCHES = 4
 
@@ -174,7 +178,11 @@ class StreamEpoch(EpochPlan):
         self.in_order, self.groups, self.length, self.rank = in_order, groups, length, rank
         self.total = len(in_order)
         self.run = self.total // groups  # the length of each contiguous run
-        self._block: tuple[int, list[BatchPlan]] | None = None  # (first batch, its plans)
+        # The KEPT_BLOCKS blocks used last, most recent first: ((first batch, its plans), ...).
+        # NVDEC's stream-GOP units read up to 64 + 8 batches ahead of the batches being
+        # dispatched, and with one block kept the two readers made each other recompute
+        # theirs at every block boundary (session 22 review).
+        self._blocks: tuple[tuple[int, list[BatchPlan]], ...] = ()
 
     def __len__(self) -> int:
         return self.length
@@ -197,11 +205,16 @@ class StreamEpoch(EpochPlan):
             raise IndexError(f"batch {batch_index} of {self.length}")
         per_block = max(1, BLOCK_SAMPLES // self.groups)
         first = batch_index - batch_index % per_block
-        block = self._block  # one read: another thread may replace it meanwhile
-        if block is None or block[0] != first:
-            block = (first, self._compute(range(first, min(first + per_block, self.length))))
-            self._block = block
-        return block[1][batch_index - first]
+        blocks = self._blocks  # one read: another thread may replace it meanwhile
+        found = [k for k, (start, _) in enumerate(blocks) if start == first]
+        if found:
+            block = blocks[found[0]]
+            if found[0]:  # the least recently used block goes first
+                self._blocks = (block, *blocks[:found[0]], *blocks[found[0] + 1:])
+            return block[1][batch_index - first]
+        plans = self._compute(range(first, min(first + per_block, self.length)))
+        self._blocks = ((first, plans), *blocks[:KEPT_BLOCKS - 1])
+        return plans[batch_index - first]
 
     def _compute(self, batches: range) -> list[BatchPlan]:
         """The plans of consecutive ``batches``, their samples located in one pass."""
