@@ -2,9 +2,14 @@
 (``set_sync_debug_mode("error")`` on a side stream, with and without ``out=`` slices), the lean
 path within one code value of the general one, and their times. Not yet run: needs a GPU
 (``python3 benchmarks/diag/nv12_gpu_check.py``)."""
-import time, torch, subprocess, sys
+
+import time
+
+import torch
+
 from vidloader.processing import _nv12
 from vidloader.processing._nv12 import nv12_to_rgb_batch
+
 print(torch.__version__, torch.cuda.get_device_name())
 dev = "cuda"
 h, w, n = 900, 1600, 8
@@ -13,12 +18,15 @@ kw = dict(height=h, width=w, matrix="bt709", full_range=False)
 out_big = torch.empty((32, h, w, 3), dtype=torch.uint8, device=dev)
 for lean in (True, False):
     _nv12.LEAN_UNSCALED = lean
-    nv12_to_rgb_batch(fr, **kw); nv12_to_rgb_batch(fr, **kw, out=out_big[4:12]); torch.cuda.synchronize()
+    nv12_to_rgb_batch(fr, **kw)
+    nv12_to_rgb_batch(fr, **kw, out=out_big[4:12])
+    torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         s = torch.cuda.Stream()
         with torch.cuda.stream(s):
-            nv12_to_rgb_batch(fr, **kw); nv12_to_rgb_batch(fr, **kw, out=out_big[4:12])
+            nv12_to_rgb_batch(fr, **kw)
+            nv12_to_rgb_batch(fr, **kw, out=out_big[4:12])
         print("lean" if lean else "general", "no sync in conversion: OK")
     except Exception as e:
         print("SYNC:", lean, e)
@@ -29,37 +37,50 @@ for lean in (True, False):
 # Variant with cached b + 0.5 (how much does the per-call small op cost?)
 orig = _nv12._unscaled_8bit
 cache = {}
+
+
 def cached(nv12, height, width, window, a, b, out):
     key = (a.data_ptr(), b.data_ptr())
     if key not in cache:
-        cache[key] = (a[:, 1:].T.contiguous(), b + 0.5, a[0, 0]); torch.cuda.synchronize()
+        cache[key] = (a[:, 1:].T.contiguous(), b + 0.5, a[0, 0])
+        torch.cuda.synchronize()
     auv, bh, ay = cache[key]
     top, left, ch, cw = window
     chw = (width + 1) // 2
     uv = nv12[:, height + top // 2 : height + (top + ch) // 2, : 2 * chw].unflatten(2, (chw, 2))
     uv = uv[:, :, left // 2 : (left + cw) // 2]
     chroma = torch.matmul(uv.float(), auv).add_(bh)
-    luma = nv12[:, top : top + ch, left : left + cw].unflatten(1, (ch // 2, 2)).unflatten(3, (cw // 2, 2))
+    luma = (
+        nv12[:, top : top + ch, left : left + cw]
+        .unflatten(1, (ch // 2, 2))
+        .unflatten(3, (cw // 2, 2))
+    )
     rgb = torch.addcmul(chroma[:, :, None, :, None, :], luma.unsqueeze(-1), ay)
     rgb = rgb.view(nv12.shape[0], ch, cw, 3).clamp_(0, 255)
     return _nv12._into(out, rgb)
 
+
 def bench(name, lean, fn, frames, reps=200, out=None):
-    _nv12.LEAN_UNSCALED = lean; _nv12._unscaled_8bit = fn
-    for _ in range(10): nv12_to_rgb_batch(frames, **kw, out=out)
+    _nv12.LEAN_UNSCALED = lean
+    _nv12._unscaled_8bit = fn
+    for _ in range(10):
+        nv12_to_rgb_batch(frames, **kw, out=out)
     torch.cuda.synchronize()
-    t = time.perf_counter(); cpu = time.process_time()
-    for _ in range(reps): nv12_to_rgb_batch(frames, **kw, out=out)
+    t = time.perf_counter()
+    for _ in range(reps):
+        nv12_to_rgb_batch(frames, **kw, out=out)
     host = (time.perf_counter() - t) / reps * 1e6
-    torch.cuda.synchronize(); tot = (time.perf_counter() - t) / reps * 1e6
+    torch.cuda.synchronize()
+    tot = (time.perf_counter() - t) / reps * 1e6
     print(f"{name:28s} n={frames.shape[0]} host {host:7.1f} us/call  gpu-bound {tot:8.1f} us/call")
     _nv12._unscaled_8bit = orig
+
 
 for frames in (fr, fr[:1]):
     bench("general", False, orig, frames)
     bench("lean", True, orig, frames)
     bench("lean cached b+.5", True, cached, frames)
-    bench("lean out=slice", True, orig, frames, out=out_big[4:4 + frames.shape[0]])
+    bench("lean out=slice", True, orig, frames, out=out_big[4 : 4 + frames.shape[0]])
 # small pictures: launch overhead dominates
 small = torch.randint(0, 256, (8, 96 + 48, 128), dtype=torch.uint8, device=dev)
 kw = dict(height=96, width=128, matrix="bt709", full_range=False)
