@@ -159,3 +159,23 @@ def test_the_long_stream_workload_walks_every_repeat_of_every_rig(tmp_path_facto
         for base, rig in zip(rigs, sampler.rigs[k * len(rigs):(k + 1) * len(rigs)]):
             assert [repeated.paths[p] for p in rig] == [index.paths[p] for p in base]
             assert min(rig) >= k * len(index) and max(rig) < (k + 1) * len(index)
+
+
+def test_the_random_multicam_workload_draws_whole_rigs(tmp_path_factory):
+    """``W3-random``: uniform (rig, frame) draws over W3's rigs, 8 samples of 6 cameras a
+    batch, every row of a sample from one rig at one frame."""
+    from vidloader.bench._datasets import load_index
+
+    prepared = prepare_dataset("W3", "tiny", data_dir=tmp_path_factory.mktemp("w3-random"))
+    index = load_index(prepared)
+    dataset, kwargs, transform = _combo_run._workloads()["W3-random"]
+    assert dataset == "W3" and kwargs["batch_size"] == 8 and transform is None
+    sampler = kwargs["sampler_for"](index, prepared)
+    assert sampler.replacement and sampler.cameras == 6
+    plan = sampler.plan_epoch(index, epoch=0, batch_size=8)
+    rigs = {tuple(r) for r in sampler.rigs.tolist()}
+    batch = plan.batch(0)
+    for s in range(8):
+        rows = slice(6 * s, 6 * s + 6)
+        assert tuple(batch.video_indices[rows].tolist()) in rigs
+        assert len(set(batch.frame_indices[rows, 0].tolist())) == 1
