@@ -47,6 +47,11 @@ def test_multicamera_reads_nvidias_index_json(tmp_path, read):
     assert len(out["rigs"]) == 3 and all(len(r) == 3 for r in out["rigs"])
     assert out["frames"] == 3 * 40 * 3  # every (clip, frame) once, seen by every camera
     assert out["shape"][1:] == (3, 64, 96, 3)
+    if read == "stream":  # the seed's stream order: each row walks one clip, a frame a batch
+        steps = [(v0 == v1, f1 - f0) for (va, fa), (vb, fb) in zip(out["order"], out["order"][1:])
+                 for v0, v1, f0, f1 in zip(va, vb, fa, fb)]
+        assert all(step == 1 for same, step in steps if same)
+        assert sum(same for same, _ in steps) >= 0.9 * len(steps)
 
 
 def test_superres_trains_on_input_and_target_from_one_processing_dict(tmp_path, capsys):

@@ -8,10 +8,14 @@ per camera), with the same command line::
 
 Every batch holds ``group_num`` rig samples, each seen by every camera at the same frame
 (``[group_num, cameras, H, W, 3]``). ``--frame_read_type random`` draws (clip, frame) pairs
-uniformly; ``stream`` reads each clip's frames in order. With ``--backend nvdec`` CPU workers
-demux and this process decodes on ``cuda:$LOCAL_RANK`` (separation mode, as the seed);
-``--disable_cache`` turns off the GOP packet and frame caches there. Under torchrun each rank
-takes its shard of the epoch (from ``RANK`` / ``WORLD_SIZE``).
+uniformly, each once per epoch; ``stream`` is the seed's stream order
+(``MultiCameraClips(streams=True)``): every row of a batch walks one clip forward, a frame a
+batch, so each frame is decoded once. With ``--backend nvdec`` CPU workers demux and this
+process decodes on ``cuda:$LOCAL_RANK`` (separation mode, as the seed);
+``--nvdec_processes K`` decodes in K worker processes instead (1600×900 HEVC rigs in stream
+order: 5,118 frames/s in 4 against 2,308 in one on an H100, README); ``--disable_cache`` turns
+off the GOP packet and frame caches. Under torchrun each rank takes its shard of the epoch
+(from ``RANK`` / ``WORLD_SIZE``).
 """
 
 from __future__ import annotations
@@ -57,22 +61,29 @@ def main(argv=None) -> dict:
     p.add_argument("--disable_cache", action="store_true", help="no GOP packet/frame cache (nvdec)")
     p.add_argument("--frame_read_type", choices=["stream", "random"], default="random")
     p.add_argument("--backend", choices=["cpu", "nvdec"], default="cpu")
+    p.add_argument("--nvdec_processes", type=int, default=None,
+                   help="nvdec: decode in this many worker processes (default: this one)")
     p.add_argument("--batches", type=int, default=None, help="stop after this many batches")
     p.add_argument("--generate", default=None, help="first write a small dataset here and use it")
     args = p.parse_args(argv)
     index_file = generate(Path(args.generate)) if args.generate else Path(args.index_file)
     index = vidloader.VideoIndex.from_nvidia_json(index_file, num_workers=0, progress=False)
     rigs = rigs_of(index)
-    sampler = vidloader.MultiCameraClips(rigs, shuffle=args.frame_read_type == "random", seed=0)
+    if args.frame_read_type == "stream":
+        sampler = vidloader.MultiCameraClips(rigs, shuffle=False, streams=True)
+    else:
+        sampler = vidloader.MultiCameraClips(rigs, shuffle=True, seed=0)
     nvdec_options = ({"packet_cache_bytes": 0, "frame_cache_bytes": 0}
                      if args.disable_cache and args.backend == "nvdec" else None)
+    processes = {"nvdec_processes": args.nvdec_processes} if args.nvdec_processes else {}
     loader = vidloader.VideoLoader(index, sampler=sampler, batch_size=args.group_num,
                                    backend=args.backend, num_workers=args.num_workers,
-                                   nvdec_options=nvdec_options)
-    start, frames, shape = time.perf_counter(), 0, None
+                                   nvdec_options=nvdec_options, **processes)
+    start, frames, shape, order = time.perf_counter(), 0, None, []
     for b, batch in enumerate(loader):
         frames += batch["frames"][..., 0, 0, 0].numel()  # one per camera per sample
         shape = tuple(batch["frames"].shape)
+        order.append((batch["video_index"][:, 0].tolist(), batch["frame_index"][:, 0].tolist()))
         if args.batches is not None and b + 1 >= args.batches:
             break
     seconds = time.perf_counter() - start
@@ -80,7 +91,8 @@ def main(argv=None) -> dict:
           f"{args.frame_read_type} access, batches {shape}, {frames} frames in {seconds:.2f} s "
           f"({frames / seconds:.1f} frames/s)")
     loader.shutdown()
-    return {"rigs": rigs, "frames": frames, "shape": shape}
+    # order: per batch, each sample's first camera (video, frame)
+    return {"rigs": rigs, "frames": frames, "shape": shape, "order": order}
 
 
 if __name__ == "__main__":
