@@ -34,30 +34,7 @@ for lean in (True, False):
         torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()
 
-# Variant with cached b + 0.5 (how much does the per-call small op cost?)
 orig = _nv12._unscaled_8bit
-cache = {}
-
-
-def cached(nv12, height, width, window, a, b, out):
-    key = (a.data_ptr(), b.data_ptr())
-    if key not in cache:
-        cache[key] = (a[:, 1:].T.contiguous(), b + 0.5, a[0, 0])
-        torch.cuda.synchronize()
-    auv, bh, ay = cache[key]
-    top, left, ch, cw = window
-    chw = (width + 1) // 2
-    uv = nv12[:, height + top // 2 : height + (top + ch) // 2, : 2 * chw].unflatten(2, (chw, 2))
-    uv = uv[:, :, left // 2 : (left + cw) // 2]
-    chroma = torch.matmul(uv.float(), auv).add_(bh)
-    luma = (
-        nv12[:, top : top + ch, left : left + cw]
-        .unflatten(1, (ch // 2, 2))
-        .unflatten(3, (cw // 2, 2))
-    )
-    rgb = torch.addcmul(chroma[:, :, None, :, None, :], luma.unsqueeze(-1), ay)
-    rgb = rgb.view(nv12.shape[0], ch, cw, 3).clamp_(0, 255)
-    return _nv12._into(out, rgb)
 
 
 def bench(name, lean, fn, frames, reps=200, out=None):
@@ -79,11 +56,9 @@ def bench(name, lean, fn, frames, reps=200, out=None):
 for frames in (fr, fr[:1]):
     bench("general", False, orig, frames)
     bench("lean", True, orig, frames)
-    bench("lean cached b+.5", True, cached, frames)
     bench("lean out=slice", True, orig, frames, out=out_big[4 : 4 + frames.shape[0]])
 # small pictures: launch overhead dominates
 small = torch.randint(0, 256, (8, 96 + 48, 128), dtype=torch.uint8, device=dev)
 kw = dict(height=96, width=128, matrix="bt709", full_range=False)
 bench("general small", False, orig, small)
 bench("lean small", True, orig, small)
-bench("lean cached small", True, cached, small)

@@ -84,6 +84,26 @@ def yuv_to_rgb_coefficients(
 
 @functools.lru_cache(maxsize=32)
 def _coefficients(matrix: Matrix, full_range: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = _coefficients_f64(matrix, full_range)
+    return (torch.tensor(a, dtype=torch.float32, device=device),
+            torch.tensor(b, dtype=torch.float32, device=device))
+
+
+@functools.lru_cache(maxsize=32)
+def _lean_coefficients(matrix: Matrix, full_range: bool, device: str
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What :func:`_unscaled_8bit` needs of ``(A, b)``: the chroma columns transposed
+    (``2 × 3``), ``b + ½`` and the luma weight (0-dim), made on the host and copied once
+    (built on the device, a shared tensor could be read by another thread's stream before the
+    kernel writing it ran)."""
+    a, b = _coefficients_f64(matrix, full_range)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    return (torch.tensor(np.ascontiguousarray(a32[:, 1:].T), device=device),
+            torch.tensor(b32 + np.float32(0.5), device=device),
+            torch.tensor(a32[0, 0], device=device))
+
+
+def _coefficients_f64(matrix: Matrix, full_range: bool) -> tuple[np.ndarray, np.ndarray]:
     if matrix not in _KR_KB:
         raise ConfigError(f"matrix must be one of {sorted(_KR_KB)}, got {matrix!r}")
     kr, kb = _KR_KB[matrix]
@@ -99,9 +119,7 @@ def _coefficients(matrix: Matrix, full_range: bool, device: str) -> tuple[torch.
     else:
         scale, offset = np.array([255 / 219, 255 / 224, 255 / 224]), np.array([16.0, 128.0, 128.0])
     a = m * scale[None, :]
-    b = -a @ offset
-    return (torch.tensor(a, dtype=torch.float32, device=device),
-            torch.tensor(b, dtype=torch.float32, device=device))
+    return a, -a @ offset
 
 
 def i420_to_nv12(yuv420p):
@@ -179,9 +197,10 @@ def nv12_to_rgb_batch(
     oh, ow = out_size or (ch, cw)
     y, u, v = _planes(nv12, height, width)  # converted to float once sliced to the window
     window = (top, left, ch, cw)
-    a, b = yuv_to_rgb_coefficients(matrix, full_range, device=nv12.device)
     if (oh, ow) == (ch, cw) and nv12.dtype == torch.uint8 and LEAN_UNSCALED and _even(window):
-        return _unscaled_8bit(nv12, height, width, window, a, b, out)
+        lean = _lean_coefficients(matrix, bool(full_range), str(nv12.device))
+        return _unscaled_8bit(nv12, height, width, window, lean, out)
+    a, b = yuv_to_rgb_coefficients(matrix, full_range, device=nv12.device)
     if (oh, ow) == (ch, cw) and nv12.dtype == torch.uint8:
         # swscale's unscaled 8-bit path: each chroma sample repeated over its 2x2 block.
         yuv = torch.stack([_as_float(y[:, top : top + ch, left : left + cw]),
@@ -214,8 +233,8 @@ def _even(window: tuple[int, int, int, int]) -> bool:
     return not any(v % 2 for v in window)
 
 
-def _unscaled_8bit(nv12, height: int, width: int, window, a: torch.Tensor, b: torch.Tensor,
-                   out: torch.Tensor | None) -> torch.Tensor:
+def _unscaled_8bit(nv12, height: int, width: int, window, lean: tuple, out: torch.Tensor | None
+                   ) -> torch.Tensor:
     """swscale's unscaled 8-bit path (each chroma sample over its 2×2 block) for a crop of
     whole chroma blocks, in few passes over full-size data.
 
@@ -228,15 +247,18 @@ def _unscaled_8bit(nv12, height: int, width: int, window, a: torch.Tensor, b: to
 
     At 1600×900 the general path moves ~155 bytes per pixel through memory (float luma, two
     gathers per chroma plane, the stacked YUV, the matrix product and three in-place passes
-    over float RGB), this one ~52 (the float RGB written, clamped in place, cast)."""
+    over float RGB), this one ~52 (the float RGB written, clamped in place, cast).
+
+    ``lean``: :func:`_lean_coefficients` of the matrix and range."""
+    a_uv, b_half, a_y = lean
     top, left, ch, cw = window
     n = nv12.shape[0]
     chw = (width + 1) // 2
     uv = nv12[:, height + top // 2 : height + (top + ch) // 2, : 2 * chw].unflatten(2, (chw, 2))
     uv = uv[:, :, left // 2 : (left + cw) // 2]  # [N, ch/2, cw/2, 2]
-    chroma = torch.matmul(uv.float(), a[:, 1:].T).add_(b + 0.5)  # [N, ch/2, cw/2, 3]
+    chroma = torch.matmul(uv.float(), a_uv).add_(b_half)  # [N, ch/2, cw/2, 3]
     luma = nv12[:, top : top + ch, left : left + cw].unflatten(1, (ch // 2, 2)).unflatten(3, (cw // 2, 2))
-    rgb = torch.addcmul(chroma[:, :, None, :, None, :], luma.unsqueeze(-1), a[0, 0])
+    rgb = torch.addcmul(chroma[:, :, None, :, None, :], luma.unsqueeze(-1), a_y)
     rgb = rgb.reshape(n, ch, cw, 3).clamp_(0, 255)  # a view, but for column-major input
     return _into(out, rgb)  # the cast truncates: with the ½ added, rounds half up
 
