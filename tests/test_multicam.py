@@ -461,3 +461,114 @@ def test_stream_batches_match_their_definition_over_random_configurations(monkey
                 assert getattr(got, field).dtype == want.dtype
                 np.testing.assert_array_equal(getattr(got, field), want)
         checked += 1
+
+
+def test_cell_keys_of_a_batch_are_each_rows_video_and_gop_keyframe():
+    """``_CellKeys`` locates every row's GOP for a whole batch at once: the key is the row's
+    video and ``keyframe_before`` of its first frame, for ragged GOPs, repeated videos and
+    rows in any order; a frame outside its video raises ``FrameIndexError``."""
+    import random
+
+    from vidloader.errors import FrameIndexError
+    from vidloader.pipeline._units import _CellKeys
+    from vidloader.sampling._base import BatchPlan
+
+    class _Record:
+        def __init__(self, keyframes, frames):
+            self.keyframes, self.num_frames = np.asarray(keyframes, np.int64), frames
+
+        def keyframe_before(self, f):
+            return self.keyframes[np.searchsorted(self.keyframes, f, side="right") - 1]
+
+        def check_frames(self, f):
+            if not 0 <= f < self.num_frames:
+                raise FrameIndexError(f"frame {f} of {self.num_frames}")
+
+    rng = random.Random(4)
+    records = []
+    for _ in range(12):
+        frames = rng.randint(5, 80)
+        records.append(_Record(sorted({0} | {rng.randrange(1, frames) for _ in range(4)}), frames))
+    keys_of = _CellKeys(records)
+    for _ in range(50):
+        videos = [rng.randrange(12) for _ in range(rng.randint(1, 20))]
+        firsts = [rng.randrange(records[v].num_frames) for v in videos]
+        bp = BatchPlan(epoch=0, batch_index=0, video_indices=np.asarray(videos, np.int64),
+                       frame_indices=np.asarray(firsts, np.int64)[:, None],
+                       sample_seeds=np.zeros(len(videos), np.uint64))
+        want = [(v << 32) | int(records[v].keyframe_before(f)) for v, f in zip(videos, firsts)]
+        assert keys_of(bp).tolist() == want
+    bad = BatchPlan(epoch=0, batch_index=0, video_indices=np.asarray([3, 5], np.int64),
+                    frame_indices=np.asarray([[0], [records[5].num_frames]], np.int64),
+                    sample_seeds=np.zeros(2, np.uint64))
+    with pytest.raises(FrameIndexError):
+        keys_of(bad)
+
+
+def _reference_stream_gop_units(plan, index, start, stride, span):
+    """``stream_gop_units`` as first written (session 14): row by row, cell by cell."""
+    import heapq
+
+    n, open_pieces, closed, units = len(plan), {}, [], []
+    for b in range(start, n):
+        bp = plan.batch(b)
+        keys = [(int(v), int(index[int(v)].keyframe_before(int(f))))
+                for v, f in zip(bp.video_indices, bp.frame_indices[:, 0])]
+        for row, key in enumerate(keys):
+            piece = open_pieces.get(row)
+            if piece is not None and piece[0] == key and b - piece[1] < span:
+                continue
+            if piece is not None:
+                heapq.heappush(closed, (piece[1], b - 1, row))
+            open_pieces[row] = (key, b)
+    for row, (_, first) in open_pieces.items():
+        heapq.heappush(closed, (first, n - 1, row))
+    by_unit = collections.defaultdict(list)
+    for first, last, row in closed:
+        by_unit[(first - start) // stride].append((first, last, row))
+    for u in sorted(by_unit):
+        cells = sorted((b, row) for first, last, row in by_unit[u] for b in range(first, last + 1))
+        parts = []
+        for b, row in cells:
+            if parts and parts[-1][0] == b and parts[-1][2] == row:
+                parts[-1] = (b, parts[-1][1], row + 1)
+            else:
+                parts.append((b, row, row + 1))
+        units.append(parts)
+    return units
+
+
+def test_stream_gop_units_equal_their_row_by_row_definition_on_ragged_gops():
+    """The units (computed with numpy a batch at a time) equal the row-by-row definition on 80
+    seeded plans: ragged GOPs and lengths, 1-3 cameras, starts, strides and spans."""
+    import random
+
+    from vidloader.pipeline._units import stream_gop_units
+
+    class _Record:
+        def __init__(self, keyframes, frames):
+            self.keyframes, self.num_frames = np.asarray(keyframes, np.int64), frames
+
+        def keyframe_before(self, f):
+            return self.keyframes[np.searchsorted(self.keyframes, f, side="right") - 1]
+
+    rng = random.Random(14)
+    checked = 0
+    while checked < 80:
+        cams, rigs_n = rng.randint(1, 3), rng.randint(1, 8)
+        records = []
+        for _ in range(cams * rigs_n):
+            frames = rng.randint(6, 70)
+            records.append(_Record(sorted({0} | {rng.randrange(1, frames) for _ in range(5)}), frames))
+        index = _Lengths([r.num_frames for r in records])
+        plan = MultiCameraClips([[r * cams + c for c in range(cams)] for r in range(rigs_n)],
+                                shuffle=False, streams=True,
+                                num_samples=rng.choice([None, rng.randint(1, 300)])
+                                ).plan_epoch(index, epoch=0, batch_size=rng.randint(1, 6))
+        if len(plan) == 0:
+            continue
+        start, stride, span = rng.randrange(len(plan)), rng.randint(1, 6), rng.randint(1, 40)
+        got = [[(p.batch, p.row_start, p.row_stop) for p in unit]
+               for unit in stream_gop_units(plan, records, start, stride=stride, span=span)]
+        assert got == _reference_stream_gop_units(plan, records, start, stride, span)
+        checked += 1
