@@ -17,6 +17,7 @@ import torch
 import vidloader
 from vidloader import Clips, Process, RandomFrames, SequentialFrames, VideoLoader, WorkerError
 from vidloader._utils._procs import worker_context
+from vidloader.pipeline._messages import RowsFilled
 from vidloader.pipeline._units import Part, first_batch_shares, whole_batch_units
 
 from .media import (
@@ -216,21 +217,32 @@ def test_killed_worker_raises_instead_of_hanging(dataset):
     next(it)
     pool = loader._pool
     busy = next(w for w in range(2) if pool._held[w])  # a worker with a unit in hand
-    owed = []  # what the death message found the worker owing, when it was written
-    in_progress = pool._in_progress
-    pool._in_progress = lambda worker: owed.append(in_progress(worker)) or owed[-1]
+    held_at_kill = set(pool._held[busy])
+    owed, received = [], set()  # what the pool held for it when the message was written
+    in_progress, forget = pool._in_progress, pool._forget
+
+    def spy_in_progress(worker):
+        owed.append(bool(pool._held[worker]))
+        return in_progress(worker)
+
+    def spy_forget(msg):
+        if isinstance(msg, RowsFilled):
+            received.add((msg.batch_index, msg.row_start))
+        return forget(msg)
+    pool._in_progress, pool._forget = spy_in_progress, spy_forget
     os.kill(pool.procs[busy].pid, signal.SIGKILL)
     with pytest.raises(WorkerError, match=r"killed by signal 9") as info:
         for _ in it:
             pass
     # The message names the batch and the files the worker was filling (issue 17, item 5).
     # The worker may have sent every part it held before the signal landed (CI once saw it
-    # in session 22): then it owed nothing and the message says so by naming none.
+    # in session 22): then it owed nothing, every part it held was received, and the message
+    # names none.
     assert owed, "the death message did not ask what the worker was filling"
     if owed[-1]:
         assert re.search(r"while filling batch \d+ \(rows \d+-\d+, from .*\.mp4", str(info.value))
     else:
-        assert "while filling" not in str(info.value)
+        assert held_at_kill <= received and "while filling" not in str(info.value)
     assert _children() == set()
 
 

@@ -75,7 +75,7 @@ def main(argv=None) -> dict:
         sampler = vidloader.MultiCameraClips(rigs, shuffle=True, seed=0)
     nvdec_options = ({"packet_cache_bytes": 0, "frame_cache_bytes": 0}
                      if args.disable_cache and args.backend == "nvdec" else None)
-    processes = {"nvdec_processes": args.nvdec_processes} if args.nvdec_processes else {}
+    processes = {} if args.nvdec_processes is None else {"nvdec_processes": args.nvdec_processes}
     loader = vidloader.VideoLoader(index, sampler=sampler, batch_size=args.group_num,
                                    backend=args.backend, num_workers=args.num_workers,
                                    nvdec_options=nvdec_options, **processes)

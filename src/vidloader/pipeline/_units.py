@@ -291,43 +291,57 @@ def stream_gop_units(plan, index, start: int, *, stride: int = STREAM_GOP_STRIDE
 
 
 class _CellKeys:
-    """Per batch, the ``[rows]`` int64 key of each row's cell: its video and the keyframe of
-    the GOP its first frame lies in (``video << 32 | keyframe``), located for the whole batch
-    by one ``searchsorted`` over the keyframes of its videos (each video's read from the
-    index once). One ``keyframe_before`` per video cost ~15 µs a row of W3, most of the units'
-    planning time (session 22)."""
+    """Per batch of a plan of streams, the ``[rows]`` int64 key of each row's cell: its video
+    and the keyframe of the GOP its first frame lies in (``video << 32 | keyframe``).
+
+    Each row's GOP (its video, first keyframe and the next) is kept from one batch to the
+    next: in stream order a row stays in its GOP for dozens of batches, so one comparison
+    over the batch finds the few rows that left theirs, and only those are looked up (one
+    ``searchsorted`` in their video's keyframes, read from the index once per video). One
+    ``keyframe_before`` per video of every batch cost ~15 µs a row of W3, most of the units'
+    planning time; a table of the batch's videos' keyframes rebuilt every batch cost more
+    than that on hour-long videos (session 22's review)."""
 
     def __init__(self, index) -> None:
+        if len(index) >= 1 << 31:  # the key packs the video into the high 32 bits
+            raise ValueError(f"stream units key videos in 31 bits; the index has {len(index)}")
         self.index = index
-        self._videos: dict[int, tuple[np.ndarray, int]] = {}  # video -> (keyframes, frames)
-
-    def _video(self, v: int) -> tuple[np.ndarray, int]:
-        known = self._videos.get(v)
-        if known is None:
-            record = self.index[v]
-            known = (np.asarray(record.keyframes, np.int64), int(record.num_frames))
-            self._videos[v] = known
-        return known
+        self._videos: dict[int, np.ndarray] = {}  # video -> its keyframes
+        # Per row of the last batch: its video, its GOP's first frame and the GOP's end.
+        self._video = np.empty(0, np.int64)
+        self._lo = np.empty(0, np.int64)
+        self._hi = np.empty(0, np.int64)
 
     def __call__(self, bp) -> np.ndarray:
         videos = np.asarray(bp.video_indices, np.int64)
         frames = np.asarray(bp.frame_indices, np.int64)[:, 0]
-        unique, inverse = np.unique(videos, return_inverse=True)
-        known = [self._video(v) for v in unique.tolist()]
-        counts = np.fromiter((len(k) for k, _ in known), np.int64, len(known))
-        limits = np.fromiter((f for _, f in known), np.int64, len(known))[inverse]
-        bad = np.flatnonzero((frames < 0) | (frames >= limits))
-        if len(bad):  # the record's own check names the video, the frame and the fix
-            row = int(bad[0])
-            self.index[int(videos[row])].check_frames(int(frames[row]))
-            raise FrameIndexError(f"frame {int(frames[row])} is outside video {int(videos[row])}")
-        table = (np.repeat(unique, counts) << 32) | np.concatenate([k for k, _ in known])
-        keys = table[np.searchsorted(table, (videos << 32) | frames, side="right") - 1]
-        stray = np.flatnonzero((keys >> 32) != videos)  # a frame before its video's first keyframe
-        for row in stray.tolist():
-            v = int(videos[row])
-            keys[row] = (v << 32) | int(self.index[v].keyframe_before(int(frames[row])))
-        return keys
+        rows, kept = len(videos), min(len(videos), len(self._video))
+        video = np.concatenate([self._video[:kept], np.full(rows - kept, -1, np.int64)])
+        lo = np.concatenate([self._lo[:kept], np.zeros(rows - kept, np.int64)])
+        hi = np.concatenate([self._hi[:kept], np.zeros(rows - kept, np.int64)])
+        for row in np.flatnonzero((videos != video) | (frames < lo) | (frames >= hi)).tolist():
+            video[row] = v = int(videos[row])
+            lo[row], hi[row] = self._gop(v, int(frames[row]))
+        self._video, self._lo, self._hi = video, lo, hi
+        return (video << 32) | lo
+
+    def _gop(self, video: int, frame: int) -> tuple[int, int]:
+        """``(first keyframe, end)`` of the GOP holding ``frame``: the end is the next keyframe
+        or the video's length (``end == first``, never matched, where the record has no
+        keyframe at or before the frame and ``keyframe_before`` is asked instead)."""
+        record = self.index[video]
+        keyframes = self._videos.get(video)
+        if keyframes is None:
+            keyframes = self._videos[video] = np.asarray(record.keyframes, np.int64)
+        if not 0 <= frame < int(record.num_frames):
+            record.check_frames(frame)  # names the video, the frame and the fix
+            raise FrameIndexError(f"frame {frame} is outside video {video}")
+        pos = int(np.searchsorted(keyframes, frame, side="right")) - 1
+        if pos < 0:
+            first = int(record.keyframe_before(frame))
+            return first, first
+        end = int(keyframes[pos + 1]) if pos + 1 < len(keyframes) else int(record.num_frames)
+        return int(keyframes[pos]), end
 
 
 def _parts_of(pieces: list[tuple[int, int, int]]) -> list[Part]:
