@@ -38,6 +38,39 @@ _SAMPLE_SEED_TAG = 3
 BLOCK_SAMPLES = 8192
 
 
+class BlockCache:
+    """Plans of blocks of consecutive batches, computed a block at a time and kept for the
+    ``kept`` blocks used last (most recent first). Aligned blocks of ``per_block`` batches
+    serve any access order (a resume, a backwards walk, a reader ahead of another) with one
+    block computed per block entered while it is kept. Thread-safe for readers: the kept
+    blocks are one tuple, read once and replaced whole (two threads may compute a block
+    twice, never see a wrong one)."""
+
+    def __init__(self, kept: int = 1) -> None:
+        self.kept = kept
+        self._blocks: tuple[tuple[int, list[BatchPlan]], ...] = ()
+
+    @property
+    def last(self) -> tuple[int, list[BatchPlan]] | None:
+        """``(first batch, its plans)`` of the block used last, or ``None``."""
+        blocks = self._blocks
+        return blocks[0] if blocks else None
+
+    def batch(self, batch_index: int, *, per_block: int, length: int, compute) -> BatchPlan:
+        """The plan of ``batch_index`` of ``length`` batches; ``compute(range)`` gives the
+        plans of a range of consecutive batches."""
+        first = batch_index - batch_index % per_block
+        blocks = self._blocks  # one read: another thread may replace it meanwhile
+        for k, block in enumerate(blocks):
+            if block[0] == first:
+                if k:  # the least recently used block goes last
+                    self._blocks = (block, *blocks[:k], *blocks[k + 1:])
+                return block[1][batch_index - first]
+        plans = compute(range(first, min(first + per_block, length)))
+        self._blocks = ((first, plans), *blocks[:self.kept - 1])
+        return plans[batch_index - first]
+
+
 class EpochOrder:
     """The global order of one epoch: epoch position ``p`` → sample id.
 
@@ -92,7 +125,7 @@ class SampledEpoch(EpochPlan):
         self._space, self._order, self._is_clip = space, order, is_clip
         self._seed_key = derive_seed(seed, epoch, _SAMPLE_SEED_TAG)
         self._num_batches = num_batches(self.num_samples, batch_size, drop_last)
-        self._block: tuple[int, list[BatchPlan]] | None = None  # (first batch, its plans)
+        self._blocks = BlockCache()
 
     def __len__(self) -> int:
         return self._num_batches
@@ -123,13 +156,13 @@ class SampledEpoch(EpochPlan):
         """
         if not 0 <= batch_index < self._num_batches:
             self.positions(batch_index)  # raises the IndexError naming the range
-        per_block = max(1, BLOCK_SAMPLES // self.batch_size)
-        first = batch_index - batch_index % per_block
-        block = self._block  # one read: another thread may replace it meanwhile
-        if block is None or block[0] != first:
-            block = (first, self._compute(range(first, min(first + per_block, self._num_batches))))
-            self._block = block
-        return block[1][batch_index - first]
+        return self._blocks.batch(batch_index, per_block=max(1, BLOCK_SAMPLES // self.batch_size),
+                                  length=self._num_batches, compute=self._compute)
+
+    @property
+    def _block(self) -> tuple[int, list[BatchPlan]] | None:
+        """``(first batch, its plans)`` of the block computed or used last."""
+        return self._blocks.last
 
     def samples_at(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(video_indices, frame_indices, sample_seeds)`` of this rank's samples at local

@@ -19,7 +19,7 @@ from ..index import VideoIndex
 from ._base import BatchPlan, EpochPlan
 from ._checks import check_bool
 from ._clips import Clips
-from ._epoch import BLOCK_SAMPLES, SampledEpoch
+from ._epoch import BLOCK_SAMPLES, BlockCache, SampledEpoch
 from ._space import SampleSpace
 
 
@@ -178,11 +178,10 @@ class StreamEpoch(EpochPlan):
         self.in_order, self.groups, self.length, self.rank = in_order, groups, length, rank
         self.total = len(in_order)
         self.run = self.total // groups  # the length of each contiguous run
-        # The KEPT_BLOCKS blocks used last, most recent first: ((first batch, its plans), ...).
         # NVDEC's stream-GOP units read up to 64 + 8 batches ahead of the batches being
         # dispatched, and with one block kept the two readers made each other recompute
         # theirs at every block boundary (session 22 review).
-        self._blocks: tuple[tuple[int, list[BatchPlan]], ...] = ()
+        self._blocks = BlockCache(KEPT_BLOCKS)
 
     def __len__(self) -> int:
         return self.length
@@ -203,18 +202,8 @@ class StreamEpoch(EpochPlan):
         frames delivered 212 frames/s on the H200, session 22)."""
         if not 0 <= batch_index < self.length:
             raise IndexError(f"batch {batch_index} of {self.length}")
-        per_block = max(1, BLOCK_SAMPLES // self.groups)
-        first = batch_index - batch_index % per_block
-        blocks = self._blocks  # one read: another thread may replace it meanwhile
-        found = [k for k, (start, _) in enumerate(blocks) if start == first]
-        if found:
-            block = blocks[found[0]]
-            if found[0]:  # the least recently used block goes first
-                self._blocks = (block, *blocks[:found[0]], *blocks[found[0] + 1:])
-            return block[1][batch_index - first]
-        plans = self._compute(range(first, min(first + per_block, self.length)))
-        self._blocks = ((first, plans), *blocks[:KEPT_BLOCKS - 1])
-        return plans[batch_index - first]
+        return self._blocks.batch(batch_index, per_block=max(1, BLOCK_SAMPLES // self.groups),
+                                  length=self.length, compute=self._compute)
 
     def _compute(self, batches: range) -> list[BatchPlan]:
         """The plans of consecutive ``batches``, their samples located in one pass."""
