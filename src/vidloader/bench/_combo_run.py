@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import statistics
 import time
@@ -135,7 +136,7 @@ STREAM_REPEATS = 20
 
 def _workloads():
     """Each workload: ``(dataset, loader arguments, index transform or None)``."""
-    from vidloader import Clips, GopShuffle, Process, RandomFrames, SequentialFrames, VideoIndex
+    from vidloader import Clips, GopShuffle, Process, RandomFrames, SequentialFrames
     from vidloader.bench._workloads import HEAD_CLIPS, _linked_repeats
 
     clips_proc = Process(size=(112, 112), short_side=128, crop="random")
@@ -145,9 +146,9 @@ def _workloads():
         # STREAM_REPEATS times, so a window never spans an epoch's end (the bench's
         # repeat_index does the same).
         "W1-sequential": ("W1", dict(sampler=SequentialFrames(), batch_size=128, size=(224, 224)),
-                          lambda index: VideoIndex(list(index) * STREAM_REPEATS)),
+                          _listed_again),
         "W1-relaxed": ("W1", dict(sampler=GopShuffle(seed=0), batch_size=128, size=(224, 224)),
-                       lambda index: VideoIndex(list(index) * STREAM_REPEATS)),
+                       _listed_again),
         "W4-clips": ("W4", dict(sampler=Clips(sequence_length=16, stride=2, seed=0), batch_size=8,
                                processing=clips_proc), None),
         # SPDL's Kinetics setting (issue 16 item 4): each video's first 16 frames, once each.
@@ -156,45 +157,44 @@ def _workloads():
                           lambda index: _linked_repeats(index, HEAD_REPEATS)),
         # accvlab's workload (issue 16 item 3): 8 rigs × 6 cameras a batch, stream order,
         # native size (the bench's multicam-stream); the sampler needs the rigs' positions.
-        "W3-stream": ("W3", dict(batch_size=8, sampler_for=_stream_rigs), None),
+        "W3-stream": ("W3", dict(batch_size=8, sampler_for=functools.partial(_rigs, order="stream")),
+                      None),
         # The same with the rigs listed STREAM_REPEATS times: at the gpu scale an epoch is 60
         # batches (1.7 s), so W3-stream's windows time epoch restarts as much as the stream;
         # here a window lies inside one epoch, as in a dataset of many rigs.
         "W3-stream-long": ("W3", dict(batch_size=8, sampler_for=_repeated_stream_rigs),
-                           lambda index: VideoIndex(list(index) * STREAM_REPEATS)),
+                           _listed_again),
         # accvlab's random order (issue 16 item 3: >= 1,000 frames/s): uniform (rig, frame)
         # draws, 8 a batch, 6 cameras each, native size (the bench's multicam-random).
-        "W3-random": ("W3", dict(batch_size=8, sampler_for=_random_rigs), None),
+        "W3-random": ("W3", dict(batch_size=8, sampler_for=functools.partial(_rigs, order="random")),
+                      None),
     }
 
 
-def _stream_rigs(index, dataset):
-    """The bench's multicam-stream sampler over ``dataset``'s rigs (positions in ``index``)."""
-    from vidloader.bench._multicam import multicam_sampler
-    from vidloader.bench._workloads import rig_positions
-
-    return multicam_sampler(rig_positions(index, dataset), order="stream")
-
-
-def _random_rigs(index, dataset):
-    """The bench's multicam-random sampler over ``dataset``'s rigs."""
-    from vidloader.bench._multicam import multicam_sampler
-    from vidloader.bench._workloads import rig_positions
-
-    return multicam_sampler(rig_positions(index, dataset), order="random")
-
-
-def _repeated_stream_rigs(index, dataset):
-    """:func:`_stream_rigs` over an index that lists the dataset's videos
-    :data:`STREAM_REPEATS` times: each repeat's rigs at that repeat's positions."""
+def _rigs(index, dataset, *, order: str, repeats: int = 1):
+    """The bench's multicam sampler (``order``: ``"stream"`` or ``"random"``) over
+    ``dataset``'s rigs in ``index``, which lists the dataset's videos ``repeats`` times: each
+    repeat's rigs at that repeat's positions."""
     from vidloader import VideoIndex
     from vidloader.bench._multicam import multicam_sampler
     from vidloader.bench._workloads import rig_positions
 
-    n = len(index) // STREAM_REPEATS
-    rigs = rig_positions(VideoIndex(list(index)[:n]), dataset)
-    return multicam_sampler([[p + k * n for p in rig] for k in range(STREAM_REPEATS) for rig in rigs],
-                            order="stream")
+    n = len(index) // repeats
+    rigs = rig_positions(index if repeats == 1 else VideoIndex(list(index)[:n]), dataset)
+    return multicam_sampler([[p + k * n for p in rig] for k in range(repeats) for rig in rigs],
+                            order=order)
+
+
+def _repeated_stream_rigs(index, dataset):
+    """The stream sampler over an index listed by :func:`_listed_again`."""
+    return _rigs(index, dataset, order="stream", repeats=STREAM_REPEATS)
+
+
+def _listed_again(index):
+    """``index`` listed :data:`STREAM_REPEATS` times (the same files)."""
+    from vidloader import VideoIndex
+
+    return VideoIndex(list(index) * STREAM_REPEATS)
 
 
 def _combo(patches: dict | None = None, **loader) -> tuple[dict, dict]:
@@ -207,8 +207,6 @@ def _tap_off() -> bool:
     return False
 
 
-#: Each variant: the loader's arguments, and constants patched for its run (diagnostics):
-#: ``NAME`` of ``vidloader.pipeline._combo``, or ``module:NAME`` of ``vidloader.<module>``.
 def _decoders_past_the_cap(n: int) -> tuple[dict, dict]:
     """An NVDEC variant of ``n`` decoder threads, the cap (``MAX_DECODERS_PER_GPU``, read by
     the config and the decoder pool) raised to ``n`` for its run."""
@@ -217,6 +215,8 @@ def _decoders_past_the_cap(n: int) -> tuple[dict, dict]:
     return {"backend": "nvdec", "nvdec_decoders": n}, cap
 
 
+#: Each variant: the loader's arguments, and constants patched for its run (diagnostics):
+#: ``NAME`` of ``vidloader.pipeline._combo``, or ``module:NAME`` of ``vidloader.<module>``.
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "cpu": ({"backend": "cpu"}, {}),
     "nvdec": ({"backend": "nvdec"}, {}),
@@ -314,10 +314,6 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # W3-stream: GOPs of streams in worker processes (session 19), decoder threads chosen by
     # frame size as usual, or 4 each
     "nvdec-p3": ({"backend": "nvdec", "nvdec_processes": 3}, {}),
-    # session21-7: stacks of 16 without the frame cache read W1 in stream order at 2,472
-    # frames/s in one process against 1,837 with the defaults then (stacks of 8, the cache);
-    # in 4 processes? (Since session 21 these are the defaults: "nvdec-p4" is the same, as
-    # "nvdec-stack16-nocache" and "nvdec-nocache" are "nvdec".)
     # the NVDEC defaults until session 21 (stacks of 8, a 256 MiB frame cache), against the
     # defaults since (stacks of 16, no frame cache): "nvdec"
     "nvdec-old": ({"backend": "nvdec",
@@ -327,6 +323,10 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-nomemcpy": ({"backend": "nvdec"}, {"decoding.nvdec._surface_copy:ENABLED": False}),
     "nvdec-dec24": _decoders_past_the_cap(24),
     "nvdec-dec32": _decoders_past_the_cap(32),
+    # session21-7: stacks of 16 without the frame cache read W1 in stream order at 2,472
+    # frames/s in one process against 1,837 with the defaults then (stacks of 8, the cache);
+    # in 4 processes? (Since session 21 these are the defaults: "nvdec-p4" is the same, as
+    # "nvdec-stack16-nocache" and "nvdec-nocache" are "nvdec".)
     "nvdec-p4-stack16-nocache": ({"backend": "nvdec", "nvdec_processes": 4,
                                   "nvdec_options": {"stack_frames": 16, "frame_cache_bytes": 0}}, {}),
     "nvdec-p6-dec4": ({"backend": "nvdec", "nvdec_processes": 6, "nvdec_decoders": 4}, {}),
