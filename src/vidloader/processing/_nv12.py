@@ -195,11 +195,11 @@ def nv12_to_rgb_batch(
     nv12 = frames if isinstance(frames, torch.Tensor) else torch.stack(list(frames))
     top, left, ch, cw = _check(nv12, height, width, crop)
     oh, ow = out_size or (ch, cw)
-    y, u, v = _planes(nv12, height, width)  # converted to float once sliced to the window
     window = (top, left, ch, cw)
     if (oh, ow) == (ch, cw) and nv12.dtype == torch.uint8 and LEAN_UNSCALED and _even(window):
         lean = _lean_coefficients(matrix, bool(full_range), str(nv12.device))
         return _unscaled_8bit(nv12, height, width, window, lean, out)
+    y, u, v = _planes(nv12, height, width)  # converted to float once sliced to the window
     a, b = yuv_to_rgb_coefficients(matrix, full_range, device=nv12.device)
     if (oh, ow) == (ch, cw) and nv12.dtype == torch.uint8:
         # swscale's unscaled 8-bit path: each chroma sample repeated over its 2x2 block.
