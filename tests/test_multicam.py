@@ -33,6 +33,22 @@ class _Lengths:
         return len(self.num_frames)
 
 
+class _Record:
+    """A record stand-in for the stream units: keyframes and length."""
+
+    def __init__(self, keyframes, frames) -> None:
+        self.keyframes, self.num_frames = np.asarray(keyframes, np.int64), frames
+
+    def keyframe_before(self, f):
+        return self.keyframes[np.searchsorted(self.keyframes, f, side="right") - 1]
+
+    def check_frames(self, f) -> None:
+        from vidloader.errors import FrameIndexError
+
+        if not 0 <= f < self.num_frames:
+            raise FrameIndexError(f"frame {f} of {self.num_frames}")
+
+
 RIGS = [[0, 1, 2], [3, 4, 5]]
 INDEX = _Lengths(np.ravel(LENGTHS))
 
@@ -473,17 +489,6 @@ def test_cell_keys_of_a_batch_are_each_rows_video_and_gop_keyframe():
     from vidloader.pipeline._units import _CellKeys
     from vidloader.sampling._base import BatchPlan
 
-    class _Record:
-        def __init__(self, keyframes, frames):
-            self.keyframes, self.num_frames = np.asarray(keyframes, np.int64), frames
-
-        def keyframe_before(self, f):
-            return self.keyframes[np.searchsorted(self.keyframes, f, side="right") - 1]
-
-        def check_frames(self, f):
-            if not 0 <= f < self.num_frames:
-                raise FrameIndexError(f"frame {f} of {self.num_frames}")
-
     rng = random.Random(4)
     records = []
     for _ in range(12):
@@ -544,13 +549,6 @@ def test_stream_gop_units_equal_their_row_by_row_definition_on_ragged_gops():
     import random
 
     from vidloader.pipeline._units import stream_gop_units
-
-    class _Record:
-        def __init__(self, keyframes, frames):
-            self.keyframes, self.num_frames = np.asarray(keyframes, np.int64), frames
-
-        def keyframe_before(self, f):
-            return self.keyframes[np.searchsorted(self.keyframes, f, side="right") - 1]
 
     rng = random.Random(14)
     checked = 0
