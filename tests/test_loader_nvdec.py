@@ -165,11 +165,12 @@ def test_nvdec_processes_equal_in_process(dataset, sampler):
 
     inline, delivered, _ = run(num_workers=0)
     workers, delivered2, procs = run(nvdec_processes=2)
-    assert len(procs) == 2 and len(inline) == len(workers)
-    for a, b in zip(inline, workers, strict=True):
-        assert torch.equal(a["video_index"], b["video_index"])
-        assert torch.equal(a["frame_index"], b["frame_index"])
-        assert torch.equal(a["frames"].cpu(), b["frames"].cpu())
+    # one unit at a time a process, one decoder thread (what a tight memory_budget leaves)
+    lean, _, _ = run(nvdec_processes=2, nvdec_decoders=1, nvdec_options={"units_decoding": 1})
+    assert len(procs) == 2 and len(inline) == len(workers) == len(lean)
+    for a, b, c in zip(inline, workers, lean, strict=True):
+        for key in ("video_index", "frame_index", "frames"):
+            assert torch.equal(a[key].cpu(), b[key].cpu()) and torch.equal(a[key].cpu(), c[key].cpu()), key
     # The workers' decode counters reach the loader. (Not equal to one process's: the first
     # batch is cut into a unit per way, two here, and a frame two of those units want is
     # delivered by each: 772 against 763 for these clips in session18-4 and -6.)

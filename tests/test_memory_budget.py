@@ -445,6 +445,59 @@ def test_resume_under_a_budget_continues_the_stream(index, fake):
         assert torch.equal(a["frames"], b["frames"])
 
 
+def _processes(index, **kwargs) -> VideoLoader:
+    """A loader of NVDEC worker processes, built but never iterated (no GPU here)."""
+    return _loader(index, nvdec_processes=4, **kwargs)
+
+
+def test_a_plan_of_processes_counts_each_process_and_shares_the_slots(index, fake):
+    """Four processes of 4 decoders hold four times one process's decoder parts and resize
+    filters, and a CUDA context each; the staging slots are the loader's, once."""
+    from vidloader.pipeline._memory import WORKER_CONTEXT_BYTES
+
+    one, four = _loader(index), _processes(index)
+    a, b = one.memory_plan, four.memory_plan
+    assert (a["pool"], a["processes"], b["pool"], b["processes"]) == ("separation", 1, "processes", 4)
+    assert a["decoders"] == b["decoders"] == 4
+    per_decoder = ("gop_stacks", "conversion", "cublas_workspaces", "decoder_surfaces", "resize_weights")
+    for part in per_decoder:
+        assert b["components_bytes"][part] == 4 * a["components_bytes"][part], part
+    assert a["components_bytes"]["worker_contexts"] == 0
+    assert b["components_bytes"]["worker_contexts"] == 4 * WORKER_CONTEXT_BYTES
+    assert b["gpu_staging_buffers"] == b["staging_slots"] == four.staging_slots
+    assert b["components_bytes"]["staging"] == b["staging_slots"] * b["slot_bytes"]
+    assert "4 processes of 4 decoders" in four._memory_plan().summary()
+    for loader in (one, four):
+        loader.shutdown()
+
+
+def test_a_budget_lowers_each_process_s_knobs_and_frees_slots(index, fake):
+    """A budget between the least and the default plan lowers the decoders of every process,
+    then their stacks and units (one unit a process: fewer staging slots); the knobs reach
+    the config the workers are started with."""
+    free = _processes(index)
+    plan = free.memory_plan
+    least = _processes(index, nvdec_decoders=1, nvdec_options={"stack_frames": 1, "units_decoding": 1})
+    budget = int((least.memory_plan["total_bytes"] + plan["total_bytes"]) / 2 / 0.92)  # plans fill 92%
+    tight = _processes(index, memory_budget=budget)
+    small = tight.memory_plan
+    assert small["total_bytes"] <= budget * 0.92 < plan["total_bytes"]
+    assert small["decoders"] < plan["decoders"] and small["processes"] == 4
+    assert tight.config.nvdec_options["num_decoders"] == small["decoders"]
+    lowest = _processes(index, memory_budget=int(least.memory_plan["total_bytes"] / 0.92) + MIB)
+    assert lowest.memory_plan["units_decoding"] == lowest.config.units_decoding == 1
+    assert lowest.staging_slots < free.staging_slots
+    for loader in (free, least, tight, lowest):
+        loader.shutdown()
+
+
+def test_a_budget_too_small_for_the_processes_names_them(index, fake):
+    least = _processes(index, nvdec_decoders=1, nvdec_options={"stack_frames": 1, "units_decoding": 1})
+    with pytest.raises(ConfigError, match="fewer nvdec_processes"):
+        _processes(index, memory_budget=least.memory_plan["total_bytes"] // 2)
+    least.shutdown()
+
+
 def test_memory_plan_is_none_on_the_cpu_and_json_able_with_nvdec(index, fake):
     import json
 
@@ -486,6 +539,28 @@ def test_nvdec_decoders_none_picks_threads_by_frame_size(fake, sizes, decoders):
     assert loader.config.nvdec_options["num_decoders"] == decoders
     chosen = VideoLoader(index, **options, nvdec_decoders=3)  # a number given is kept
     assert chosen.config.nvdec_options["num_decoders"] == 3
+
+
+@pytest.mark.parametrize("sizes, processes, decoders", [
+    ([(1920, 1080)] * 3, 2, 16),  # two processes: as one (2 × 16 / 2)
+    ([(1920, 1080)] * 3, 4, 8),  # W1 in four: 2 × 16 / 4
+    ([(1600, 900)] * 6, 4, 6),  # W3's cameras in four: ceil(2 × 11 / 4)
+    ([(1280, 720), (454, 340)] * 4, 12, 2),  # W4's heads in twelve: session18-6's fastest
+    ([(1920, 1080)] * 3, 16, 2),  # never fewer than MIN_PROCESS_NVDEC_DECODERS
+])
+def test_nvdec_processes_share_the_automatic_decoders(fake, sizes, processes, decoders):
+    """With ``nvdec_processes=K``, each process takes ``ceil(2 × one process's choice / K)``
+    threads, at least 2 and at most one process's choice: each thread holds surfaces, a stack
+    and a conversion workspace, and W3 in four processes ran as fast on 8 a process as on 11
+    or 16 in 6-19 GiB less GPU memory (session23-2). A number given is kept."""
+    options = dict(batch_size=4, backend="nvdec", num_workers=2, size=(32, 32), device="cpu",
+                   sampler=SequentialFrames(), nvdec_processes=processes)
+    loader = VideoLoader(_sized_index(sizes), **options)
+    assert loader.config.nvdec_options["num_decoders"] == decoders
+    given = VideoLoader(_sized_index(sizes), **options, nvdec_decoders=5)
+    assert given.config.nvdec_options["num_decoders"] == 5
+    for each in (loader, given):
+        each.shutdown()
 
 
 def test_the_automatic_decoders_count_the_frames_decoded_per_delivered_one(fake):

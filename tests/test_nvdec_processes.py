@@ -36,9 +36,9 @@ def test_nvdec_processes_need_backend_nvdec(backend):
         check_options(backend=backend, nvdec_processes=4, **BASE)
 
 
-def test_nvdec_processes_and_a_memory_budget_are_refused_together():
-    with pytest.raises(ConfigError, match="pass one of the two"):
-        check_options(backend="nvdec", nvdec_processes=2, memory_budget="3GiB", **BASE)
+def test_nvdec_processes_take_a_memory_budget():
+    """Since session 23 the plan counts every process (``test_memory_budget.py``)."""
+    assert check_options(backend="nvdec", nvdec_processes=2, memory_budget="3GiB", **BASE) == 3 << 30
 
 
 def test_nvdec_processes_take_a_plan_of_streams_as_its_gops():
@@ -100,4 +100,14 @@ def test_units_in_flight_with_processes():
     assert units(_loader_stub(processes=4, stream_gops=True)) == UNITS_PER_PROCESS * 4 + 1
     assert units(_loader_stub(processes=4)) == UNITS_PER_PROCESS * 4 + 1
     assert units(_loader_stub(processes=4, blocks=True)) == 3
+    # units_decoding below UNITS_PER_PROCESS (a memory budget's step) holds fewer per process
+    assert units(_loader_stub(processes=4, units_decoding=1)) == 4 + 1
+    assert units(_loader_stub(processes=4, units_decoding=1, stream_gops=True)) == 4 + 1
     assert units(_loader_stub(processes=1, stream_gops=True)) == 2 + 4
+
+
+def test_a_worker_takes_units_per_process_at_once():
+    from vidloader.pipeline._nvdec_workers import UNITS_PER_PROCESS, units_per_process
+
+    assert units_per_process(4) == UNITS_PER_PROCESS == 2
+    assert units_per_process(1) == 1 and units_per_process(0) == 1

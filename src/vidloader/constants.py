@@ -56,6 +56,19 @@ DEFAULT_NVDEC_DEMUX_WORKERS = 8
 #: / 159 (``pipeline._config.auto_nvdec_decoders``).
 MIN_AUTO_NVDEC_DECODERS = 4
 
+#: With ``nvdec_processes=K > 1`` and ``nvdec_decoders=None``, each process takes
+#: ``ceil(PROCESS_DECODER_FACTOR × auto / K)`` decoder threads (at least
+#: :data:`MIN_PROCESS_NVDEC_DECODERS`, at most ``auto``, the one-process choice): processes have
+#: a GIL each, so together they keep the engines busy on about twice one process's threads,
+#: and every thread holds NVDEC surfaces, a GOP stack and a conversion workspace (~0.5 GiB at
+#: 1600×900). W3 at 1600×900 in 4 processes, H100 (``benchmarks/results/gpu/session23-2``):
+#: stream order 11 / 8 / 4 / 2 threads a process gave 5,362 / 5,462 / 4,887 / 3,794 frames/s
+#: in 44.8 / 38.9 / 31.1 / 27.2 GiB; random order (lookahead 8) 16 / 8 / 4 gave 1,120 / 1,113
+#: / 1,030 in 58.4 / 39.2 / 28.7 GiB. SPDL's Kinetics setting (small frames, 4 threads in one
+#: process) ran fastest as 12 processes of 2 (``session18-6``).
+PROCESS_DECODER_FACTOR = 2
+MIN_PROCESS_NVDEC_DECODERS = 2
+
 #: Decoded frames an NVDEC decoder thread holds in one GOP stack before it converts them: a
 #: GOP's wanted frames are copied out of the decoder's surfaces into a stack of at most this
 #: many NV12 pictures, converted to RGB and written into the staging slots, and the next stack

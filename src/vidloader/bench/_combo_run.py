@@ -68,6 +68,9 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     it = _endless(loader)
     next(it)
     first_batch_s = time.perf_counter() - t_created
+    # the decoder threads the loader chose (a process's, with nvdec_processes), and its plan
+    decoders = (getattr(getattr(loader, "config", None), "nvdec_options", None) or {}).get("num_decoders")
+    plan = getattr(loader, "memory_plan", None)
     t_warm, warm_batches = time.perf_counter(), 1
     while (time.perf_counter() - t_warm < warmup_s or warm_batches < loader.num_workers + loader.prefetch
            or (start_at is not None and time.time() < start_at)):
@@ -109,7 +112,8 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     total = sum(share.values()) or 1
     return {"frames_per_s": statistics.median(rates), "frames_per_s_min": min(rates),
             "frames_per_s_windows": rates, "window_s": window_s, "warmup_batches": warm_batches,
-            "first_batch_s": first_batch_s,
+            "first_batch_s": first_batch_s, "nvdec_decoders": decoders,
+            **({} if plan is None else {"memory_plan": plan}),
             **({} if late_s is None else {"started_late_s": round(late_s, 3)}),
             # how evenly batches come: a combo delivering in bursts shows long gaps
             "batch_gap_ms": _gap_summary(gaps),
@@ -336,6 +340,23 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "nvdec-la16": ({"backend": "nvdec", "lookahead": 16}, {}),
     "nvdec-p4-la8": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 8}, {}),
     "nvdec-p4-la16": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 16}, {}),
+    # session 23: GPU memory in worker processes grows with their decoder threads (each holds
+    # NVDEC surfaces, a GOP stack and a conversion workspace); W3 at 1600×900 took 11-16 a
+    # process (45-58 GiB in 4 processes). Fewer a process: the same pace in less memory?
+    "nvdec-p4-dec4": ({"backend": "nvdec", "nvdec_processes": 4, "nvdec_decoders": 4}, {}),
+    "nvdec-p4-dec2": ({"backend": "nvdec", "nvdec_processes": 4, "nvdec_decoders": 2}, {}),
+    "nvdec-p4-la8-dec8": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 8,
+                           "nvdec_decoders": 8}, {}),
+    "nvdec-p4-la8-dec4": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 8,
+                           "nvdec_decoders": 4}, {}),
+    # one unit at a time a process (fewer staging slots: W3's are 207 MB each), and a budget
+    "nvdec-p4-la8-units1": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 8,
+                             "nvdec_options": {"units_decoding": 1}}, {}),
+    "nvdec-p4-units1": ({"backend": "nvdec", "nvdec_processes": 4,
+                         "nvdec_options": {"units_decoding": 1}}, {}),
+    "nvdec-p4-la8-24g": ({"backend": "nvdec", "nvdec_processes": 4, "lookahead": 8,
+                          "memory_budget": "24GiB"}, {}),
+    "nvdec-p4-dec16": ({"backend": "nvdec", "nvdec_processes": 4, "nvdec_decoders": 16}, {}),
     "combo-h0-old": _combo({"CPU_HORIZON_SAFETY": 0.0, "pipeline._pool:ALIVE_CHECK_SECONDS": 0.0,
                             "bench._monitor:CHILDREN_FILES": False}),
 }

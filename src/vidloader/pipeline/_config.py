@@ -9,6 +9,7 @@ string literal outside this module: read ``config.skips_bad_files``, not ``on_er
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
@@ -22,6 +23,8 @@ from ..constants import (
     DEFAULT_STACK_FRAMES,
     MAX_DECODERS_PER_GPU,
     MIN_AUTO_NVDEC_DECODERS,
+    MIN_PROCESS_NVDEC_DECODERS,
+    PROCESS_DECODER_FACTOR,
 )
 from ..errors import BackendUnavailableError, ConfigError
 from ..index import VideoIndex
@@ -183,7 +186,7 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
     if nvtx is not None and not isinstance(nvtx, bool):
         raise ConfigError(f"nvtx must be True, False or None (None: the {NVTX_ENV} environment "
                           f"variable decides), got {nvtx!r}")
-    _check_nvdec_processes(nvdec_processes, backend=backend, memory_budget=memory_budget)
+    _check_nvdec_processes(nvdec_processes, backend=backend)
     budget = parse_memory_budget(memory_budget)
     if budget is not None and not backend_uses_nvdec(backend):
         raise ConfigError(f"memory_budget={memory_budget!r} bounds the GPU memory of NVDEC "
@@ -197,7 +200,7 @@ def check_options(*, batch_size, prefetch, on_error, backend, lookahead, fallbac
 MAX_NVDEC_PROCESSES = 16
 
 
-def _check_nvdec_processes(processes, *, backend, memory_budget) -> None:
+def _check_nvdec_processes(processes, *, backend) -> None:
     check_int("nvdec_processes", processes, minimum=1,
               fix="processes that demux and decode on NVDEC; 1 decodes in the loader's process")
     if processes == 1:
@@ -208,10 +211,6 @@ def _check_nvdec_processes(processes, *, backend, memory_budget) -> None:
     if backend != "nvdec":
         raise ConfigError(f"nvdec_processes={processes} decodes in NVDEC worker processes, but "
                           f"backend={backend!r}; use backend='nvdec', or leave nvdec_processes=1")
-    if memory_budget is not None:
-        raise ConfigError(f"memory_budget={memory_budget!r} plans the NVDEC memory of one "
-                          f"process, and nvdec_processes={processes} multiplies it; pass one of "
-                          "the two")
 
 
 def _check_nvdec_options(options) -> None:
@@ -279,7 +278,8 @@ def staging_shapes(index: VideoIndex, outputs: Mapping[str, Process], *, batch_s
 FULL_HD_PIXELS = 1920 * 1080
 
 
-def auto_nvdec_decoders(index: VideoIndex, decoded: float | None = None) -> int:
+def auto_nvdec_decoders(index: VideoIndex, decoded: float | None = None, *,
+                        processes: int = 1) -> int:
     """Decoder threads for ``nvdec_decoders=None``: :data:`~vidloader.constants.
     DEFAULT_NVDEC_DECODERS` (16) where NVDEC's work per delivered frame is a 1080p frame's or
     more, fewer in proportion below it, never fewer than
@@ -292,13 +292,22 @@ def auto_nvdec_decoders(index: VideoIndex, decoded: float | None = None) -> int:
     1). The pixels come from the whole index, not from the first batches, whose frames in
     stream order are the first videos'. 1080p: 16; 1600×900 in stream order: 11; half 720p,
     half 340p, each clip from its keyframe: 4; the same with random clips in GOPs of 250
-    (about 10 decoded per delivered): 16."""
+    (about 10 decoded per delivered): 16.
+
+    ``processes``: with ``nvdec_processes`` > 1, the threads of each process: ``ceil(
+    PROCESS_DECODER_FACTOR × one process's choice / processes)``, between
+    :data:`~vidloader.constants.MIN_PROCESS_NVDEC_DECODERS` and one process's choice (4
+    processes: 1080p 8 each, 1600×900 in stream order 6; 12 processes of small frames: 2)."""
     frames = np.array([max(1, r.num_frames) for r in index], dtype=np.float64)
     pixels = np.array([r.width * r.height for r in index], dtype=np.float64)
     work = float((pixels * frames).sum() / frames.sum()) / FULL_HD_PIXELS
     work *= max(1.0, decoded or 1.0)
-    return int(min(DEFAULT_NVDEC_DECODERS, max(MIN_AUTO_NVDEC_DECODERS,
-                                               round(DEFAULT_NVDEC_DECODERS * work))))
+    one = int(min(DEFAULT_NVDEC_DECODERS, max(MIN_AUTO_NVDEC_DECODERS,
+                                              round(DEFAULT_NVDEC_DECODERS * work))))
+    if processes <= 1:
+        return one
+    shared = math.ceil(PROCESS_DECODER_FACTOR * one / processes)
+    return min(one, max(MIN_PROCESS_NVDEC_DECODERS, shared))
 
 
 #: Batches of the first epoch's plan :func:`decoded_per_delivered` looks at.
@@ -350,7 +359,8 @@ def _first_units(plan):
 
 
 def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
-                          extra: Mapping | None, *, work: float | None = None) -> tuple[dict, int]:
+                          extra: Mapping | None, *, work: float | None = None,
+                          processes: int = 1) -> tuple[dict, int]:
     """NVDEC executor options (the GPU, and decoder size limits that fit every video, so one
     decoder per codec is reconfigured, never recreated) and the units to queue at once.
     ``decoders`` was checked by :func:`check_options` (here, not on first use in the GPU
@@ -374,7 +384,8 @@ def resolve_nvdec_options(index: VideoIndex, device, decoders: int | None,
         "device": gpu,
         "max_width": max(r.width for r in index),
         "max_height": max(r.height for r in index),
-        "num_decoders": auto_nvdec_decoders(index, work) if decoders is None else decoders,
+        "num_decoders": (auto_nvdec_decoders(index, work, processes=processes)
+                         if decoders is None else decoders),
         **extra,
     }
     return options, units

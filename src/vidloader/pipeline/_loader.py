@@ -56,7 +56,7 @@ from ._memory import (
     make_plan,
     nvdec_knobs,
 )
-from ._nvdec_workers import UNITS_PER_PROCESS
+from ._nvdec_workers import units_per_process
 from ._routing import cpu_only_mask, nvdec_routing
 from ._scheduler import Scheduler
 from ._units import (
@@ -203,14 +203,19 @@ class VideoLoader:
             the frame cache, the decoder threads (to 8 first), the stack frames and the units
             decoding (``_memory.BUDGET_STEPS``) until the plan fills at most 92% of the budget
             (``_memory.BUDGET_FILL``), trading throughput for memory; ``nvdec_decoders`` and
-            ``nvdec_options`` are upper bounds then. ``ConfigError`` if even one decoder does
-            not fit. Default ``None``: planned for speed, nothing lowered.
+            ``nvdec_options`` are upper bounds then. With ``nvdec_processes``, the plan counts
+            every process's decoders and CUDA context, and the same knobs are lowered in each
+            (``units_decoding`` below 2 leaves each process one unit at a time, which frees
+            staging slots). ``ConfigError`` if even one decoder does not fit. Default
+            ``None``: planned for speed, nothing lowered.
         nvdec_processes (int): with ``"nvdec"``, processes that each demux and decode units on
             NVDEC with ``nvdec_decoders`` decoder threads of their own, writing into GPU slots
             shared with this process (CUDA IPC). Each has a GIL of its own, so small frames
             (SPDL's Kinetics setting) are decoded several times faster than by one process's
             threads, at the cost of a CUDA context, torch and decoders per process (GPU and
-            host memory grow with it; ``memory_budget`` does not apply). ``num_workers`` is
+            host memory grow with it; ``memory_budget`` bounds the GPU's). With
+            ``nvdec_decoders=None`` each process takes ``ceil(2 × one process's choice / K)``
+            threads, at least 2 (``constants.PROCESS_DECODER_FACTOR``). ``num_workers`` is
             then unused: each process demuxes for itself. A plan of streams
             (``MultiCameraClips(streams=True)``) goes out as its GOPs, each decoded once by one
             process (1.9× one process in 4 on the W3 stream order, session 19), its GPU staging
@@ -299,7 +304,8 @@ class VideoLoader:
             resolve_nvdec_options(index, device, nvdec_decoders, nvdec_options,
                                   work=self._decode_work(backend, _unit_workers(workers, nvdec_processes),
                                                          lookahead)
-                                  if nvdec_decoders is None else None)
+                                  if nvdec_decoders is None else None,
+                                  processes=nvdec_processes)
             if uses_nvdec else ({}, DEFAULT_UNITS_DECODING)
         )
         #: Videos this GPU's NVDEC cannot decode, and why (empty with backend="cpu").
@@ -471,7 +477,7 @@ class VideoLoader:
 
     def _units_in_flight(self, units_decoding: int | None = None) -> int:
         """Units the staging slots hold at once. Whole-batch units: one per worker plus the
-        prefetch (NVDEC worker processes: :data:`UNITS_PER_PROCESS` each, plus the prefetch,
+        prefetch (NVDEC worker processes: ``units_per_process`` each, plus the prefetch,
         also for GOPs of streams, each of which goes whole to one process). Block units are
         large, and need no slot per worker: on CPU workers and NVDEC processes a block is
         shared by all of them (the scheduler cuts it by video), so ``prefetch + 1``; on the GPU
@@ -484,7 +490,7 @@ class VideoLoader:
             # A block is cut by video over CPU workers, or over NVDEC worker processes.
             return config.prefetch + (decoding if config.uses_nvdec and processes == 1 else 1)
         if processes > 1:  # a few units (GOPs of streams go whole) on each process, plus prefetch
-            return UNITS_PER_PROCESS * processes + config.prefetch - 1
+            return units_per_process(decoding) * processes + config.prefetch - 1
         if config.backend == "combo":  # a unit per CPU worker and NVDEC's queue, plus prefetch
             return config.num_workers + decoding + config.prefetch - 1
         return max(1, config.num_workers) + config.prefetch - 1
@@ -501,12 +507,13 @@ class VideoLoader:
             slots_for_units=lambda units: self._slots_for(self._units_in_flight(units)),
             slot_bytes=sum(math.prod(shape) for shape in config.shapes.values()),
             sizes=self._sizes, cublas_bytes=cublas_workspace_bytes(_capability(config.gpu)),
+            processes=config.nvdec_processes,
         )
 
     def _memory_plan(self) -> MemoryPlan | None:
         config = self.config
-        if not config.uses_nvdec or config.nvdec_processes > 1:
-            return None  # plans cover one process's NVDEC side
+        if not config.uses_nvdec:
+            return None
         knobs = nvdec_knobs(config.nvdec_options, config.units_decoding)
         return make_plan(self._plan_inputs(), budget=config.memory_budget, **knobs)
 

@@ -29,6 +29,13 @@ The loader's GPU memory is the sum of (per decoder thread, ``d`` of them):
 
 The CUDA context (about 0.5 GiB) and the batch handed to the caller are not the loader's.
 
+With ``nvdec_processes=K`` (pool ``"processes"``) the staging buffers are the scheduler's slots,
+allocated once in the loader's process and shared with the workers; the decoder threads'
+parts and the resize filters are each worker's, so they count ``K`` times; and each worker's
+own CUDA context with what torch keeps beside the plan is the loader's
+(:data:`WORKER_CONTEXT_BYTES` each). Each worker queues ``min(2, units_decoding)`` units
+(``_nvdec_workers.UNITS_PER_PROCESS``), so lowering ``units_decoding`` to 1 frees slots there.
+
 ``memory_budget`` lowers, in :data:`BUDGET_STEPS` order, the frame cache, the decoder
 threads, the stack frames and the units decoding until the plan fits in
 :data:`BUDGET_FILL` of the budget; if even one of each does not, the loader refuses at
@@ -74,6 +81,13 @@ CUBLAS_WORKSPACE_OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8
 #: segments, plus one small segment.
 ALLOCATOR_SEGMENT = 20 * MIB
 ALLOCATOR_SMALL_SEGMENT = 2 * MIB
+
+#: GPU memory an NVDEC worker process holds beside its planned parts (``nvdec_processes`` > 1):
+#: its CUDA context and what torch keeps outside the decoder threads' streams. Measured on the
+#: H100 (``session23-2``, W3 in 4 processes): ``nvidia-smi`` at peak less the staging slots
+#: and the decoder threads' parts (fitted over 2-16 threads a process) left 3.8-4.2 GiB for the
+#: loader's process and 4 workers, 0.7-0.9 GiB a worker after the loader's own context.
+WORKER_CONTEXT_BYTES = 900 * MIB
 
 #: What ``memory_budget`` lowers, in order, until the plan fits: (knob, value). The cheapest
 #: trades first: a smaller frame cache where one was asked for (fewer repeats served without
@@ -230,7 +244,7 @@ class MemoryPlan:
     """
 
     budget: int | None
-    pool: str  # "inline", "separation" or "combo"
+    pool: str  # "inline", "separation", "combo" or "processes"
     staging_slots: int  # the scheduler's slots (batches in flight, demuxing included)
     gpu_staging_buffers: int  # of them, buffers on the GPU
     slot_bytes: int
@@ -240,6 +254,7 @@ class MemoryPlan:
     frame_cache_bytes: int
     sizes: VideoSizes
     cublas_bytes: int  # per decoder thread
+    processes: int = 1  # NVDEC worker processes, ``decoders`` threads each (1: the loader's own)
 
     @property
     def stack_bytes(self) -> int:
@@ -258,16 +273,20 @@ class MemoryPlan:
         return math.ceil(work / ALLOCATOR_SEGMENT) * ALLOCATOR_SEGMENT + ALLOCATOR_SMALL_SEGMENT
 
     def components(self) -> dict[str, int]:
-        """Bytes by what holds them (the caching allocator's and NVDEC's)."""
-        d = self.decoders
+        """Bytes by what holds them (the caching allocator's and NVDEC's). With worker
+        processes, each holds its decoder threads' parts, frame cache and resize filters,
+        and a CUDA context (``worker_contexts``); the staging buffers are shared."""
+        k = self.processes
+        d = self.decoders * k
         return {
             "staging": self.gpu_staging_buffers * self.slot_bytes,
             "gop_stacks": d * self.stack_bytes,
             "conversion": d * (self.stream_reserve_bytes - self.stack_bytes),
             "cublas_workspaces": d * self.cublas_bytes,
-            "frame_cache": self.frame_cache_bytes,
-            "resize_weights": self.sizes.weight_bytes,
+            "frame_cache": k * self.frame_cache_bytes,
+            "resize_weights": k * self.sizes.weight_bytes,
             "decoder_surfaces": d * DECODER_SURFACE_FRAMES * self.sizes.surface_bytes,
+            "worker_contexts": k * WORKER_CONTEXT_BYTES if k > 1 else 0,
         }
 
     @property
@@ -282,7 +301,8 @@ class MemoryPlan:
     def as_dict(self) -> dict:
         """JSON-able: the settings, each component and the totals, in bytes."""
         return {
-            "budget_bytes": self.budget, "pool": self.pool, "staging_slots": self.staging_slots,
+            "budget_bytes": self.budget, "pool": self.pool, "processes": self.processes,
+            "staging_slots": self.staging_slots,
             "gpu_staging_buffers": self.gpu_staging_buffers, "slot_bytes": self.slot_bytes,
             "decoders": self.decoders, "units_decoding": self.units_decoding,
             "stack_frames": self.stack_frames, "frame_cache_bytes": self.frame_cache_bytes,
@@ -298,7 +318,9 @@ class MemoryPlan:
         """One line: the total and its parts (for messages and logs)."""
         parts = ", ".join(f"{k.replace('_', ' ')} {describe(v)}"
                           for k, v in self.components().items() if v)
-        return (f"{describe(self.total_bytes)} ({parts}; {self.decoders} decoders, "
+        threads = (f"{self.processes} processes of {self.decoders} decoders"
+                   if self.processes > 1 else f"{self.decoders} decoders")
+        return (f"{describe(self.total_bytes)} ({parts}; {threads}, "
                 f"{self.units_decoding} units decoding, {self.gpu_staging_buffers} staging "
                 f"buffers of {describe(self.slot_bytes)}, stacks of {self.stack_frames} frames)")
 
@@ -314,6 +336,7 @@ class PlanInputs:
     sizes: VideoSizes
     cublas_bytes: int
     stride: int | None = None  # batches between overlapping units' starts (None: lookahead)
+    processes: int = 1  # nvdec_processes
 
 
 def make_plan(inputs: PlanInputs, *, budget: int | None, decoders: int, units_decoding: int,
@@ -326,7 +349,7 @@ def make_plan(inputs: PlanInputs, *, budget: int | None, decoders: int, units_de
                                                 stride=inputs.stride),
         slot_bytes=inputs.slot_bytes, decoders=decoders, units_decoding=units_decoding,
         stack_frames=stack_frames, frame_cache_bytes=frame_cache_bytes, sizes=inputs.sizes,
-        cublas_bytes=inputs.cublas_bytes,
+        cublas_bytes=inputs.cublas_bytes, processes=inputs.processes,
     )
 
 
@@ -355,12 +378,15 @@ def fit_budget(inputs: PlanInputs, budget: int | None, *, decoders: int, units_d
             plan = make_plan(inputs, budget=budget, **knobs)
     if plan.total_bytes <= room:
         return plan
+    fewer = (f", pass fewer nvdec_processes (each holds {describe(WORKER_CONTEXT_BYTES)} and "
+             f"its own decoders)" if plan.processes > 1 else "")
     raise ConfigError(
         f"memory_budget={given if given is not None else budget!r} ({describe(budget)}) is below "
         f"the least this loader needs on the GPU: {plan.summary()}, plus "
         f"{1 / BUDGET_FILL - 1:.0%} for what a plan does not see. Give at least "
-        f"memory_budget='{math.ceil(plan.total_bytes / BUDGET_FILL / MIB)}MiB', or lower batch_size or the "
-        f"output size (each staging buffer holds one batch: {describe(plan.slot_bytes)})"
+        f"memory_budget='{math.ceil(plan.total_bytes / BUDGET_FILL / MIB)}MiB'{fewer}, or lower "
+        f"batch_size or the output size (each staging buffer holds one batch: "
+        f"{describe(plan.slot_bytes)})"
     )
 
 

@@ -42,6 +42,13 @@ from ._worker import start_unit_messages
 UNITS_PER_PROCESS = 2
 
 
+def units_per_process(units_decoding: int) -> int:
+    """Units each worker decodes at once: :data:`UNITS_PER_PROCESS`, or fewer where
+    ``units_decoding`` (``nvdec_options``, or what ``memory_budget`` lowered it to) is lower;
+    each unit in flight holds staging slots."""
+    return max(1, min(UNITS_PER_PROCESS, int(units_decoding)))
+
+
 @dataclasses.dataclass(frozen=True)
 class NvdecWorkerStart:
     """An NVDEC worker's arguments: the loader's config, the shared GPU slots, and per slot
@@ -54,7 +61,7 @@ class NvdecWorkerStart:
 
 
 def nvdec_worker_main(start: NvdecWorkerStart, task_q, result_q) -> None:
-    """Take :class:`FillTask` s, fill them on NVDEC (up to :data:`UNITS_PER_PROCESS` at once),
+    """Take :class:`FillTask` s, fill them on NVDEC (up to :func:`units_per_process` at once),
     reply one list of :class:`~._messages.RowsFilled` per task in the order taken (or a
     :class:`Failure`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
@@ -71,9 +78,10 @@ def nvdec_worker_main(start: NvdecWorkerStart, task_q, result_q) -> None:
         return
     result_q.put(Ready(start.worker_id))
     in_flight: collections.deque = collections.deque()
+    at_once = units_per_process(config.units_decoding)
     try:
         while True:
-            if len(in_flight) < UNITS_PER_PROCESS and (not in_flight or task_q.ready()):
+            if len(in_flight) < at_once and (not in_flight or task_q.ready()):
                 task = task_q.get()
                 if task is STOP:
                     break
