@@ -277,6 +277,9 @@ def test_ctrl_c_leaves_no_worker(dataset, tmp_path):
     index.save(index_path)
     script = textwrap.dedent(f"""
         import os, signal, sys, vidloader
+        # Ctrl-C's usual handler, even where this test was started with SIGINT ignored (a
+        # shell's background job: Python then raises no KeyboardInterrupt)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         index = vidloader.VideoIndex.load({str(index_path)!r}, allow_outside_root=True)
         loader = vidloader.VideoLoader(index, batch_size=4, size=(32, 48), num_workers=2)
         try:

@@ -111,3 +111,64 @@ def test_a_worker_takes_units_per_process_at_once():
 
     assert units_per_process(4) == UNITS_PER_PROCESS == 2
     assert units_per_process(1) == 1 and units_per_process(0) == 1
+
+
+class _Tasks:
+    """A worker's task queue with every task already waiting, then STOP."""
+
+    def __init__(self, tasks):
+        from vidloader.pipeline._messages import STOP
+
+        self.items = [*tasks, STOP]
+
+    def ready(self):
+        return bool(self.items)
+
+    def get(self):
+        return self.items.pop(0)
+
+
+class _Unit:
+    def __init__(self):
+        self.cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+@pytest.mark.parametrize("units_decoding, most", [(4, 2), (2, 2), (1, 1)])
+def test_a_worker_holds_at_most_its_units_and_replies_in_order(units_decoding, most):
+    """The loop the NVDEC workers run (``serve_units``): with tasks waiting it starts up to
+    ``units_per_process(units_decoding)`` units before finishing the oldest, never more, and
+    replies in the order it took them."""
+    from vidloader.pipeline._nvdec_workers import serve_units, units_per_process
+
+    held, peak, replies = set(), [0], []
+
+    def start_unit(task):
+        held.add(task)
+        peak[0] = max(peak[0], len(held))
+        return task, _Unit()
+
+    def finish_unit(task, unit):
+        held.discard(task)
+        return f"done {task}"
+
+    serve_units(_Tasks(range(7)), replies.append, at_once=units_per_process(units_decoding),
+                start_unit=start_unit, finish_unit=finish_unit)
+    assert peak[0] == most
+    assert replies == [f"done {t}" for t in range(7)][: len(replies)] and held == set(range(7)) - set(range(len(replies)))
+
+
+def test_a_stopped_worker_cancels_the_units_it_still_holds():
+    from vidloader.pipeline._nvdec_workers import serve_units
+
+    units = []
+
+    def start_unit(task):
+        units.append(_Unit())
+        return task, units[-1]
+
+    serve_units(_Tasks(["a", "b"]), lambda reply: None, at_once=2, start_unit=start_unit,
+                finish_unit=lambda task, unit: task)
+    assert [u.cancelled for u in units] == [False, True]  # "a" finished when STOP came after "b"

@@ -206,7 +206,7 @@ class VideoLoader:
             ``nvdec_options`` are upper bounds then. With ``nvdec_processes``, the plan counts
             every process's decoders and CUDA context, and the same knobs are lowered in each
             (``units_decoding`` below 2 leaves each process one unit at a time, which frees
-            staging slots). ``ConfigError`` if even one decoder does not fit. Default
+            staging slots, except with GOP-local blocks; a step that frees nothing is skipped). ``ConfigError`` if even one decoder does not fit. Default
             ``None``: planned for speed, nothing lowered.
         nvdec_processes (int): with ``"nvdec"``, processes that each demux and decode units on
             NVDEC with ``nvdec_decoders`` decoder threads of their own, writing into GPU slots
@@ -219,8 +219,9 @@ class VideoLoader:
             then unused: each process demuxes for itself. A plan of streams
             (``MultiCameraClips(streams=True)``) goes out as its GOPs, each decoded once by one
             process (1.9× one process in 4 on the W3 stream order, session 19), its GPU staging
-            then holding ``8 × (2K + prefetch - 1) + GOP - 1`` batches (64 GB with 4 processes
-            for W3's 48 frames of 1600×900 a batch: mind the GPU's memory). Default 1:
+            then holding ``8 × (uK + prefetch - 1) + GOP - 1`` batches, ``u = min(2,
+            units_decoding)`` (101 slots, 19.5 GiB, with 4 processes for W3's 48 frames of
+            1600×900 a batch; 35 GiB in all, session 23: mind the GPU's memory). Default 1:
             NVDEC in this process (demux workers per ``num_workers``).
         nvtx (bool | None): emit NVTX ranges (``vidloader.demux``, ``.decode``, ``.convert``,
             ``.copy``, ``.finalize``, ``.collect``) for Nsight Systems, in each process where
@@ -366,7 +367,8 @@ class VideoLoader:
         settings (``decoders``, ``units_decoding``, ``stack_frames``, ``frame_cache_bytes``,
         ``gpu_staging_buffers`` of ``staging_slots``), bytes by component (staging, GOP
         stacks, conversion workspace, cuBLAS workspaces, frame cache, resize weights, decoder
-        surfaces) and ``total_bytes``; with ``memory_budget``, what it chose to fit."""
+        surfaces; with ``nvdec_processes``, ``processes`` and the workers' ``worker_contexts``)
+        and ``total_bytes``; with ``memory_budget``, what it chose to fit."""
         plan = self._memory_plan()
         return None if plan is None else plan.as_dict()
 
@@ -458,8 +460,8 @@ class VideoLoader:
         not given. Each GOP a row walks through is then decoded once, whatever the batches it
         spans. (NVDEC with no workers keeps whole batches, and so does the combo. Worker
         processes take the GOPs although every slot of theirs is a GPU buffer too: their
-        ``2K + prefetch - 1`` units in flight reach ``8 × that + span - 1`` batches, 64 GB of
-        GPU memory with 4 processes on W3's native 1600×900, session 19.)"""
+        ``min(2, units_decoding) × K + prefetch - 1`` units in flight reach ``8 × that + span
+        - 1`` batches, 19.5 GiB of slots with 4 processes on W3's native 1600×900, session 23.)"""
         config = self.config
         return takes_stream_gops(lambda: self._epoch_plan(self._epoch), backend=config.backend,
                                  num_workers=self._unit_workers, lookahead=config.lookahead)

@@ -34,7 +34,9 @@ allocated once in the loader's process and shared with the workers; the decoder 
 parts and the resize filters are each worker's, so they count ``K`` times; and each worker's
 own CUDA context with what torch keeps beside the plan is the loader's
 (:data:`WORKER_CONTEXT_BYTES` each). Each worker queues ``min(2, units_decoding)`` units
-(``_nvdec_workers.UNITS_PER_PROCESS``), so lowering ``units_decoding`` to 1 frees slots there.
+(``_nvdec_workers.UNITS_PER_PROCESS``), so lowering ``units_decoding`` to 1 frees slots there
+(not with GOP-local blocks, which are cut over the workers whatever ``units_decoding`` is; a
+budget step that frees nothing is skipped).
 
 ``memory_budget`` lowers, in :data:`BUDGET_STEPS` order, the frame cache, the decoder
 threads, the stack frames and the units decoding until the plan fits in
@@ -86,7 +88,10 @@ ALLOCATOR_SMALL_SEGMENT = 2 * MIB
 #: its CUDA context and what torch keeps outside the decoder threads' streams. Measured on the
 #: H100 (``session23-2``, W3 in 4 processes): ``nvidia-smi`` at peak less the staging slots
 #: and the decoder threads' parts (fitted over 2-16 threads a process) left 3.8-4.2 GiB for the
-#: loader's process and 4 workers, 0.7-0.9 GiB a worker after the loader's own context.
+#: loader's process and 4 workers, 0.7-0.9 GiB a worker after the loader's own context. On W1
+#: (1080p to 224², the same call) plans of 4 processes stood 19-22% above ``nvidia-smi``
+#: (17.7 against 14.9 GiB with 8 threads a process, 31.1 against 25.4 with 16): the gap grows
+#: with the threads, so a worker's threads hold less than planned there (to recheck).
 WORKER_CONTEXT_BYTES = 900 * MIB
 
 #: What ``memory_budget`` lowers, in order, until the plan fits: (knob, value). The cheapest
@@ -295,8 +300,10 @@ class MemoryPlan:
 
     @property
     def torch_bytes(self) -> int:
-        """What PyTorch's allocator should reserve (all but NVDEC's own surfaces)."""
-        return self.total_bytes - self.components()["decoder_surfaces"]
+        """What PyTorch's allocators should reserve, summed over the processes (all but
+        NVDEC's own surfaces and the workers' CUDA contexts)."""
+        parts = self.components()
+        return self.total_bytes - parts["decoder_surfaces"] - parts["worker_contexts"]
 
     def as_dict(self) -> dict:
         """JSON-able: the settings, each component and the totals, in bytes."""
@@ -374,8 +381,9 @@ def fit_budget(inputs: PlanInputs, budget: int | None, *, decoders: int, units_d
         if plan.total_bytes <= room:
             return plan
         if value < knobs[knob]:
-            knobs[knob] = value
-            plan = make_plan(inputs, budget=budget, **knobs)
+            trial = make_plan(inputs, budget=budget, **{**knobs, knob: value})
+            if trial.total_bytes < plan.total_bytes:  # a step that saves nothing costs speed
+                knobs[knob], plan = value, trial
     if plan.total_bytes <= room:
         return plan
     fewer = (f", pass fewer nvdec_processes (each holds {describe(WORKER_CONTEXT_BYTES)} and "

@@ -15,8 +15,8 @@ the fences of the task's slots on the consumer's stream and sends the task; the 
 for them (on the host), fills the unit with the same code as the loader's
 own NVDEC pools (:func:`~._worker.start_unit_messages`: the executor's decoder threads, GOP
 sink, CPU fallback), waits for its GPU work, and replies, so a slot is complete when its
-message arrives. Each worker keeps :data:`UNITS_PER_PROCESS` units in flight, so its decoders
-do not drain between units.
+message arrives. Each worker keeps :func:`units_per_process` units in flight (2, or 1 with
+``units_decoding=1``), so its decoders do not drain between units.
 
 A worker demuxes with its own decoder threads (the executor's inline path): it has no demux
 workers, as daemonic processes cannot start processes of their own.
@@ -77,21 +77,32 @@ def nvdec_worker_main(start: NvdecWorkerStart, task_q, result_q) -> None:
                              traceback.format_exc()))
         return
     result_q.put(Ready(start.worker_id))
+    try:
+        serve_units(task_q, result_q.put, at_once=units_per_process(config.units_decoding),
+                    start_unit=lambda task: _start(start, assembler, task),
+                    finish_unit=lambda task, unit: _finish(task, unit, config.gpu))
+    finally:
+        assembler.close()
+
+
+def serve_units(task_q, reply, *, at_once: int, start_unit, finish_unit) -> None:
+    """A worker's loop: start up to ``at_once`` tasks' units (``start_unit(task)`` →
+    ``(task, unit)``), taking another only while one is in flight if a task is already
+    waiting (``task_q.ready()``), and ``reply`` each ``finish_unit(task, unit)`` in the order
+    taken, until :data:`~._messages.STOP`; units still in flight then are cancelled."""
     in_flight: collections.deque = collections.deque()
-    at_once = units_per_process(config.units_decoding)
     try:
         while True:
             if len(in_flight) < at_once and (not in_flight or task_q.ready()):
                 task = task_q.get()
                 if task is STOP:
                     break
-                in_flight.append(_start(start, assembler, task))
+                in_flight.append(start_unit(task))
                 continue
-            result_q.put(_finish(*in_flight.popleft(), config.gpu))
+            reply(finish_unit(*in_flight.popleft()))
     finally:
         for _, unit in in_flight:
             unit.cancel()
-        assembler.close()
 
 
 def _start(start: NvdecWorkerStart, assembler, task: FillTask):
