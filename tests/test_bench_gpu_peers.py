@@ -257,3 +257,91 @@ def test_a_run_reports_settings_and_counts(w1, name):
     assert result["peer_settings"] == make_peer(name).settings()
     assert result["decode_counts"]["delivered"] > 0 and result["decoded_per_delivered"] >= 1.0
     assert result["batch_shape"] == [32, 224, 224, 3]
+
+
+# -- torchcodec on CUDA: every machine (no CUDA build of torchcodec is installable here) ---------
+
+
+class _FakeTorchcodec:
+    """``torchcodec.decoders`` as a CPU-only build behaves (``cuda_ok=False``: "Unsupported
+    device: cuda", seen on the GPU machine with 0.11.1+cpu) or as one that decodes: every
+    frame of the file by PyAV, ``get_frames_at`` picking the wanted ones (NHWC uint8)."""
+
+    def __init__(self, cuda_ok: bool):
+        self.cuda_ok, self.opened = cuda_ok, []
+
+        class VideoDecoder:
+            def __init__(inner, path, *, stream_index, device, seek_mode, dimension_order):
+                if device.startswith("cuda") and not self.cuda_ok:
+                    raise RuntimeError("Unsupported device: cuda")
+                assert (seek_mode, dimension_order) == ("exact", "NHWC")
+                self.opened.append(path)
+                inner.frames = torch.from_numpy(reference_frames(path))
+
+            def get_frames_at(inner, indices):
+                assert indices == sorted(indices)
+                return SimpleNamespace(data=inner.frames[indices])
+
+        self.VideoDecoder = VideoDecoder
+
+
+def test_torchcodec_cuda_is_a_gpu_peer():
+    assert "torchcodec-cuda" in PEERS and "torchcodec-cuda" in resolve_backends("gpu")
+    peer = make_peer("torchcodec-cuda")
+    assert peer.note.startswith("torchcodec-cuda:") and not peer.ceiling
+    settings = peer.settings()
+    json.dumps(settings)
+    assert settings["device"] == "cuda" and "get_frames_at" in settings["api"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_torchcodec_cuda_skipped_without_cuda(tmp_path):
+    cfg = RunConfig("random", "torchcodec-cuda", "W1", "tiny", str(tmp_path), batches=1, warmup=0,
+                    workers=0)
+    result = run_backend(cfg)
+    assert result["status"] == "skipped" and "CUDA" in result["reason"]
+
+
+def test_torchcodec_cuda_says_where_its_cuda_builds_come_from(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)  # importing it raises ImportError
+    with pytest.raises(Skip, match="torchcodec.*PyTorch's wheel index"):
+        make_peer("torchcodec-cuda").check()
+
+
+def test_torchcodec_cuda_says_why_a_cpu_build_cannot_run(w1):
+    """A CPU-only build refuses ``device="cuda"`` when the first decoder is made: the run is
+    skipped, its reason naming torchcodec's error and where CUDA builds come from."""
+    peer = make_peer("torchcodec-cuda")
+    peer.decoders = _FakeTorchcodec(cuda_ok=False)
+    with pytest.raises(Skip, match=r"Unsupported device: cuda.*PyTorch's wheel index"):
+        next(peer.batches(_job(w1, "random", 8, batches=1)))
+
+
+@pytest.mark.parametrize("workload,batch_size", [("random", 24), ("sequential", 32)])
+def test_torchcodec_cuda_delivers_what_the_naive_loader_does(w1, workload, batch_size):
+    """The adapter's pipeline on the CPU (its device set to "cpu", torchcodec faked by PyAV's
+    decode): the naive loader's frames, and the least decoded counted from keyframes."""
+    job = _job(w1, workload, batch_size, batches=3)
+    peer = make_peer("torchcodec-cuda")
+    peer.device, peer.decoders = "cpu", _FakeTorchcodec(cuda_ok=True)
+    got = [b.clone() for b in peer.batches(job)]
+    ref = [b.clone() for b in make_peer("naive").batches(dataclasses.replace(job, workers=0))]
+    assert len(got) == 3
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+    assert _mean_diff(got[0], ref[1]) > 5
+    counts = peer.counters()
+    assert counts["delivered"] == 3 * batch_size and counts["decoded"] >= counts["delivered"]
+
+
+def test_least_decoded_counts_each_span_from_its_keyframe_once():
+    from vidloader.bench._peers_gpu import least_decoded
+
+    keyframes = np.array([0, 10, 20])
+    assert least_decoded(keyframes, np.array([], dtype=np.int64)) == 0
+    assert least_decoded(keyframes, np.array([3])) == 4  # 0..3
+    assert least_decoded(keyframes, np.array([3, 5])) == 6  # 0..5, once
+    assert least_decoded(keyframes, np.array([3, 12])) == 4 + 3  # 0..3 and 10..12
+    assert least_decoded(keyframes, np.array([3, 9, 12])) == 13  # 0..12: the spans touch
+    assert least_decoded(keyframes, np.array([25])) == 6  # 20..25

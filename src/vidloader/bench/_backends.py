@@ -21,14 +21,15 @@ PEERS = {
     "pynvc-threads": ("_peers_gpu", "PynvcThreadsPeer"),
     "spdl": ("_peers_gpu", "SpdlPeer"),
     "pyav-nvdec": ("_peers_gpu", "PyavNvdecPeer"),
+    "torchcodec-cuda": ("_peers_gpu", "TorchcodecCudaPeer"),
     "dali": ("_peers_dali", "DaliPeer"),
 }
 
 #: Names that expand to several backends on the command line.
 BACKEND_ALIASES = {
     "cpu": ["vidloader", "naive", "decord", "opencv", "torchcodec", "torchcodec-tuned"],
-    "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads", "spdl",
-            "pyav-nvdec", "dali"],
+    "gpu": ["vidloader", "vidloader-nvdec", "pynvc-simple", "pynvc-threads", "torchcodec-cuda",
+            "spdl", "pyav-nvdec", "dali"],
 }
 
 

@@ -599,3 +599,82 @@ class PyavNvdecPeer(_PoolPeer):
     def _upload(self, pictures: list, geometry: Geometry, record) -> torch.Tensor:
         x = torch.from_numpy(np.stack(pictures)).to(self.device)
         return _resize_and_crop(x, geometry, record.height, record.width)
+
+
+# -- torchcodec on CUDA -------------------------------------------------------------------------
+
+
+def least_decoded(keyframes: np.ndarray, frames: np.ndarray) -> int:
+    """The fewest frames a decoder that seeks to keyframes decodes for a video's sorted wanted
+    ``frames``: the union of each frame's span from its keyframe (a lower bound for a peer
+    that does not report what it decodes)."""
+    if len(frames) == 0:
+        return 0
+    frames = np.asarray(frames, dtype=np.int64)
+    starts = keyframes[np.searchsorted(keyframes, frames, side="right") - 1].astype(np.int64)
+    total, lo, hi = 0, int(starts[0]), int(frames[0])
+    for s, f in zip(starts[1:].tolist(), frames[1:].tolist()):
+        if s > hi + 1:  # a new span: the last one is complete
+            total += hi - lo + 1
+            lo = s
+        hi = max(hi, f)
+    return total + hi - lo + 1
+
+
+class TorchcodecCudaPeer(_PoolPeer):
+    """torchcodec decoding on the GPU (``VideoDecoder(path, device="cuda")``, NVDEC behind
+    FFmpeg's CUDA hwaccel), as its documentation shows: one decoder per video kept open on each
+    thread, ``get_frames_at`` with a video's sorted wanted frames, frames left on the GPU and
+    resized there with torch.
+
+    Its CUDA builds come from PyTorch's own wheel index; the package index's wheels decode on
+    the CPU only (``VideoDecoder(..., device="cuda")`` raises "Unsupported device: cuda"), so
+    where no CUDA build is installed the run is skipped, its JSON saying why
+    (``../shared/tools/README.md``: the GPU machine cannot reach that index)."""
+
+    name, library = "torchcodec-cuda", "torchcodec"
+    note = ("torchcodec-cuda: VideoDecoder(path, device='cuda', seek_mode='exact'), "
+            "get_frames_at per video of a batch on a thread pool, resize in torch on the GPU; "
+            "decoded frames counted as the least from each wanted frame's keyframe")
+
+    def check(self) -> None:
+        _need_cuda()
+        try:
+            self.decoders = import_or_skip("torchcodec.decoders", self.library)
+        except Skip as exc:
+            raise Skip(f"{exc}; its CUDA builds come from PyTorch's wheel index (pip install "
+                       f"torchcodec --index-url https://download.pytorch.org/whl/<cuda>), "
+                       f"the package index's decode on the CPU only") from None
+
+    def settings(self) -> dict:
+        return {"version": version_of(self.library), "device": self.device, "seek_mode": "exact",
+                "api": "get_frames_at(indices=sorted wanted frames), one call per video of a batch",
+                "resize": "torch on the GPU (bilinear, antialiased), then centre crop",
+                "threads": "--workers threads, one decoder per (thread, file) kept open",
+                "decoded": "not reported by torchcodec: the least from each wanted frame's keyframe"}
+
+    def _start(self, job: Job) -> None:
+        self._local = threading.local()
+        record = job.index[int(job.plan.batches[0].video_indices[0])]
+        try:  # a CPU-only build refuses the device when a decoder is made
+            self._open(record)
+        except Exception as exc:  # noqa: BLE001 - torchcodec raises RuntimeError / ValueError
+            raise Skip(f"torchcodec {version_of(self.library)} does not decode on "
+                       f"{self.device!r} here ({root_cause(exc)}): its CUDA builds come from "
+                       "PyTorch's wheel index, not installed on this machine") from None
+
+    def _open(self, record):
+        files = self._local.__dict__.setdefault("files", {})
+        if record.path not in files:
+            files[record.path] = self.decoders.VideoDecoder(
+                record.path, stream_index=record.stream_index, device=self.device,
+                seek_mode="exact", dimension_order="NHWC")
+        return files[record.path]
+
+    def _tasks(self, record, frames: np.ndarray) -> list[tuple[int, int]]:
+        return [(0, len(frames))]
+
+    def _decode(self, record, frames: np.ndarray, geometry: Geometry) -> tuple[torch.Tensor, int]:
+        data = self._open(record).get_frames_at(indices=frames.tolist()).data
+        out = _resize_and_crop(data.to(self.device), geometry, record.height, record.width)
+        return out, least_decoded(record.keyframes, frames)
