@@ -583,6 +583,16 @@ def test_cifar_on_gpu_equals_cpu(cifar_root):
 
 
 @pytest.mark.cuda
+def test_decode_lanes_take_the_stream_priority_asked(monkeypatch):
+    from vidloader.pipeline import _image_decode
+
+    monkeypatch.setattr(_image_decode, "DECODE_STREAM_PRIORITY", -1)  # CUDA: lower is sooner
+    lane = _image_decode._Lane(object(), torch.device("cuda"), 0)
+    assert lane.streams.own.priority < torch.cuda.Stream(torch.device("cuda")).priority
+    lane.thread.shutdown()
+
+
+@pytest.mark.cuda
 def test_nvimgcodec_within_tolerance_of_pillow(folder):
     """nvJPEG's IDCT and chroma upsampling differ from libjpeg's. Stated tolerance, per image
     (of 255): mean absolute difference under 3, 99th percentile under 16; PNG exact. The

@@ -50,6 +50,9 @@ def main() -> int:
     if os.environ.get("AB_NV_THREADS"):  # each nvImageCodec decoder's CPU threads
         _nvimgcodec.CPU_THREADS = int(os.environ["AB_NV_THREADS"])
         results["nvimgcodec_cpu_threads"] = _nvimgcodec.CPU_THREADS
+    if os.environ.get("AB_DECODE_PRIORITY"):  # the decode lanes' CUDA stream priority
+        _image_decode.DECODE_STREAM_PRIORITY = int(os.environ["AB_DECODE_PRIORITY"])
+        results["decode_stream_priority"] = _image_decode.DECODE_STREAM_PRIORITY
     if os.environ.get("AB_SWITCH"):  # the GIL's switch interval (Python's default 5 ms)
         sys.setswitchinterval(float(os.environ["AB_SWITCH"]))
         results["switch_interval_s"] = sys.getswitchinterval()

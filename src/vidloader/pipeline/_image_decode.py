@@ -55,12 +55,13 @@ def allocate_final_slots(config, num_slots: int, device: torch.device) -> list:
 
 class _Streams:
     """A thread's own CUDA stream and events on a GPU; no-ops on the CPU (a stand-in
-    decoder)."""
+    decoder). ``priority``: the stream's (CUDA's convention: lower is sooner; 0 is the
+    default, -1 high on current GPUs)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, priority: int = 0) -> None:
         self.cuda = device.type == "cuda"
         self.device = device
-        self.own = torch.cuda.Stream(device) if self.cuda else None
+        self.own = torch.cuda.Stream(device, priority=priority) if self.cuda else None
 
     def current(self):
         """Context in which the thread's work is ordered on its own stream."""
@@ -89,6 +90,13 @@ class _Streams:
 #: two 7,408 / 8,279 / 7,857 / 7,420: two by a small margin; three and four were slower.
 NVIMGCODEC_LANES = 2
 
+#: CUDA stream priority of the decode lanes (0: the default; -1: ahead of the augmentation's
+#: kernels, which the GPU then runs between the decoder's). Session 17 found nvImageCodec's
+#: decode 8× slower beside matrix products on another stream of the same GPU
+#: (``session17-8``); whether a higher priority for the lanes helps the loader is not yet
+#: measured (``benchmarks/diag/jpeg_loader_ab.py``, ``AB_DECODE_PRIORITY``), so it stays 0.
+DECODE_STREAM_PRIORITY = 0
+
 #: Decode only each row's crop window where the decoder can (``decode_files(..., regions=)``).
 #: Off: in the same four calls it was slower in seven of eight pairs (e.g. two lanes 7,315 /
 #: 6,248 / 7,051 / 6,453 against whole images 7,408 / 8,279 / 7,857 / 7,420): the hardware
@@ -101,7 +109,7 @@ class _Lane:
 
     def __init__(self, decoder, device: torch.device, number: int) -> None:
         self.decoder = decoder
-        self.streams = _Streams(device)
+        self.streams = _Streams(device, priority=DECODE_STREAM_PRIORITY)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"vidloader-decode-{number}")
 
 
