@@ -23,7 +23,13 @@ from vidloader.bench import WORKLOADS, RunConfig, Skip, load_index, prepare_data
 from vidloader.bench._backends import PEERS, make_peer, resolve_backends
 from vidloader.bench._harness import run_backend
 from vidloader.bench._peers import Job
-from vidloader.bench._peers_gpu import PyavNvdecPeer, _runs, _spdl_window
+from vidloader.bench._peers_gpu import (
+    TORCHCODEC_OPEN_PER_THREAD,
+    PyavNvdecPeer,
+    _runs,
+    _spdl_window,
+    least_decoded,
+)
 from vidloader.bench._workloads import Geometry, make_plan
 
 from .media import reference_frames
@@ -265,22 +271,42 @@ def test_a_run_reports_settings_and_counts(w1, name):
 class _FakeTorchcodec:
     """``torchcodec.decoders`` as a CPU-only build behaves (``cuda_ok=False``: "Unsupported
     device: cuda", seen on the GPU machine with 0.11.1+cpu) or as one that decodes: every
-    frame of the file by PyAV, ``get_frames_at`` picking the wanted ones (NHWC uint8)."""
+    frame of the file by PyAV, ``get_frames_at`` picking the wanted ones (NHWC uint8) and
+    counting what a decoder would decode (from the keyframe, unless the frame lies ahead in
+    the GOP it stopped in), on the thread that opened it."""
 
-    def __init__(self, cuda_ok: bool):
-        self.cuda_ok, self.opened = cuda_ok, []
+    def __init__(self, cuda_ok: bool, error: Exception | None = None):
+        import threading
+
+        self.cuda_ok, self.decoded, self.alive, self.peak = cuda_ok, 0, 0, 0
+        fake = self
 
         class VideoDecoder:
-            def __init__(inner, path, *, stream_index, device, seek_mode, dimension_order):
-                if device.startswith("cuda") and not self.cuda_ok:
+            def __init__(self, path, *, stream_index, device, seek_mode, dimension_order):
+                if error is not None:
+                    raise error
+                if device.startswith("cuda") and not fake.cuda_ok:
                     raise RuntimeError("Unsupported device: cuda")
                 assert (seek_mode, dimension_order) == ("exact", "NHWC")
-                self.opened.append(path)
-                inner.frames = torch.from_numpy(reference_frames(path))
+                self.thread, self.last = threading.get_ident(), None
+                self.frames = torch.from_numpy(reference_frames(path))
+                self.keyframes = sorted({int(k) for k in fake.keyframes[path]})
+                fake.alive += 1
+                fake.peak = max(fake.peak, fake.alive)
 
-            def get_frames_at(inner, indices):
+            def __del__(self):
+                if hasattr(self, "thread"):
+                    fake.alive -= 1
+
+            def get_frames_at(self, indices):
+                assert threading.get_ident() == self.thread, "a decoder used off its thread"
                 assert indices == sorted(indices)
-                return SimpleNamespace(data=inner.frames[indices])
+                for f in indices:  # on from the last frame in its GOP, else from a seek
+                    kf = max(k for k in self.keyframes if k <= f)
+                    on = self.last is not None and kf <= self.last < f
+                    fake.decoded += f - self.last if on else f - kf + 1
+                    self.last = f
+                return SimpleNamespace(data=self.frames[indices])
 
         self.VideoDecoder = VideoDecoder
 
@@ -325,6 +351,7 @@ def test_torchcodec_cuda_delivers_what_the_naive_loader_does(w1, workload, batch
     job = _job(w1, workload, batch_size, batches=3)
     peer = make_peer("torchcodec-cuda")
     peer.device, peer.decoders = "cpu", _FakeTorchcodec(cuda_ok=True)
+    peer.decoders.keyframes = {rec.path: rec.keyframes for rec in w1[1]}
     got = [b.clone() for b in peer.batches(job)]
     ref = [b.clone() for b in make_peer("naive").batches(dataclasses.replace(job, workers=0))]
     assert len(got) == 3
@@ -332,11 +359,25 @@ def test_torchcodec_cuda_delivers_what_the_naive_loader_does(w1, workload, batch
         assert torch.equal(a, b)
     assert _mean_diff(got[0], ref[1]) > 5
     counts = peer.counters()
-    assert counts["delivered"] == 3 * batch_size and counts["decoded"] >= counts["delivered"]
+    assert counts["delivered"] == 3 * batch_size and counts["decoded"] == peer.decoders.decoded
+    # each thread holds a few decoders at most, and none outlives the run (the probe included)
+    import gc
+
+    gc.collect()
+    # (a thread opens its next decoder before it closes its oldest: one more for a moment)
+    assert 2 <= peer.decoders.peak <= job.workers * (TORCHCODEC_OPEN_PER_THREAD + 1)
+    assert peer.decoders.alive == 0
+
+
+def test_torchcodec_cuda_fails_on_what_is_not_a_missing_cuda_build(w1):
+    """Only "Unsupported device" makes a skip: another error at the probe is a failed run."""
+    peer = make_peer("torchcodec-cuda")
+    peer.decoders = _FakeTorchcodec(cuda_ok=True, error=TypeError("unexpected keyword 'seek_mode'"))
+    with pytest.raises(TypeError, match="seek_mode"):
+        next(peer.batches(_job(w1, "random", 8, batches=1)))
 
 
 def test_least_decoded_counts_each_span_from_its_keyframe_once():
-    from vidloader.bench._peers_gpu import least_decoded
 
     keyframes = np.array([0, 10, 20])
     assert least_decoded(keyframes, np.array([], dtype=np.int64)) == 0
@@ -345,3 +386,7 @@ def test_least_decoded_counts_each_span_from_its_keyframe_once():
     assert least_decoded(keyframes, np.array([3, 12])) == 4 + 3  # 0..3 and 10..12
     assert least_decoded(keyframes, np.array([3, 9, 12])) == 13  # 0..12: the spans touch
     assert least_decoded(keyframes, np.array([25])) == 6  # 20..25
+    # a decoder that stopped at 22 goes on to 25 (3 frames); one at 8 or 27 seeks to 20
+    assert least_decoded(keyframes, np.array([25]), after=22) == 3
+    assert least_decoded(keyframes, np.array([25]), after=8) == 6
+    assert least_decoded(keyframes, np.array([25]), after=27) == 6

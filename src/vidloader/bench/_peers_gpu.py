@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from ._batching import assemble, center_crop, group_by_video, output_shape, resize_torch
+from ._batching import FileCache, assemble, center_crop, group_by_video, output_shape, resize_torch
 from ._peers import FramesAt, Job, Peer, import_or_skip, root_cause, version_of
 from ._workloads import Geometry, Skip
 
@@ -603,16 +603,26 @@ class PyavNvdecPeer(_PoolPeer):
 
 # -- torchcodec on CUDA -------------------------------------------------------------------------
 
+#: Open torchcodec CUDA decoders each pool thread keeps (least recently used closed first):
+#: each holds an NVDEC session and its frame pool, so 16 threads over 100 files must not
+#: keep one per (thread, file).
+TORCHCODEC_OPEN_PER_THREAD = 4
 
-def least_decoded(keyframes: np.ndarray, frames: np.ndarray) -> int:
-    """The fewest frames a decoder that seeks to keyframes decodes for a video's sorted wanted
-    ``frames``: the union of each frame's span from its keyframe (a lower bound for a peer
-    that does not report what it decodes)."""
+
+def least_decoded(keyframes: np.ndarray, frames: np.ndarray, after: int | None = None) -> int:
+    """The frames a decoder that seeks to keyframes decodes for a video's sorted wanted
+    ``frames``: the union of each frame's span from its keyframe. ``after``: the last frame
+    the decoder decoded before this call; where it lies in the first frame's GOP, before that
+    frame, the decoder goes on from there without a seek (torchcodec does), so the first span
+    starts after it."""
     if len(frames) == 0:
         return 0
     frames = np.asarray(frames, dtype=np.int64)
     starts = keyframes[np.searchsorted(keyframes, frames, side="right") - 1].astype(np.int64)
-    total, lo, hi = 0, int(starts[0]), int(frames[0])
+    lo, hi = int(starts[0]), int(frames[0])
+    if after is not None and lo <= after < hi:
+        lo = after + 1
+    total = 0
     for s, f in zip(starts[1:].tolist(), frames[1:].tolist()):
         if s > hi + 1:  # a new span: the last one is complete
             total += hi - lo + 1
@@ -621,11 +631,19 @@ def least_decoded(keyframes: np.ndarray, frames: np.ndarray) -> int:
     return total + hi - lo + 1
 
 
+class _Opened:
+    """A torchcodec decoder and the last frame it decoded."""
+
+    def __init__(self, decoder) -> None:
+        self.decoder, self.last = decoder, None
+
+
 class TorchcodecCudaPeer(_PoolPeer):
     """torchcodec decoding on the GPU (``VideoDecoder(path, device="cuda")``, NVDEC behind
-    FFmpeg's CUDA hwaccel), as its documentation shows: one decoder per video kept open on each
-    thread, ``get_frames_at`` with a video's sorted wanted frames, frames left on the GPU and
-    resized there with torch.
+    FFmpeg's CUDA hwaccel), as its documentation shows: a few decoders kept open on each
+    thread (:data:`TORCHCODEC_OPEN_PER_THREAD`), ``get_frames_at`` with a video's sorted
+    wanted frames, frames left on the GPU and resized there with torch. torchcodec does not
+    report what it decodes: ``decoded`` is estimated from the index (:func:`least_decoded`).
 
     Its CUDA builds come from PyTorch's own wheel index; the package index's wheels decode on
     the CPU only (``VideoDecoder(..., device="cuda")`` raises "Unsupported device: cuda"), so
@@ -635,7 +653,8 @@ class TorchcodecCudaPeer(_PoolPeer):
     name, library = "torchcodec-cuda", "torchcodec"
     note = ("torchcodec-cuda: VideoDecoder(path, device='cuda', seek_mode='exact'), "
             "get_frames_at per video of a batch on a thread pool, resize in torch on the GPU; "
-            "decoded frames counted as the least from each wanted frame's keyframe")
+            "decoded frames estimated from the index (from each keyframe, or on from the "
+            "decoder's last frame in the same GOP)")
 
     def check(self) -> None:
         _need_cuda()
@@ -650,31 +669,41 @@ class TorchcodecCudaPeer(_PoolPeer):
         return {"version": version_of(self.library), "device": self.device, "seek_mode": "exact",
                 "api": "get_frames_at(indices=sorted wanted frames), one call per video of a batch",
                 "resize": "torch on the GPU (bilinear, antialiased), then centre crop",
-                "threads": "--workers threads, one decoder per (thread, file) kept open",
-                "decoded": "not reported by torchcodec: the least from each wanted frame's keyframe"}
+                "threads": f"--workers threads, each keeping its {TORCHCODEC_OPEN_PER_THREAD} "
+                           "most recently used decoders open",
+                "decoded": "not reported by torchcodec: estimated from the index"}
 
     def _start(self, job: Job) -> None:
         self._local = threading.local()
         record = job.index[int(job.plan.batches[0].video_indices[0])]
         try:  # a CPU-only build refuses the device when a decoder is made
-            self._open(record)
+            probe = self._make(record)
         except Exception as exc:  # noqa: BLE001 - torchcodec raises RuntimeError / ValueError
+            if "unsupported device" not in str(exc).lower():
+                raise  # a missing file, no memory, an API change: a failed run, not a skip
             raise Skip(f"torchcodec {version_of(self.library)} does not decode on "
                        f"{self.device!r} here ({root_cause(exc)}): its CUDA builds come from "
                        "PyTorch's wheel index, not installed on this machine") from None
+        del probe
 
-    def _open(self, record):
-        files = self._local.__dict__.setdefault("files", {})
-        if record.path not in files:
-            files[record.path] = self.decoders.VideoDecoder(
-                record.path, stream_index=record.stream_index, device=self.device,
-                seek_mode="exact", dimension_order="NHWC")
-        return files[record.path]
+    def _make(self, record):
+        return self.decoders.VideoDecoder(record.path, stream_index=record.stream_index,
+                                          device=self.device, seek_mode="exact",
+                                          dimension_order="NHWC")
+
+    def _opened(self, record) -> _Opened:
+        files = getattr(self._local, "files", None)
+        if files is None:
+            files = self._local.files = FileCache(capacity=TORCHCODEC_OPEN_PER_THREAD)
+        return files.get(record.path, lambda: _Opened(self._make(record)))
 
     def _tasks(self, record, frames: np.ndarray) -> list[tuple[int, int]]:
         return [(0, len(frames))]
 
     def _decode(self, record, frames: np.ndarray, geometry: Geometry) -> tuple[torch.Tensor, int]:
-        data = self._open(record).get_frames_at(indices=frames.tolist()).data
+        opened = self._opened(record)
+        data = opened.decoder.get_frames_at(indices=frames.tolist()).data
+        decoded = least_decoded(record.keyframes, frames, after=opened.last)
+        opened.last = int(frames[-1])
         out = _resize_and_crop(data.to(self.device), geometry, record.height, record.width)
-        return out, least_decoded(record.keyframes, frames)
+        return out, decoded

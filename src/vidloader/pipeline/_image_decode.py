@@ -95,6 +95,8 @@ NVIMGCODEC_LANES = 2
 #: decode 8× slower beside matrix products on another stream of the same GPU
 #: (``session17-8``); whether a higher priority for the lanes helps the loader is not yet
 #: measured (``benchmarks/diag/jpeg_loader_ab.py``, ``AB_DECODE_PRIORITY``), so it stays 0.
+#: It may not reach the decode at all: nvImageCodec may run its kernels on internal streams
+#: of its own, ordered with the one it is given by events.
 DECODE_STREAM_PRIORITY = 0
 
 #: Decode only each row's crop window where the decoder can (``decode_files(..., regions=)``).
