@@ -68,9 +68,7 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     it = _endless(loader)
     next(it)
     first_batch_s = time.perf_counter() - t_created
-    # the decoder threads the loader chose (a process's, with nvdec_processes), and its plan
-    decoders = (getattr(getattr(loader, "config", None), "nvdec_options", None) or {}).get("num_decoders")
-    plan = getattr(loader, "memory_plan", None)
+    plan = getattr(loader, "memory_plan", None)  # NVDEC's, with the decoder threads it chose
     t_warm, warm_batches = time.perf_counter(), 1
     while (time.perf_counter() - t_warm < warmup_s or warm_batches < loader.num_workers + loader.prefetch
            or (start_at is not None and time.time() < start_at)):
@@ -112,7 +110,9 @@ def _measure(make_loader, *, warmup_s: float, windows: int, window_s: float,
     total = sum(share.values()) or 1
     return {"frames_per_s": statistics.median(rates), "frames_per_s_min": min(rates),
             "frames_per_s_windows": rates, "window_s": window_s, "warmup_batches": warm_batches,
-            "first_batch_s": first_batch_s, "nvdec_decoders": decoders,
+            "first_batch_s": first_batch_s,
+            # a process's decoder threads, with nvdec_processes
+            "nvdec_decoders": None if plan is None else plan["decoders"],
             **({} if plan is None else {"memory_plan": plan}),
             **({} if late_s is None else {"started_late_s": round(late_s, 3)}),
             # how evenly batches come: a combo delivering in bursts shows long gaps

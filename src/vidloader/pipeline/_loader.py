@@ -206,8 +206,9 @@ class VideoLoader:
             ``nvdec_options`` are upper bounds then. With ``nvdec_processes``, the plan counts
             every process's decoders and CUDA context, and the same knobs are lowered in each
             (``units_decoding`` below 2 leaves each process one unit at a time, which frees
-            staging slots, except with GOP-local blocks; a step that frees nothing is skipped). ``ConfigError`` if even one decoder does not fit. Default
-            ``None``: planned for speed, nothing lowered.
+            staging slots, except with GOP-local blocks; a step that frees nothing is
+            skipped). ``ConfigError`` if even one decoder does not fit. Default ``None``:
+            planned for speed, nothing lowered.
         nvdec_processes (int): with ``"nvdec"``, processes that each demux and decode units on
             NVDEC with ``nvdec_decoders`` decoder threads of their own, writing into GPU slots
             shared with this process (CUDA IPC). Each has a GIL of its own, so small frames
