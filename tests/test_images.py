@@ -143,6 +143,7 @@ def test_image_folder_indexes_and_rejects(folder):
     assert len(ds) == 7 and ds.labels.tolist() == [0, 0, 0, 0, 1, 1, 1]
     assert [p.endswith("7_not_an_image.jpg") for p, _ in ds.rejected] == [True]
     assert (ds.sizes == SIZE).all()  # the EXIF-rotated file's upright size
+    assert ds.cut_short.tolist() == [False] * 6 + [True]  # 6_truncated.jpg
     with pytest.raises(CorruptImageError, match="7_not_an_image.jpg"):
         ImageFolder(folder, num_workers=0, on_error="raise", progress=False)
 
@@ -151,6 +152,7 @@ def test_image_folder_indexes_in_worker_processes(folder):
     serial = ImageFolder(folder, num_workers=0, progress=False)
     parallel = ImageFolder(folder, num_workers=2, progress=False)
     assert (parallel.sizes == serial.sizes).all() and parallel.rejected == serial.rejected
+    assert (parallel.cut_short == serial.cut_short).all() and parallel.cut_short.sum() == 1
 
 
 def test_loader_is_pixel_exact_against_pillow(folder):
@@ -658,7 +660,8 @@ def test_nvimgcodec_decoder_falls_back_to_pillow_for_what_it_cannot_decode(folde
 def test_a_jpeg_without_its_end_marker_is_told_apart(folder):
     """A JPEG's last bytes (padding aside) are its end-of-image marker; a truncated file's are
     not, nor are those of a file with other bytes after the image."""
-    from vidloader.images._nvimgcodec import TAIL_BYTES, _file_ends, jpeg_cut_short
+    from vidloader.images._jpeg_ends import TAIL_BYTES, file_cut_short, jpeg_cut_short
+    from vidloader.images._jpeg_ends import read_file_ends as _file_ends
 
     whole = (folder / "apple" / "0_baseline.jpg").read_bytes()
     cut = (folder / "banana" / "6_truncated.jpg").read_bytes()
@@ -674,6 +677,9 @@ def test_a_jpeg_without_its_end_marker_is_told_apart(folder):
     assert not jpeg_cut_short(*ends(png)) and not jpeg_cut_short(b"", b"")
     assert _file_ends(str(folder / "banana" / "6_truncated.jpg")) == ends(cut)
     assert _file_ends(str(folder / "missing.jpg")) == (b"", b"")
+    assert file_cut_short(str(folder / "banana" / "6_truncated.jpg"))
+    assert not file_cut_short(str(folder / "apple" / "0_baseline.jpg"))
+    assert not file_cut_short(str(folder / "missing.jpg"))
 
 
 def test_nvimgcodec_decoder_sends_a_jpeg_cut_short_to_pillow(folder, monkeypatch, tmp_path):
@@ -701,6 +707,111 @@ def test_nvimgcodec_decoder_sends_a_jpeg_cut_short_to_pillow(folder, monkeypatch
         assert torch.equal(out[2], torch.from_numpy(_reference(whole)))
     cut_only = dec.decode([files[1].read_bytes(), trailing.read_bytes()])  # none to nvJPEG
     assert cut_only[0] is None and torch.equal(cut_only[1], torch.from_numpy(_reference(whole)))
+
+
+def _stand_in_nvimgcodec(monkeypatch, cls=None):
+    """An ``NvImageCodecDecoder`` (or ``cls``) without nvImageCodec: its "GPU" decodes with
+    Pillow into numpy arrays (nvImageCodec's images stand-ins), and tensors are made on the
+    CPU."""
+    from types import SimpleNamespace
+
+    from vidloader.images._nvimgcodec import NvImageCodecDecoder
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
+    dec = object.__new__(cls or NvImageCodecDecoder)
+    dec.device, dec.cpu_fallbacks, dec._params = torch.device("cpu"), 0, None
+    dec._code_stream = lambda path: path
+
+    def decode(streams, **kw):
+        out = []
+        for path in streams:
+            try:
+                out.append(np.ascontiguousarray(_reference(path)))
+            except OSError:
+                out.append(None)
+        return out
+    dec._decoder = SimpleNamespace(decode=decode)
+    return dec
+
+
+def test_nvimgcodec_decoder_takes_the_index_s_cut_short_flags(folder, monkeypatch, tmp_path):
+    """Given the index's ``cut_short`` flags, the decoder reads no file's ends and sends the
+    flagged files to Pillow; ``tensors=False`` returns its images as they come and
+    ``to_tensors`` makes them the tensors ``tensors=True`` gives."""
+    from vidloader.images import _nvimgcodec
+
+    dec = _stand_in_nvimgcodec(monkeypatch)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    paths = [ds.path(i) for i in range(len(ds))]
+    whole = dec.decode_files(paths)  # reads the ends itself
+    assert whole[-1] is None  # the truncated JPEG: refused by Pillow
+
+    def no_reads(path):
+        raise AssertionError(f"read the ends of {path} though the index has them")
+    monkeypatch.setattr(_nvimgcodec, "read_file_ends", no_reads)
+    raw = dec.decode_files(paths, cut_short=ds.cut_short.tolist(), tensors=False)
+    assert all(isinstance(x, np.ndarray) for x in raw[:4] + raw[5:6])  # not yet tensors
+    for a, b in zip(whole, dec.to_tensors(raw), strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+    # a flag set by the index sends even a whole JPEG to Pillow (the same pixels here)
+    flagged = dec.decode_files(paths[:1], cut_short=[True])
+    assert torch.equal(flagged[0], whole[0]) and dec.cpu_fallbacks == 1
+
+
+def test_gpu_pool_lanes_decode_in_phases_with_the_index_flags(folder, monkeypatch):
+    """The in-process GPU pool hands a phased decoder (nvImageCodec's) each batch's
+    ``cut_short`` flags from the index and ``tensors=False``, and wraps its images as tensors
+    on the augmentation thread; the batches equal the Pillow path's. With ``PHASED_DECODE``
+    off, the decoder is asked as before."""
+    from vidloader.images import _nvimgcodec
+    from vidloader.pipeline import _image_decode
+
+    asked = []
+
+    class Phased(_nvimgcodec.NvImageCodecDecoder):
+        def __new__(cls, device=None, **options):
+            return _stand_in_nvimgcodec(monkeypatch, cls)
+
+        def __init__(self, device=None, **options):
+            pass  # made by __new__
+
+    real = _nvimgcodec.NvImageCodecDecoder.decode_files
+
+    def recording(self, paths, regions=None, **options):
+        asked.append((threading.current_thread().name, [Path(p).name for p in paths], options))
+        return real(self, paths, regions, **options)
+
+    def to_tensors(self, decoded):
+        asked.append((threading.current_thread().name, "to_tensors"))
+        return [x if x is None or isinstance(x, torch.Tensor) else torch.from_numpy(x)
+                for x in decoded]
+    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "decode_files", recording)
+    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "to_tensors", to_tensors)
+    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "_tensor", lambda self, x: torch.from_numpy(x))
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Phased)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    pillow = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip"))
+    for phased in (True, False):
+        monkeypatch.setattr(_image_decode, "PHASED_DECODE", phased)
+        asked.clear()
+        made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip",
+                           decoder=Phased("cpu"))
+        made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+        gpu = list(made)
+        for x, y in zip(pillow, gpu, strict=True):
+            assert torch.equal(x["images"], y["images"]), phased
+        calls = [a for a in asked if a[1] != "to_tensors"]
+        assert calls and all(name.startswith("vidloader-decode") for name, *_ in calls)
+        if phased:
+            for _, names, options in calls:
+                assert options["tensors"] is False
+                assert options["cut_short"] == [n == "6_truncated.jpg" for n in names]
+            wraps = [name for name, what in (a[:2] for a in asked) if what == "to_tensors"]
+            assert len(wraps) == len(calls) and all(n.startswith("vidloader-augment") for n in wraps)
+        else:
+            assert all(options == {} for _, _, options in calls)
+            assert not any(a[1] == "to_tensors" for a in asked)
 
 
 def test_image_bench_counts_every_kind_of_batch():

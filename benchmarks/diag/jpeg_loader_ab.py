@@ -53,6 +53,11 @@ def main() -> int:
     if os.environ.get("AB_DECODE_PRIORITY"):  # the decode lanes' CUDA stream priority
         _image_decode.DECODE_STREAM_PRIORITY = int(os.environ["AB_DECODE_PRIORITY"])
         results["decode_stream_priority"] = _image_decode.DECODE_STREAM_PRIORITY
+    if os.environ.get("AB_PHASED"):  # lanes take the GIL once a file (1) or as before (0)
+        _image_decode.PHASED_DECODE = os.environ["AB_PHASED"] == "1"
+        results["phased_decode"] = _image_decode.PHASED_DECODE
+    workers = int(os.environ.get("AB_WORKERS", "0"))  # 0: the in-process pool
+    results["num_workers"] = workers
     if os.environ.get("AB_SWITCH"):  # the GIL's switch interval (Python's default 5 ms)
         sys.setswitchinterval(float(os.environ["AB_SWITCH"]))
         results["switch_interval_s"] = sys.getswitchinterval()
@@ -68,14 +73,16 @@ def main() -> int:
             sampler = StackSampler(interval=0.002).start()
             sampler.phase = "run"
         bench._attempt(results, label,
-                       lambda: bench._jpeg_vidloader(folder, "cuda", 256, batches, "nvimgcodec", 0))
+                       lambda: bench._jpeg_vidloader(folder, "cuda", 256, batches, "nvimgcodec", workers))
         if sampler is not None:
             sampler.stop()
             results[f"{label} profile"] = sampler.summary(top=10)
             print(json.dumps(results[f"{label} profile"], indent=1), flush=True)
     _nvimgcodec.BACKENDS, _nvimgcodec.DEFAULT_HW_LOAD = HW, 1.0
-    bench._attempt(results, "nvimgcodec decode alone", lambda: bench._decode_nvimgcodec(folder, 256, batches))
-    bench._attempt(results, "DALI pipeline", lambda: bench._dali(str(root), 256, batches))
+    if os.environ.get("AB_REFERENCES", "1") == "1":  # 0: the loader's variants only
+        bench._attempt(results, "nvimgcodec decode alone",
+                       lambda: bench._decode_nvimgcodec(folder, 256, batches))
+        bench._attempt(results, "DALI pipeline", lambda: bench._dali(str(root), 256, batches))
     out = Path(os.environ.get("OUT", ".")) / "jpeg_loader_ab.json"
     out.write_text(json.dumps(results, indent=1))
     return 0

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError, MediaError
 from ._dataset import ImageDataset
+from ._jpeg_ends import file_cut_short
 from ._pillow import probe_image_header
 
 log = logging.getLogger(__name__)
@@ -24,13 +25,13 @@ _IN_PROCESS_BELOW = 512
 _CHUNK = 256  # files per worker task: small enough for a smooth progress bar
 
 
-def _probe_chunk(paths: list[str]) -> list[tuple[int, int, int] | str]:
-    """Each file's upright ``(height, width)`` and EXIF orientation, or why it cannot be
-    used."""
-    out: list[tuple[int, int, int] | str] = []
+def _probe_chunk(paths: list[str]) -> list[tuple[int, int, int, bool] | str]:
+    """Each file's upright ``(height, width)``, EXIF orientation and whether it is a JPEG cut
+    short (:func:`~._jpeg_ends.jpeg_cut_short`), or why it cannot be used."""
+    out: list[tuple[int, int, int, bool] | str] = []
     for path in paths:
         try:
-            out.append(probe_image_header(path))
+            out.append((*probe_image_header(path), file_cut_short(path)))
         except MediaError as exc:
             out.append(str(exc).removeprefix(f"{path}: "))
     return out
@@ -78,10 +79,12 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[str],
 class ImageFolder(ImageDataset):
     """Images laid out ``root/<class>/**/<file>``, labelled by class folder (sorted names).
 
-    Every file's header is read once (size and EXIF orientation), in spawned processes with a
-    progress bar; pixels are decoded by the loader. Files Pillow cannot open are listed in
-    :attr:`rejected` (``on_error="skip"``, the default) or raise. Truncated files open fine
-    and fail when decoded: the loader's ``on_error`` handles those.
+    Every file's header is read once (size and EXIF orientation), and its last bytes (is the
+    JPEG cut short?), in spawned processes with a progress bar; pixels are decoded by the
+    loader. Files Pillow cannot open are listed in :attr:`rejected` (``on_error="skip"``, the
+    default) or raise. Truncated files open fine and fail when decoded: the loader's
+    ``on_error`` handles those. The index describes the files as they were when it was made:
+    build it again after changing them.
 
     Args:
         root (str | PathLike): the dataset folder.
@@ -96,8 +99,9 @@ class ImageFolder(ImageDataset):
         root (str), classes (list[str]), labels (np.ndarray int64 ``[N]``), sizes
         (np.ndarray int64 ``[N, 2]``: upright height, width), orientations (np.ndarray int8
         ``[N]``: EXIF orientation 1-8, 1 for files without one, 0 for a tag that holds no
-        such number), rejected (list of
-        ``(path, reason)``).
+        such number), cut_short (np.ndarray bool ``[N]``: JPEGs whose last bytes are not their
+        end-of-image marker, truncated or followed by other bytes; the GPU decoder hands
+        those to Pillow), rejected (list of ``(path, reason)``).
 
     Raises:
         ConfigError: ``root`` is not a folder, has no class folder or no image.
@@ -134,9 +138,10 @@ class ImageFolder(ImageDataset):
                         len(files))
         self._paths = np.array([files[i].encode() for i in keep], dtype=np.bytes_)
         self.labels = np.array([labels[i] for i in keep], dtype=np.int64)
-        header = np.array([results[i] for i in keep], dtype=np.int64).reshape(-1, 3)
+        header = np.array([results[i] for i in keep], dtype=np.int64).reshape(-1, 4)
         self.sizes = np.ascontiguousarray(header[:, :2])
         self.orientations = header[:, 2].astype(np.int8)
+        self.cut_short = header[:, 3].astype(bool)
 
     def path(self, i: int) -> str:
         """Absolute path of image ``i``."""

@@ -4,11 +4,10 @@ neither takes (PNG, CMYK JPEG), and Pillow for what no installed backend decodes
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from .._utils._imports import require
+from ._jpeg_ends import TAIL_BYTES, jpeg_cut_short, read_file_ends
 
 #: Share of JPEGs offered to the hardware decoder first (DALI's ``hw_decoder_load``); the rest
 #: go to CUDA decoding at the same time. 1.0 was DALI's fastest on the H200 (issue 15).
@@ -21,38 +20,6 @@ BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
 #: CPU threads of each decoder's own pool (nvImageCodec's ``max_num_cpu_threads``; 0: one per
 #: core, its default).
 CPU_THREADS = 0
-
-#: JPEG's start-of-image and end-of-image markers.
-JPEG_SOI, JPEG_EOI = b"\xff\xd8", b"\xff\xd9"
-#: Bytes of a file's end searched for the end-of-image marker (after padding bytes).
-TAIL_BYTES = 32
-
-
-def jpeg_cut_short(head: bytes, tail: bytes) -> bool:
-    """Whether a file that begins with ``head`` and ends with ``tail`` is a JPEG without its
-    end-of-image marker at the end: cut short (truncated), or followed by other bytes.
-    nvJPEG decodes a truncated JPEG into a whole image, the missing rows made up (seen on
-    the H100, ``session20-1``), where Pillow refuses it; such files go to Pillow instead
-    (:meth:`NvImageCodecDecoder._on_cpu`), which decodes one with trailing bytes and refuses a
-    truncated one, as on the CPU path."""
-    return head[:2] == JPEG_SOI and not tail.rstrip(b"\x00\xff\r\n ").endswith(JPEG_EOI)
-
-
-def _file_ends(path: str) -> tuple[bytes, bytes]:
-    """The first two and the last :data:`TAIL_BYTES` bytes of a file (``b""`` if unreadable).
-    Unbuffered (``os.pread``): 12-18 µs a file on the 2-core machine, against 19-35 µs with
-    ``open``'s buffered reads."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return b"", b""
-    try:
-        size = os.fstat(fd).st_size
-        return os.pread(fd, 2, 0), os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
-    except OSError:
-        return b"", b""
-    finally:
-        os.close(fd)
 
 
 class NvImageCodecDecoder:
@@ -71,6 +38,9 @@ class NvImageCodecDecoder:
     name = "nvimgcodec"
     #: :meth:`decode_files` takes ``regions`` (see there).
     decodes_regions = True
+    #: :meth:`decode_files` takes ``cut_short=`` and ``tensors=False``, and :meth:`to_tensors`
+    #: finishes its output on another thread (the GPU pool's ``PHASED_DECODE``).
+    decodes_in_phases = True
 
     def __init__(self, device: torch.device, *, hw_load: float | None = None) -> None:
         nvimgcodec = require("nvidia.nvimgcodec", purpose="decoding images on the GPU")
@@ -105,31 +75,50 @@ class NvImageCodecDecoder:
                 out[i] = self._on_cpu(blob)
         return out
 
-    def decode_files(self, paths: list[str], regions: list | None = None
-                     ) -> list[torch.Tensor | None]:
+    def decode_files(self, paths: list[str], regions: list | None = None, *,
+                     cut_short: list[bool] | None = None, tensors: bool = True) -> list:
         """:meth:`decode` of the files at ``paths``, opened by nvImageCodec itself: a
         ``CodeStream`` made from a path reads the file in C++ (84k files/s on one thread on
         the H100 machine, against 16k for Python's ``open``/``read``, whose per-file cost
         also held the GIL the augmentation needs). A file it cannot open or decode goes to
         Pillow, as in :meth:`decode`; ``None`` if that fails too. So does a JPEG whose last
-        bytes lack its end-of-image marker (:func:`jpeg_cut_short`; reading each file's two
-        ends costs one ``open`` and two small reads here).
+        bytes lack its end-of-image marker (:func:`~._jpeg_ends.jpeg_cut_short`).
+
+        ``cut_short``: per file, whether it is such a JPEG, as the dataset's index recorded
+        it (``ImageFolder.cut_short``); without it each file's two ends are read here (an
+        ``open`` and two small reads, each retaking the GIL).
 
         ``regions``: per file ``None`` or ``(top, left, bottom, right)`` in the stored
         pixels (end exclusive): only that window is decoded (nvImageCodec's region of
         interest; on the H200 no faster than whole images, see the pool's ``ROI_DECODE``).
-        Callers check the shape they get: a file decoded by Pillow is whole."""
-        streams = [None if jpeg_cut_short(*_file_ends(p)) else self._open(p) for p in paths]
+        Callers check the shape they get: a file decoded by Pillow is whole.
+
+        ``tensors=False``: nvImageCodec's images are returned as they come (Pillow's as
+        tensors), for :meth:`to_tensors` on another thread: the decode then takes the GIL
+        once a file fewer."""
+        if cut_short is None:
+            cut_short = [jpeg_cut_short(*read_file_ends(p)) for p in paths]
+        streams = [None if cut else self._open(p) for p, cut in zip(paths, cut_short, strict=True)]
         if regions is not None:
             streams = [self._crop(cs, r) for cs, r in zip(streams, regions)]
         todo = [i for i, cs in enumerate(streams) if cs is not None]
-        out: list[torch.Tensor | None] = [None] * len(paths)
+        out: list = [None] * len(paths)
         if todo:
-            self._decode_into(out, todo, [streams[i] for i in todo])
+            self._decode_into(out, todo, [streams[i] for i in todo], tensors=tensors)
         for i, path in enumerate(paths):
             if out[i] is None:
                 out[i] = self._on_cpu(path)
         return out
+
+    def to_tensors(self, decoded: list) -> list[torch.Tensor | None]:
+        """:meth:`decode_files`' ``tensors=False`` output as tensors on :attr:`device` (a
+        gray image's one channel broadcast to three); what is a tensor or ``None`` already is
+        kept."""
+        return [x if x is None or isinstance(x, torch.Tensor) else self._tensor(x) for x in decoded]
+
+    def _tensor(self, image) -> torch.Tensor:
+        t = torch.as_tensor(image, device=self.device)
+        return t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
 
     def _open(self, path: str):
         try:
@@ -145,14 +134,14 @@ class NvImageCodecDecoder:
         except Exception:  # noqa: BLE001 - a region it refuses: decode the whole image
             return stream
 
-    def _decode_into(self, out: list, todo: list[int], streams: list) -> None:
-        """Decode ``streams`` on torch's current stream into ``out[todo[k]]``."""
+    def _decode_into(self, out: list, todo: list[int], streams: list, *, tensors: bool = True) -> None:
+        """Decode ``streams`` on torch's current stream into ``out[todo[k]]`` (as tensors, or
+        nvImageCodec's images)."""
         stream = torch.cuda.current_stream(self.device).cuda_stream
         images = self._decoder.decode(streams, params=self._params, cuda_stream=stream)
         for i, image in zip(todo, images):
             if image is not None:
-                t = torch.as_tensor(image, device=self.device)
-                out[i] = t.expand(*t.shape[:2], 3) if t.shape[2] == 1 else t
+                out[i] = self._tensor(image) if tensors else image
 
     def _on_cpu(self, blob: bytes | str) -> torch.Tensor | None:
         """A blob (or file) nvImageCodec did not decode (a format none of its installed

@@ -5,7 +5,10 @@ augmentation thread with a stream of its own.
 A lane decodes a batch: has nvImageCodec open the plan's files (a ``CodeStream`` from a path
 is read in C++, without the GIL; a batch-decoder object given bytes gets them from reader
 threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
-records an event.
+records an event. A lane takes the GIL as few times as it can (:data:`PHASED_DECODE`): which
+JPEGs are cut short comes from the dataset's index rather than from reading each file's ends,
+and the decoded images become tensors on the augmentation thread, which holds the GIL for
+its launches anyway.
 The augmentation thread takes the batches in order, makes its stream wait for the lane's
 event (a GPU-side wait), runs the batched crop/resize/normalize
 (:func:`~..images._batched.crop_resize_batch`) into the batch's slot and records an event;
@@ -106,6 +109,15 @@ DECODE_STREAM_PRIORITY = 0
 ROI_DECODE = False
 
 
+#: Lanes take the GIL fewer times a file (module docstring): nvImageCodec decoders
+#: (``decodes_in_phases``) are given the index's ``cut_short`` flags where the dataset has
+#: them, and return their images for the augmentation thread to wrap as tensors. Session 17
+#: found each GIL retake in a lane waits on the augmentation's launches (the decode at 0.6 of
+#: its pace beside them); the lanes retook it about 7 times a file (the end-of-image check's
+#: ``open``, ``fstat``, two ``pread`` and ``close``, the ``CodeStream``, the tensor), now once.
+PHASED_DECODE = True
+
+
 class _Lane:
     """A decode thread with its decoder and its CUDA stream."""
 
@@ -191,7 +203,8 @@ class BatchDecodePool(BatchPool):
     def _decode(self, lane: _Lane, plan, source: list):
         """On a lane's thread: the plan's images (files opened by the decoder, or bytes from
         the reader threads), decoded on the lane's stream; with the windows, the regions
-        decoded alone, and an event marking the decode's end."""
+        decoded alone, and an event marking the decode's end. Phased
+        (:data:`PHASED_DECODE`): nvImageCodec's images, for :meth:`_augment` to wrap."""
         config = self.config
         windows = plan_windows(config, plan)
         regions = None
@@ -199,11 +212,20 @@ class BatchDecodePool(BatchPool):
             if self._opens_files:
                 if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
                     regions = decode_regions(config, plan, windows)
-                images = (lane.decoder.decode_files(source, regions=regions) if regions
-                          else lane.decoder.decode_files(source))
+                options = {"regions": regions} if regions else {}
+                if self._phased:
+                    options["tensors"] = False
+                    cut_short = getattr(config.dataset, "cut_short", None)
+                    if cut_short is not None:
+                        options["cut_short"] = cut_short[plan.video_indices].tolist()
+                images = lane.decoder.decode_files(source, **options)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
             return images, windows, regions, lane.streams.record(lane.streams.own)
+
+    @property
+    def _phased(self) -> bool:
+        return PHASED_DECODE and getattr(self.decoder, "decodes_in_phases", False)
 
     def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
@@ -213,6 +235,8 @@ class BatchDecodePool(BatchPool):
         with stage.streams.current():
             stage.streams.wait(copied_out)
             stage.streams.wait(ready)
+            if self._phased and self._opens_files:  # after the waits: on this stream
+                images = self.decoder.to_tensors(images)
             try:
                 valid, errors = fill_from_images(self.config, self.decoder.name, images, plan,
                                                  staging, windows, regions)
