@@ -71,6 +71,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "is planned this long)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard", choices=SHARDS, default="library")
+    p.add_argument("--sync", choices=["step", "none"], default="step",
+                   help="step: one all-reduce per batch (ranks in lockstep, as in DDP); none: "
+                        "no collective until the end (each rank alone: what lockstep costs)")
+    p.add_argument("--loader-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a VideoLoader argument over the bench's (VALUE read as JSON, else a "
+                        "string), e.g. prefetch=6; repeatable")
     p.add_argument("--record", action="store_true",
                    help="exactly-once run: one whole short epoch, every rank to its end")
     p.add_argument("--out", default=None, help="JSON file (written by rank 0)")
@@ -160,9 +166,24 @@ def make_model(device):
     ).to(device)
 
 
-def train_step(model, optimizer, frames, stop: bool, world: int) -> bool:
+def loader_options(pairs: list[str]) -> dict:
+    """``--loader-option KEY=VALUE`` pairs as VideoLoader keyword arguments."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--loader-option wants KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def train_step(model, optimizer, frames, stop: bool, world: int, sync: bool = True) -> bool:
     """Forward and backward on a strided view of the batch (about 112 px on the long side),
-    then one all-reduce of the gradients and the stop flags; returns whether any rank stops."""
+    then one all-reduce of the gradients and the stop flags; returns whether any rank stops.
+    ``sync=False``: no all-reduce (the rank's own gradients and stop flag)."""
     import torch
     import torch.distributed as dist
 
@@ -175,7 +196,8 @@ def train_step(model, optimizer, frames, stop: bool, world: int) -> bool:
     params = list(model.parameters())
     flat = torch.cat([p.grad.reshape(-1) for p in params]
                      + [torch.tensor([float(stop)], device=x.device)])
-    dist.all_reduce(flat)  # the ranks meet here every step
+    if sync:
+        dist.all_reduce(flat)  # the ranks meet here every step
     offset = 0
     for p in params:
         p.grad.copy_(flat[offset : offset + p.numel()].view_as(p) / world)
@@ -203,6 +225,7 @@ def build(args, rank: int, world: int, device):
         dataset = prepare_dataset(workload.dataset, args.scale, data_dir=args.data)
         index = load_index(dataset)
     peer = VidloaderNvdecPeer() if args.backend == "nvdec" else VidloaderPeer()
+    peer.loader_options = {**peer.loader_options, **loader_options(args.loader_option)}
     peer.check()
     device_name = str(device) if device.type == "cuda" else None
 
@@ -284,7 +307,8 @@ def run_rank(args, rank: int, world: int, local_rank: int, device) -> dict:
                 except RuntimeError:
                     mismatched.append(i)
                 if train_step(model, optimizer, frames,
-                              _stop_flag(args, i, arrivals, warmup, min_timed), world):
+                              _stop_flag(args, i, arrivals, warmup, min_timed), world,
+                              sync=args.sync == "step"):
                     stopped = True
                     break
             else:  # the whole epoch (--record) must end here, on every rank
@@ -435,7 +459,9 @@ def main(argv=None) -> int:
     if rank == 0:
         report = make_report(args, world, gathered, context, time.monotonic() - started)
         ok = report["check"]["ok"]
-        print(f"{args.workload} x{world} ({args.backend}, {args.shard} shards): "
+        variant = "".join([f", sync {args.sync}" if args.sync != "step" else ""]
+                          + [f", {o}" for o in args.loader_option])
+        print(f"{args.workload} x{world} ({args.backend}, {args.shard} shards{variant}): "
               f"{report['total_frames_per_s']:,.0f} frames/s in all, per rank "
               + ", ".join(f"{r['frames_per_s'] or 0:,.0f}" for r in report["ranks"])
               + f"; batches per rank {report['check']['batch_counts']}; exactly once: "
@@ -458,7 +484,9 @@ def make_report(args, world: int, results: list[dict], ctx: dict, wall_s: float)
         "workload": args.workload, "backend": args.backend, "world_size": world,
         "shard": args.shard, "record": args.record, "workers_per_rank": args.num_workers,
         "scale": args.scale, "seed": args.seed, "seconds": args.seconds,
-        "fixed_batches": args.batches, "wall_s": wall_s, "environment": environment(args.note),
+        "fixed_batches": args.batches, "sync": args.sync,
+        "loader_options": loader_options(args.loader_option), "wall_s": wall_s,
+        "environment": environment(args.note),
     }
     job = ctx["job"]
     report.update(

@@ -13,6 +13,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import vidloader
 
@@ -59,13 +60,26 @@ def test_a_window_of_contiguous_shards_passes_the_check(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(SCRIPT), "--backend", "cpu", "--workload", "sequential", "--scale", "tiny",
            "--data", str(tmp_path / "data"), "--num-workers", "1", "--batch-size", "12",
-           "--batches", "2", "--out", str(out)]
+           "--batches", "2", "--out", str(out),
+           # each rank alone (no per-step all-reduce), a loader argument over the bench's
+           "--sync", "none", "--loader-option", "prefetch=3"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    check = json.loads(out.read_text())["check"]
+    report = json.loads(out.read_text())
+    check = report["check"]
     assert check["window_check"] == "rows within the epoch" and check["extra_rows"] == 0
     assert check["ranks_as_planned"] and check["exactly_once"] and check["ok"]
+    assert report["sync"] == "none" and report["loader_options"] == {"prefetch": 3}
+    assert "sync none, prefetch=3" in run.stdout
+
+
+def test_loader_options_read_json_values_and_refuse_a_bare_word():
+    mg = _module()
+    assert mg.loader_options(["prefetch=6", "lookahead=8", "backend=nvdec"]) == {
+        "prefetch": 6, "lookahead": 8, "backend": "nvdec"}
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        mg.loader_options(["prefetch"])
 
 
 def _received(sampler, index, world: int, batches: int, samples: int) -> list[list[np.ndarray]]:
