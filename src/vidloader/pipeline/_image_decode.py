@@ -96,10 +96,9 @@ NVIMGCODEC_LANES = 2
 #: CUDA stream priority of the decode lanes (0: the default; -1: ahead of the augmentation's
 #: kernels, which the GPU then runs between the decoder's). Session 17 found nvImageCodec's
 #: decode 8× slower beside matrix products on another stream of the same GPU
-#: (``session17-8``); whether a higher priority for the lanes helps the loader is not yet
-#: measured (``benchmarks/diag/jpeg_loader_ab.py``, ``AB_DECODE_PRIORITY``), so it stays 0.
-#: It may not reach the decode at all: nvImageCodec may run its kernels on internal streams
-#: of its own, ordered with the one it is given by events.
+#: (``session17-8``), but -1 did not help the loader: 5,867 / 6,637 images/s against 5,928 /
+#: 6,407 at 0, alternated (H100, ``session24-4``; nvImageCodec may run its kernels on
+#: internal streams of its own, ordered with the one it is given by events).
 DECODE_STREAM_PRIORITY = 0
 
 #: Decode only each row's crop window where the decoder can (``decode_files(..., regions=)``).
@@ -115,6 +114,8 @@ ROI_DECODE = False
 #: found each GIL retake in a lane waits on the augmentation's launches (the decode at 0.6 of
 #: its pace beside them); the lanes retook it about 7 times a file (the end-of-image check's
 #: ``open``, ``fstat``, two ``pread`` and ``close``, the ``CodeStream``, the tensor), now once.
+#: In one process: 7,594 / 8,504 / 8,709 images/s against 6,502 / 6,843 / 7,279 before,
+#: alternated (H100, ``session24-5``).
 PHASED_DECODE = True
 
 
