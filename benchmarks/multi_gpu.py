@@ -183,7 +183,7 @@ def loader_options(pairs: list[str]) -> dict:
 def train_step(model, optimizer, frames, stop: bool, world: int, sync: bool = True) -> bool:
     """Forward and backward on a strided view of the batch (about 112 px on the long side),
     then one all-reduce of the gradients and the stop flags; returns whether any rank stops.
-    ``sync=False``: no all-reduce (the rank's own gradients and stop flag)."""
+    ``sync=False``: no all-reduce (the rank's own gradients, undivided, and stop flag)."""
     import torch
     import torch.distributed as dist
 
@@ -198,9 +198,10 @@ def train_step(model, optimizer, frames, stop: bool, world: int, sync: bool = Tr
                      + [torch.tensor([float(stop)], device=x.device)])
     if sync:
         dist.all_reduce(flat)  # the ranks meet here every step
+    share = world if sync else 1
     offset = 0
     for p in params:
-        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p) / world)
+        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p) / share)
         offset += p.numel()
     optimizer.step()
     return flat[-1].item() > 0  # waits for the all-reduce: ranks move in lockstep
@@ -341,6 +342,7 @@ def run_rank(args, rank: int, world: int, local_rank: int, device) -> dict:
         "end_to_end_frames_per_s": sum(counts) / (arrivals[-1] - begin),
         **_decode_counts(counters[s], counters[e]),
         "batches_not_as_planned": mismatched,
+        "loader_prefetch": loader.config.prefetch, "loader_lookahead": loader.lookahead,
         "torch_peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)) if cuda else None,
         "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "arrivals_s": [round(t - begin, 4) for t in arrivals],
@@ -374,8 +376,12 @@ def per_gpu(sampler, t0: float, t1: float) -> dict:
     return out
 
 
-def check_union(results: list[dict], ctx: dict, shard: str, world: int, record: bool) -> dict:
-    """The union of every rank's rows against the single-process epoch of the same sampler."""
+def check_union(results: list[dict], ctx: dict, shard: str, world: int, record: bool,
+                lockstep: bool = True) -> dict:
+    """The union of every rank's rows against the single-process epoch of the same sampler.
+    ``lockstep=False`` (``--sync none``): ranks that stop on their own clock may end at
+    different batch counts; equal counts are then not asked for (each rank's first
+    ``min(counts)`` batches are compared, as always)."""
     import numpy as np
 
     job = ctx["job"]
@@ -417,7 +423,8 @@ def check_union(results: list[dict], ctx: dict, shard: str, world: int, record: 
         "union_equals_epoch": not missing and not extra,
         "ranks_as_planned": all(not r["batches_not_as_planned"] for r in results),
     }
-    out["exactly_once"] = bool(out["union_equals_epoch"] and out["equal_batch_counts"]
+    out["exactly_once"] = bool(out["union_equals_epoch"]
+                               and (out["equal_batch_counts"] or not lockstep)
                                and out["ranks_as_planned"]
                                and (out["epoch_repeats_rows"]
                                     or out["distinct_rows_received"] == out["rows_received"]))
@@ -496,9 +503,11 @@ def make_report(args, world: int, results: list[dict], ctx: dict, wall_s: float)
         planned_batches_per_rank=ctx["per_rank"], min_timed_batches=ctx["min_timed"],
         sampler=job.plan.sampler.config(),
         model="Conv2d(3,8,3,s2)+ReLU+AvgPool+Linear(8,1) on frames[::s, ::s] (~112 px), SGD; "
-              "one all-reduce of gradients and stop flag per step",
+              + ("one all-reduce of gradients and stop flag per step" if args.sync == "step"
+                 else "no collective per step (--sync none: each rank alone)"),
     )
-    report["check"] = check_union(results, ctx, args.shard, world, args.record)
+    report["check"] = check_union(results, ctx, args.shard, world, args.record,
+                                  lockstep=args.sync == "step")
     report["gpu_names"] = [r["gpu_name"] for r in results]
     report["gpus"] = results[0]["_gpus"]  # nvidia-smi, sampled by rank 0, every GPU
     report["ranks"] = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
@@ -526,16 +535,18 @@ def summarize(directory: str, out: str | None) -> int:
     for name, r in runs.items():
         if r.get("record") or "workload" not in r:
             continue
-        keyed[(r["workload"], r.get("shard", "library"), r.get("world_size"))] = r
-    for (workload, shard, world), r in sorted(keyed.items()):
+        keyed[(r["workload"], run_variant(r), r.get("world_size"))] = r
+    for (workload, variant, world), r in sorted(keyed.items()):
         if world == 1:
             continue
-        one = keyed.get((workload, "library", 1)) or keyed.get((workload, shard, 1))
+        shard = r.get("shard", "library")
+        # the same variant on one GPU, else the library's default run of the workload
+        one = keyed.get((workload, variant, 1)) or keyed.get((workload, "library", 1))
         fps1 = one.get("total_frames_per_s") if one and one.get("status") == "ok" else None
         fps2 = r.get("total_frames_per_s") if r.get("status") == "ok" else None
         ratio = fps2 / fps1 if fps1 and fps2 else None
         rows.append({
-            "workload": workload, "shard": shard, "world_size": world,
+            "workload": workload, "shard": shard, "variant": variant, "world_size": world,
             "one_gpu_frames_per_s": fps1, "gpus_frames_per_s": fps2, "ratio": ratio,
             "meets_target": ratio is not None and ratio >= TARGET_RATIO,
             "decoded_per_delivered_1": _ddr(one), "decoded_per_delivered_n": _ddr(r),
@@ -547,7 +558,7 @@ def summarize(directory: str, out: str | None) -> int:
     print(f"{'workload':<28} {'1 GPU f/s':>10} {'N GPUs f/s':>11} {'ratio':>6}  "
           f"{'dec/deliv 1 -> N':<17} exact(prefix)")
     for row in rows:
-        label = row["workload"] + ("" if row["shard"] == "library" else " (contiguous)")
+        label = row["workload"] + ("" if row["variant"] == "library" else f" ({row['variant']})")
         ddr = f"{_fmt(row['decoded_per_delivered_1'], 2)} -> {_fmt(row['decoded_per_delivered_n'], 2)}"
         print(f"{label:<28} {_fmt(row['one_gpu_frames_per_s'], 0):>10} "
               f"{_fmt(row['gpus_frames_per_s'], 0):>11} {_fmt(row['ratio'], 2):>6}  {ddr:<17} "
@@ -561,6 +572,17 @@ def summarize(directory: str, out: str | None) -> int:
                                          "exactly_once_runs": exact, "runs": runs},
                                         indent=1, default=str) + "\n")
     return 0
+
+
+def run_variant(report: dict) -> str:
+    """What sets a run apart beyond its workload and ranks: its shards, ``--sync`` and
+    ``--loader-option`` s (``"library"`` for the defaults), so that variants in one folder
+    do not replace each other in the table."""
+    parts = [report.get("shard", "library")]
+    if report.get("sync", "step") != "step":
+        parts.append(f"sync {report['sync']}")
+    parts += [f"{k}={v}" for k, v in sorted((report.get("loader_options") or {}).items())]
+    return ", ".join(parts)
 
 
 def _ddr(report: dict | None):

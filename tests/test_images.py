@@ -595,11 +595,14 @@ def test_decode_lanes_take_the_stream_priority_asked(monkeypatch):
 
 
 @pytest.mark.cuda
-def test_nvimgcodec_within_tolerance_of_pillow(folder):
+@pytest.mark.parametrize("gpu_workers", [None, 0], ids=["gpu-workers", "in-process-phased"])
+def test_nvimgcodec_within_tolerance_of_pillow(folder, gpu_workers):
     """nvJPEG's IDCT and chroma upsampling differ from libjpeg's. Stated tolerance, per image
     (of 255): mean absolute difference under 3, 99th percentile under 16; PNG exact. The
     CMYK file is only printed (colour conversion of CMYK JPEGs differs between libraries),
-    and a truncated file goes to Pillow, which refuses it, as on the CPU path."""
+    and a truncated file goes to Pillow, which refuses it, as on the CPU path. In the
+    default GPU worker processes, and in the in-process pool, whose lanes decode in phases
+    (the index's ``cut_short`` flags, tensors made on the augmentation thread)."""
     pytest.importorskip("nvidia.nvimgcodec")
     ds = ImageFolder(folder, num_workers=0, progress=False)
 
@@ -612,7 +615,8 @@ def test_nvimgcodec_within_tolerance_of_pillow(folder):
         return out, loader.stats["skipped_files"]
 
     cpu, _ = by_index(num_workers=0)
-    gpu, gpu_skipped = by_index(decoder="nvimgcodec", device="cuda")
+    gpu, gpu_skipped = by_index(decoder="nvimgcodec", device="cuda",
+                                **({} if gpu_workers is None else {"num_workers": gpu_workers}))
     print("nvimgcodec skipped:", gpu_skipped)
     assert set(cpu) == set(gpu)  # the truncated file skipped on both
     for i, ref in cpu.items():
@@ -812,6 +816,24 @@ def test_gpu_pool_lanes_decode_in_phases_with_the_index_flags(folder, monkeypatc
         else:
             assert all(options == {} for _, _, options in calls)
             assert not any(a[1] == "to_tensors" for a in asked)
+
+
+def test_pool_uses_the_index_flags_only_when_there_is_one_per_image(folder):
+    """A dataset whose ``cut_short`` does not hold one flag per image (a subclass that
+    filtered its files) gets none passed: the decoder then reads each file's ends itself."""
+    from types import SimpleNamespace
+
+    from vidloader.pipeline._image_decode import _index_flags
+
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    assert _index_flags(ds) is ds.cut_short
+    assert _index_flags(SimpleNamespace(__len__=None)) is None  # no flags at all
+
+    class Filtered(ImageFolder):
+        def __len__(self):
+            return len(self.labels) - 1
+    short = Filtered(folder, num_workers=0, progress=False)
+    assert _index_flags(short) is None
 
 
 def test_image_bench_counts_every_kind_of_batch():

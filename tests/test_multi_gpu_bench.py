@@ -51,18 +51,19 @@ def test_two_ranks_on_gloo_receive_the_epoch_exactly_once(tmp_path):
     assert all(r["frames"] > 0 and r["batches_not_as_planned"] == [] for r in report["ranks"])
 
 
-def test_a_window_of_contiguous_shards_passes_the_check(tmp_path):
+@pytest.mark.parametrize("variant", [[], ["--sync", "none", "--loader-option", "prefetch=3"]],
+                         ids=["lockstep", "alone-prefetch3"])
+def test_a_window_of_contiguous_shards_passes_the_check(tmp_path, variant):
     """A timed window (no whole epoch) of sequential frames on 2 ranks: since the library
     shards stream orders in contiguous blocks, the ranks do not cover a prefix of the
     single-process epoch; the first H200 x2 run failed the old prefix check with every rank
-    as planned."""
+    as planned. Also each rank alone (``--sync none``) with a loader argument over the
+    bench's, which reaches each rank's loader."""
     out = tmp_path / "window.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(SCRIPT), "--backend", "cpu", "--workload", "sequential", "--scale", "tiny",
            "--data", str(tmp_path / "data"), "--num-workers", "1", "--batch-size", "12",
-           "--batches", "2", "--out", str(out),
-           # each rank alone (no per-step all-reduce), a loader argument over the bench's
-           "--sync", "none", "--loader-option", "prefetch=3"]
+           "--batches", "2", "--out", str(out), *variant]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -70,8 +71,79 @@ def test_a_window_of_contiguous_shards_passes_the_check(tmp_path):
     check = report["check"]
     assert check["window_check"] == "rows within the epoch" and check["extra_rows"] == 0
     assert check["ranks_as_planned"] and check["exactly_once"] and check["ok"]
-    assert report["sync"] == "none" and report["loader_options"] == {"prefetch": 3}
-    assert "sync none, prefetch=3" in run.stdout
+    if variant:
+        assert report["sync"] == "none" and report["loader_options"] == {"prefetch": 3}
+        assert "sync none, prefetch=3" in run.stdout and "no collective" in report["model"]
+        assert [r["loader_prefetch"] for r in report["ranks"]] == [3, 3]
+    else:
+        assert report["sync"] == "step" and "one all-reduce" in report["model"]
+        assert [r["loader_prefetch"] for r in report["ranks"]] == [2, 2]
+
+
+def test_train_step_all_reduces_only_in_lockstep(monkeypatch):
+    """``--sync step`` meets the other ranks once a step (gradients averaged over them);
+    ``--sync none`` never does, and keeps the rank's own gradients."""
+    import torch
+    import torch.distributed as dist
+
+    mg = _module()
+    calls = []
+
+    def all_reduce(tensor):
+        calls.append(tensor.numel())
+        tensor.mul_(2)  # as if another rank had the same gradients and flag
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    frames = torch.rand(2, 16, 16, 3) * 255
+    grads = {}
+    for sync in (True, False):
+        model = mg.make_model(torch.device("cpu"))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # keep the weights
+        assert mg.train_step(model, optimizer, frames, False, 2, sync=sync) is False
+        grads[sync] = [p.grad.clone() for p in model.parameters()]
+    assert len(calls) == 1  # the lockstep step only
+    for a, b in zip(grads[True], grads[False], strict=True):
+        assert torch.allclose(a, b)  # (2 x own) / 2 ranks == own
+
+
+def test_ranks_alone_may_end_at_different_counts():
+    """Without lockstep, ranks on their own clocks stop at different batch counts: the check
+    compares the first ``min(counts)`` batches and does not ask for equal counts; in
+    lockstep unequal counts fail it."""
+    mg = _module()
+    rows = [[np.array([[0, 0]]), np.array([[0, 2]])], [np.array([[0, 1]])]]
+    sampler = types.SimpleNamespace()
+    whole = types.SimpleNamespace(batch=lambda b: types.SimpleNamespace(
+        video_indices=np.array([0]), frame_indices=np.array([[b]])))
+    sampler.plan_epoch = lambda index, **kw: type("P", (), {"__len__": lambda self: 4,
+                                                            "batch": lambda self, b: whole.batch(b)})()
+    results = [{"batches": len(r), "_rows": r, "batches_not_as_planned": []} for r in rows]
+    job = types.SimpleNamespace(index=None, plan=types.SimpleNamespace(sampler=sampler))
+    ctx = {"job": job, "samples": 1}
+    alone = mg.check_union(results, ctx, "library", 2, False, lockstep=False)
+    assert alone["exactly_once"] and alone["ok"] and not alone["equal_batch_counts"]
+    assert not mg.check_union(results, ctx, "library", 2, False)["ok"]
+
+
+def test_variants_keep_their_own_rows_in_the_table(tmp_path, capsys):
+    """Runs of one workload with other settings do not replace the default run: each
+    variant has its row, against its own one-GPU run where there is one."""
+    mg = _module()
+
+    def write(name, world, fps, **extra):
+        (tmp_path / f"{name}.json").write_text(json.dumps({
+            "workload": "sequential", "world_size": world, "status": "ok",
+            "total_frames_per_s": fps, "check": {"exactly_once": True}, **extra}))
+    write("seq-1", 1, 100.0)
+    write("seq-2", 2, 190.0)
+    write("seq-2-alone", 2, 150.0, sync="none")
+    write("seq-1-p6", 1, 120.0, loader_options={"prefetch": 6})
+    write("seq-2-p6", 2, 200.0, loader_options={"prefetch": 6})
+    assert mg.summarize(str(tmp_path), str(tmp_path / "table.out")) == 0
+    table = {row["variant"]: row for row in json.loads((tmp_path / "table.out").read_text())["table"]}
+    assert table["library"]["ratio"] == pytest.approx(1.9)
+    assert table["library, sync none"]["ratio"] == pytest.approx(1.5)  # against the default
+    assert table["library, prefetch=6"]["ratio"] == pytest.approx(200 / 120)  # its own
+    assert "sequential (library, sync none)" in capsys.readouterr().out
 
 
 def test_loader_options_read_json_values_and_refuse_a_bare_word():

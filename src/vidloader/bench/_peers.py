@@ -148,13 +148,15 @@ class VidloaderPeer(Peer):
         from ..pipeline import VideoLoader
 
         budget = job.memory_budget if self.backend != "cpu" else None
+        options = dict(
+            sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
+            processing=job.workload.geometry.process(), backend=self.backend,
+            num_workers=job.workers, drop_last=True, persistent_workers=True,
+            device=job.device, memory_budget=budget,
+        )
+        options.update(self.loader_options)  # a peer's (or a caller's) settings win
         try:
-            return VideoLoader(
-                job.index, sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
-                processing=job.workload.geometry.process(), backend=self.backend,
-                num_workers=job.workers, drop_last=True, persistent_workers=True,
-                device=job.device, memory_budget=budget, **self.loader_options,
-            )
+            return VideoLoader(job.index, **options)
         except (BackendUnavailableError, ConfigError) as exc:
             if self.backend == "cpu":
                 raise
@@ -212,20 +214,27 @@ class VidloaderPeer(Peer):
         # delivers its `lookahead` batches at once, all workers per cycle. Block units
         # (GopShuffle): all workers share one block, a block per cycle. A CPU loader with the
         # same settings says what it would choose (the constructor starts nothing).
-        loader = _settings_loader(job)
+        loader = _settings_loader(job, self.loader_options)
         lookahead, workers = loader.lookahead, max(1, job.workers)
         return loader.staging_slots, lookahead * (1 if loader.uses_block_units else workers)
 
 
-def _settings_loader(job: Job):
+#: Loader settings that shape a peer's pipeline depth, taken over by :func:`_settings_loader`
+#: from the peer's ``loader_options``.
+_DEPTH_OPTIONS = ("lookahead", "prefetch")
+
+
+def _settings_loader(job: Job, loader_options: dict | None = None):
     """A CPU ``VideoLoader`` with the job's settings, never iterated: what vidloader would
     choose (lookahead, staging slots, unit shapes) for a peer's :meth:`~Peer.pipeline` (its
-    constructor starts no worker)."""
+    constructor starts no worker). ``loader_options``: the peer's, of which the lookahead and
+    the prefetch are applied."""
     from ..pipeline import VideoLoader
 
+    chosen = {k: v for k, v in (loader_options or {}).items() if k in _DEPTH_OPTIONS}
     return VideoLoader(job.index, sampler=job.plan.sampler, batch_size=job.plan.samples_per_batch,
                        processing=job.workload.geometry.process(), num_workers=job.workers,
-                       drop_last=True)
+                       drop_last=True, **chosen)
 
 
 def _check_same_batch(batch: dict, bp) -> None:
@@ -258,15 +267,18 @@ class VidloaderNvdecPeer(VidloaderPeer):
         # model, workers x lookahead per cycle, made the first H200 runs time out.)
         # A plan of streams goes to NVDEC as the GOPs its rows walk through: units that begin
         # STREAM_GOP_STRIDE batches apart and reach a GOP's span further.
+        from ..constants import DEFAULT_PREFETCH_PER_WORKER
         from ..pipeline._loader import takes_stream_gops
         from ..pipeline._units import STREAM_GOP_STRIDE, stream_gop_span
 
-        loader = _settings_loader(job)
+        loader = _settings_loader(job, self.loader_options)
+        # A larger prefetch than the default holds that many more units ahead: warm them up too.
+        extra = max(0, loader.config.prefetch - DEFAULT_PREFETCH_PER_WORKER)
         if takes_stream_gops(lambda: loader._epoch_plan(0), backend=self.backend,
                              num_workers=job.workers, lookahead=None):
             stride = STREAM_GOP_STRIDE
-            return 5 * stride + stream_gop_span(job.index), 4 * stride
-        return 5 * loader.lookahead, 4 * loader.lookahead
+            return (5 + extra) * stride + stream_gop_span(job.index), 4 * stride
+        return (5 + extra) * loader.lookahead, 4 * loader.lookahead
 
 
 class VidloaderNvdecProcessesPeer(VidloaderNvdecPeer):
@@ -291,7 +303,7 @@ class VidloaderComboPeer(VidloaderNvdecPeer):
         # a warm-up of all of them, so what was decoded ahead does not land in the timed
         # window. Counted on a CPU loader with the same settings (a combo loader would need
         # the GPU here, before ``check``), plus NVDEC's queue.
-        loader = _settings_loader(job)
+        loader = _settings_loader(job, self.loader_options)
         slots = loader.staging_slots + loader.config.units_decoding * loader.lookahead
         return slots + loader.lookahead, slots
 

@@ -7,8 +7,8 @@ is read in C++, without the GIL; a batch-decoder object given bytes gets them fr
 threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
 records an event. A lane takes the GIL as few times as it can (:data:`PHASED_DECODE`): which
 JPEGs are cut short comes from the dataset's index rather than from reading each file's ends,
-and the decoded images become tensors on the augmentation thread, which holds the GIL for
-its launches anyway.
+and the decoded images become tensors on the augmentation thread, which makes its launches
+from Python anyway.
 The augmentation thread takes the batches in order, makes its stream wait for the lane's
 event (a GPU-side wait), runs the batched crop/resize/normalize
 (:func:`~..images._batched.crop_resize_batch`) into the batch's slot and records an event;
@@ -119,6 +119,16 @@ ROI_DECODE = False
 PHASED_DECODE = True
 
 
+def _index_flags(dataset):
+    """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
+    it has none or not one per image (a subclass that filtered its files, say): the decoder
+    then reads each file's ends itself."""
+    flags = getattr(dataset, "cut_short", None)
+    if flags is None or len(flags) != len(dataset):
+        return None
+    return flags
+
+
 class _Lane:
     """A decode thread with its decoder and its CUDA stream."""
 
@@ -152,7 +162,10 @@ class BatchDecodePool(BatchPool):
     ``decoder`` stands in for nvImageCodec (anything with ``name`` and
     ``decode(list[bytes | None]) -> list[Tensor | None]``, or ``decode_files(paths)``, which
     is also given ``regions=`` where the decoder's ``decodes_regions`` is true); on CPU
-    tensors the same stages run on the same threads without streams.
+    tensors the same stages run on the same threads without streams. A decoder whose
+    ``decodes_in_phases`` is true (nvImageCodec's) is given ``tensors=False`` and, where the
+    dataset has them, the index's ``cut_short=`` flags, and must have ``to_tensors(images)``
+    (:data:`PHASED_DECODE`).
     """
 
     #: Slots hold the finished output (dtype, normalisation, layout): the collector skips
@@ -169,6 +182,9 @@ class BatchDecodePool(BatchPool):
                     [NvImageCodecDecoder(device) for _ in range(NVIMGCODEC_LANES)])
         self.lanes = [_Lane(d, device, k) for k, d in enumerate(decoders)]
         self.decoder = decoders[0]
+        # Read once: a loader's lanes and augmentation thread must agree for its whole life.
+        self._phased = PHASED_DECODE and getattr(self.decoder, "decodes_in_phases", False)
+        self._cut_short = _index_flags(config.dataset)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
@@ -216,28 +232,23 @@ class BatchDecodePool(BatchPool):
                 options = {"regions": regions} if regions else {}
                 if self._phased:
                     options["tensors"] = False
-                    cut_short = getattr(config.dataset, "cut_short", None)
-                    if cut_short is not None:
-                        options["cut_short"] = cut_short[plan.video_indices].tolist()
+                    if self._cut_short is not None:
+                        options["cut_short"] = self._cut_short[plan.video_indices].tolist()
                 images = lane.decoder.decode_files(source, **options)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
-            return images, windows, regions, lane.streams.record(lane.streams.own)
-
-    @property
-    def _phased(self) -> bool:
-        return PHASED_DECODE and getattr(self.decoder, "decodes_in_phases", False)
+            return images, windows, regions, lane.streams.record(lane.streams.own), lane
 
     def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
         ``staging`` on this thread's stream; ``(valid, errors, done event)``."""
-        images, windows, regions, ready = decoded.result()  # re-raises the decoder's error
+        images, windows, regions, ready, lane = decoded.result()  # re-raises the decoder's error
         stage = self.augmenter
         with stage.streams.current():
             stage.streams.wait(copied_out)
             stage.streams.wait(ready)
             if self._phased and self._opens_files:  # after the waits: on this stream
-                images = self.decoder.to_tensors(images)
+                images = lane.decoder.to_tensors(images)
             try:
                 valid, errors = fill_from_images(self.config, self.decoder.name, images, plan,
                                                  staging, windows, regions)
