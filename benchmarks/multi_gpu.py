@@ -74,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sync", choices=["step", "none"], default="step",
                    help="step: one all-reduce per batch (ranks in lockstep, as in DDP); none: "
                         "no collective until the end (each rank alone: what lockstep costs)")
+    p.add_argument("--cores", type=int, default=None, metavar="K",
+                   help="pin local rank r (its loader's workers too) to cores r*K ... r*K+K-1, "
+                        "to see whether the ranks compete for the host's cores")
     p.add_argument("--loader-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a VideoLoader argument over the bench's (VALUE read as JSON, else a "
                         "string), e.g. prefetch=6; repeatable")
@@ -164,6 +167,20 @@ def make_model(device):
         nn.Conv2d(3, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(8, 1),
     ).to(device)
+
+
+def pin_cores(local_rank: int, per_rank: int) -> list[int]:
+    """Pin this process to ``per_rank`` cores of its own (local rank ``r``: cores ``r·K`` to
+    ``r·K + K − 1`` of those it may use), before its loader starts: the loader's worker
+    processes inherit the mask. Returns the cores."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cores = allowed[local_rank * per_rank:(local_rank + 1) * per_rank]
+    if len(cores) < per_rank:
+        raise SystemExit(f"--cores {per_rank}: local rank {local_rank} needs cores "
+                         f"{local_rank * per_rank}-{(local_rank + 1) * per_rank - 1}, "
+                         f"this machine allows {len(allowed)}")
+    os.sched_setaffinity(0, cores)
+    return cores
 
 
 def loader_options(pairs: list[str]) -> dict:
@@ -343,6 +360,7 @@ def run_rank(args, rank: int, world: int, local_rank: int, device) -> dict:
         **_decode_counts(counters[s], counters[e]),
         "batches_not_as_planned": mismatched,
         "loader_prefetch": loader.config.prefetch, "loader_lookahead": loader.lookahead,
+        "cores": sorted(os.sched_getaffinity(0)),
         "torch_peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)) if cuda else None,
         "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "arrivals_s": [round(t - begin, 4) for t in arrivals],
@@ -442,6 +460,8 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     rank, world, local_rank, device = setup(args.backend)
+    if args.cores:
+        pin_cores(local_rank, args.cores)
     started = time.monotonic()
     try:
         result = run_rank(args, rank, world, local_rank, device)
@@ -467,6 +487,7 @@ def main(argv=None) -> int:
         report = make_report(args, world, gathered, context, time.monotonic() - started)
         ok = report["check"]["ok"]
         variant = "".join([f", sync {args.sync}" if args.sync != "step" else ""]
+                          + [f", {args.cores} cores a rank" if args.cores else ""]
                           + [f", {o}" for o in args.loader_option])
         print(f"{args.workload} x{world} ({args.backend}, {args.shard} shards{variant}): "
               f"{report['total_frames_per_s']:,.0f} frames/s in all, per rank "
@@ -491,7 +512,7 @@ def make_report(args, world: int, results: list[dict], ctx: dict, wall_s: float)
         "workload": args.workload, "backend": args.backend, "world_size": world,
         "shard": args.shard, "record": args.record, "workers_per_rank": args.num_workers,
         "scale": args.scale, "seed": args.seed, "seconds": args.seconds,
-        "fixed_batches": args.batches, "sync": args.sync,
+        "fixed_batches": args.batches, "sync": args.sync, "cores_per_rank": args.cores,
         "loader_options": loader_options(args.loader_option), "wall_s": wall_s,
         "environment": environment(args.note),
     }
@@ -581,6 +602,8 @@ def run_variant(report: dict) -> str:
     parts = [report.get("shard", "library")]
     if report.get("sync", "step") != "step":
         parts.append(f"sync {report['sync']}")
+    if report.get("cores_per_rank"):
+        parts.append(f"{report['cores_per_rank']} cores a rank")
     parts += [f"{k}={v}" for k, v in sorted((report.get("loader_options") or {}).items())]
     return ", ".join(parts)
 

@@ -51,14 +51,17 @@ def test_two_ranks_on_gloo_receive_the_epoch_exactly_once(tmp_path):
     assert all(r["frames"] > 0 and r["batches_not_as_planned"] == [] for r in report["ranks"])
 
 
-@pytest.mark.parametrize("variant", [[], ["--sync", "none", "--loader-option", "prefetch=3"]],
-                         ids=["lockstep", "alone-prefetch3"])
+@pytest.mark.parametrize("variant", [[], ["--sync", "none", "--loader-option", "prefetch=3",
+                                          "--cores", "1"]],
+                         ids=["lockstep", "alone-prefetch3-pinned"])
 def test_a_window_of_contiguous_shards_passes_the_check(tmp_path, variant):
     """A timed window (no whole epoch) of sequential frames on 2 ranks: since the library
     shards stream orders in contiguous blocks, the ranks do not cover a prefix of the
     single-process epoch; the first H200 x2 run failed the old prefix check with every rank
     as planned. Also each rank alone (``--sync none``) with a loader argument over the
-    bench's, which reaches each rank's loader."""
+    bench's, which reaches each rank's loader, each rank pinned to a core of its own."""
+    if variant and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("pinning two ranks to a core each needs two cores")
     out = tmp_path / "window.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(SCRIPT), "--backend", "cpu", "--workload", "sequential", "--scale", "tiny",
@@ -73,8 +76,11 @@ def test_a_window_of_contiguous_shards_passes_the_check(tmp_path, variant):
     assert check["ranks_as_planned"] and check["exactly_once"] and check["ok"]
     if variant:
         assert report["sync"] == "none" and report["loader_options"] == {"prefetch": 3}
-        assert "sync none, prefetch=3" in run.stdout and "no collective" in report["model"]
+        assert "sync none, 1 cores a rank, prefetch=3" in run.stdout
+        assert "no collective" in report["model"]
         assert [r["loader_prefetch"] for r in report["ranks"]] == [3, 3]
+        cores = [r["cores"] for r in report["ranks"]]
+        assert all(len(c) == 1 for c in cores) and cores[0] != cores[1]
     else:
         assert report["sync"] == "step" and "one all-reduce" in report["model"]
         assert [r["loader_prefetch"] for r in report["ranks"]] == [2, 2]

@@ -25,6 +25,7 @@ VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
     "1 lane, regions": (1, True, HW, 1.0),
     "2 lanes, whole images": (2, False, HW, 1.0),
     "2 lanes, regions": (2, True, HW, 1.0),
+    "3 lanes, whole images": (3, False, HW, 1.0),
     "3 lanes, regions": (3, True, HW, 1.0),
     "4 lanes, regions": (4, True, HW, 1.0),
     "2 lanes, regions, hw 0.7 + cuda": (2, True, ("HW_GPU_ONLY", "GPU_ONLY"), 0.7),
