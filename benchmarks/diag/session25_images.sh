@@ -4,7 +4,8 @@
 # phased lanes with real nvImageCodec: not yet run on a GPU); (2) with the lanes taking the
 # GIL once a file (session 24: +17-24% in one process), do three lanes now beat two (they did
 # not before, session 13)? Alternated twice; (3) the default 2 GPU workers against 4, and
-# nvImageCodec's decode alone, for reference.
+# nvImageCodec's decode alone, for reference; (4) where each thread of the in-process pool
+# spends its time now (the stack sampler, 2 ms; its summary lands in profile/'s JSON).
 set -u
 export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$PWD/.site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
@@ -23,4 +24,8 @@ for round in 1 2; do
 done
 ab "workers2" "2 lanes, whole images" 2 0
 ab "workers4" "2 lanes, whole images" 4 1
+mkdir -p "$OUT/profile"
+AB_ONLY="2 lanes, whole images" AB_PROFILE="2 lanes, whole images" AB_REFERENCES=0 OUT="$OUT/profile" \
+  timeout 80 python3 benchmarks/diag/jpeg_loader_ab.py 4000 150 > "$OUT/profile/profile.log" 2>&1
+grep -E "images/s" "$OUT/profile/profile.log" | sed "s/^/profiled: /" | tee -a "$OUT/summary.txt"
 echo "done at ${SECONDS} s"
