@@ -247,9 +247,9 @@ class BatchDecodePool(BatchPool):
         with stage.streams.current():
             stage.streams.wait(copied_out)
             stage.streams.wait(ready)
-            if self._phased and self._opens_files:  # after the waits: on this stream
-                images = lane.decoder.to_tensors(images)
             try:
+                if self._phased and self._opens_files:  # after the waits: on this stream
+                    images = lane.decoder.to_tensors(images)
                 valid, errors = fill_from_images(self.config, self.decoder.name, images, plan,
                                                  staging, windows, regions)
             finally:  # kernels may be queued even when it raised: the images outlive them
