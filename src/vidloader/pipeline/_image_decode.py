@@ -183,7 +183,8 @@ class BatchDecodePool(BatchPool):
         self.lanes = [_Lane(d, device, k) for k, d in enumerate(decoders)]
         self.decoder = decoders[0]
         # Read once: a loader's lanes and augmentation thread must agree for its whole life.
-        self._phased = PHASED_DECODE and getattr(self.decoder, "decodes_in_phases", False)
+        self._phased = (PHASED_DECODE and self._opens_files
+                        and getattr(self.decoder, "decodes_in_phases", False))
         self._cut_short = _index_flags(config.dataset)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
@@ -209,8 +210,8 @@ class BatchDecodePool(BatchPool):
                       [self.reader.submit(read_file, path) for path in paths])
             decoded = lane.thread.submit(self._decode, lane, plan, source)
             staging = self.slots[slot_id]["images"][start:start + plan.batch_size]
-            fills.append(self.augmenter.thread.submit(self._augment, decoded, plan, staging,
-                                                      copied_out))
+            fills.append(self.augmenter.thread.submit(self._augment, decoded, lane, plan,
+                                                      staging, copied_out))
         self._pending.append((task, fills))
 
     @property
@@ -237,18 +238,18 @@ class BatchDecodePool(BatchPool):
                 images = lane.decoder.decode_files(source, **options)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
-            return images, windows, regions, lane.streams.record(lane.streams.own), lane
+            return images, windows, regions, lane.streams.record(lane.streams.own)
 
-    def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
+    def _augment(self, decoded, lane: _Lane, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
         ``staging`` on this thread's stream; ``(valid, errors, done event)``."""
-        images, windows, regions, ready, lane = decoded.result()  # re-raises the decoder's error
+        images, windows, regions, ready = decoded.result()  # re-raises the decoder's error
         stage = self.augmenter
         with stage.streams.current():
             stage.streams.wait(copied_out)
             stage.streams.wait(ready)
             try:
-                if self._phased and self._opens_files:  # after the waits: on this stream
+                if self._phased:  # after the waits: on this stream
                     images = lane.decoder.to_tensors(images)
                 valid, errors = fill_from_images(self.config, self.decoder.name, images, plan,
                                                  staging, windows, regions)
