@@ -486,10 +486,7 @@ def main(argv=None) -> int:
     if rank == 0:
         report = make_report(args, world, gathered, context, time.monotonic() - started)
         ok = report["check"]["ok"]
-        variant = "".join([f", sync {args.sync}" if args.sync != "step" else ""]
-                          + [f", {args.cores} cores a rank" if args.cores else ""]
-                          + [f", {o}" for o in args.loader_option])
-        print(f"{args.workload} x{world} ({args.backend}, {args.shard} shards{variant}): "
+        print(f"{args.workload} x{world} ({args.backend}, {run_variant(report)}): "
               f"{report['total_frames_per_s']:,.0f} frames/s in all, per rank "
               + ", ".join(f"{r['frames_per_s'] or 0:,.0f}" for r in report["ranks"])
               + f"; batches per rank {report['check']['batch_counts']}; exactly once: "
@@ -596,9 +593,9 @@ def summarize(directory: str, out: str | None) -> int:
 
 
 def run_variant(report: dict) -> str:
-    """What sets a run apart beyond its workload and ranks: its shards, ``--sync`` and
-    ``--loader-option`` s (``"library"`` for the defaults), so that variants in one folder
-    do not replace each other in the table."""
+    """What sets a run apart beyond its workload and ranks: its shards, ``--sync``,
+    ``--cores`` and ``--loader-option`` s (``"library"`` for the defaults), so that variants
+    in one folder do not replace each other in the table; also each run's printed line."""
     parts = [report.get("shard", "library")]
     if report.get("sync", "step") != "step":
         parts.append(f"sync {report['sync']}")
