@@ -818,6 +818,131 @@ def test_gpu_pool_lanes_decode_in_phases_with_the_index_flags(folder, monkeypatc
             assert not any(a[1] == "to_tensors" for a in asked)
 
 
+def _packing_stand_in(monkeypatch, cls=None):
+    """:func:`_stand_in_nvimgcodec` that also decodes into given places, as nvImageCodec's
+    ``decode(..., images=)`` does: each place is the stand-in's view of the flat buffer (the
+    host array interface ``_BufferPart`` gives for a CPU buffer); a place of another size
+    gets ``None``, as nvImageCodec refuses a place too small."""
+    from types import SimpleNamespace
+
+    dec = _stand_in_nvimgcodec(monkeypatch, cls)
+    dec.decodes_packed, dec._packed_params = True, None
+    dec._as_images = lambda places, cuda_stream=None: [np.asarray(p) for p in places]
+    whole = dec._decoder.decode
+
+    def decode(streams, images=None, **kw):
+        if images is None:
+            return whole(streams, **kw)
+        out = []
+        for place, image in zip(images, whole(streams, **kw), strict=True):
+            fits = image is not None and image.shape == place.shape
+            if fits:
+                place[...] = image
+            out.append(place if fits else None)
+        return out
+    dec._decoder = SimpleNamespace(decode=decode)
+    return dec
+
+
+def test_nvimgcodec_decode_packed_places_each_image_by_the_index(folder, monkeypatch):
+    """``decode_packed`` decodes a batch into one flat buffer at the places the index's
+    sizes give, from paths or bytes: the same pixels as ``decode_files``; a file nvImageCodec
+    cannot take goes to Pillow and is copied into its place; a file nobody decodes is
+    ``missing``; a file whose size is not the index's comes back, with the batch, as a list of
+    tensors, still right."""
+    from vidloader.images._packed import PackedImages
+
+    dec = _packing_stand_in(monkeypatch)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    paths = [ds.path(i) for i in range(len(ds))]
+    whole = dec.decode_files(paths)
+    blobs = [Path(p).read_bytes() for p in paths]
+    for sources, flags in ((paths, ds.cut_short.tolist()), (paths, None), (blobs, None)):
+        packed = dec.decode_packed(sources, ds.sizes, cut_short=flags)
+        assert isinstance(packed, PackedImages) and packed.missing.tolist() == [False] * 6 + [True]
+        assert packed.pixels[-1].tolist() == [0, 0, 0]  # the gather's padding pixel
+        for a, b in zip(whole, packed, strict=True):
+            assert (a is None and b is None) or torch.equal(a, b)
+    fallbacks = dec.cpu_fallbacks
+    dec._decoder.decode = lambda streams, **kw: [None] * len(streams)  # nvImageCodec refuses all
+    packed = dec.decode_packed(paths, ds.sizes, cut_short=ds.cut_short.tolist())
+    assert dec.cpu_fallbacks == fallbacks + 6 and packed.missing.sum() == 1
+    assert all(torch.equal(a, b) for a, b in zip(whole[:6], list(packed)[:6], strict=True))
+    dec = _packing_stand_in(monkeypatch)
+    wrong = ds.sizes.copy()
+    wrong[0] = (30, 20)  # the file changed since it was indexed
+    listed = dec.decode_packed(paths, wrong, cut_short=ds.cut_short.tolist())
+    assert isinstance(listed, list) and listed[6] is None
+    assert all(torch.equal(a, b) for a, b in zip(whole[:6], listed[:6], strict=True))
+
+
+def test_gpu_pool_lanes_decode_packed_batches(folder, monkeypatch):
+    """With a decoder that decodes into one buffer, the in-process pool's lanes ask for
+    packed batches (with the index's sizes and flags) and the batches equal the Pillow
+    path's; the batched augmentation reads them in place (no tensor per image)."""
+    from vidloader.images import _nvimgcodec
+    from vidloader.images._packed import PackedImages
+    from vidloader.pipeline import _image_decode
+
+    asked = []
+
+    class Packing(_nvimgcodec.NvImageCodecDecoder):
+        def __new__(cls, device=None, **options):
+            return _packing_stand_in(monkeypatch, cls)
+
+        def __init__(self, device=None, **options):
+            pass  # made by __new__
+
+    real = _nvimgcodec.NvImageCodecDecoder.decode_packed
+
+    def recording(self, sources, sizes, **options):
+        asked.append((threading.current_thread().name, len(sources), sizes.copy(), options))
+        out = real(self, sources, sizes, **options)
+        assert isinstance(out, PackedImages)
+        return out
+
+    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "decode_packed", recording)
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Packing)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    pillow = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip"))
+    made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"))
+    made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+    gpu = list(made)
+    for x, y in zip(pillow, gpu, strict=True):
+        assert torch.equal(x["images"], y["images"])
+    assert asked and all(name.startswith("vidloader-decode") for name, *_ in asked)
+    assert all((sizes == SIZE).all() and "cut_short" in options for _, _, sizes, options in asked)
+    monkeypatch.setattr(_image_decode, "PACKED_DECODE", False)
+    asked.clear()
+    made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"))
+    made._custom_decoder = None
+    assert all(torch.equal(x["images"], y["images"]) for x, y in zip(pillow, made, strict=True))
+    assert not asked
+
+
+def test_batched_augmentation_reads_packed_images_as_it_reads_tensors():
+    """``crop_resize_matmul`` on packed images (some rows selected, in another order) equals
+    the same images as a list of tensors, groups or not."""
+    from vidloader.images._augment import Windows
+    from vidloader.images._batched import crop_resize_matmul
+    from vidloader.images._packed import PackedImages
+
+    rng = np.random.default_rng(5)
+    sizes = np.array([(30, 40), (17, 23), (40, 31), (25, 25), (33, 19)])
+    packed = PackedImages.allocate(sizes, torch.device("cpu"))
+    for row, (h, w) in enumerate(sizes.tolist()):
+        packed[row].copy_(torch.from_numpy(natural_like(h, w, rng)))
+    rows = np.array([4, 0, 2, 3])
+    sub = packed.select(rows)
+    windows = Windows(np.array([2, -3, 0, 5]), np.array([1, 0, -2, 3]), np.array([20, 30, 36, 15]),
+                      np.array([15, 25, 33, 20]), np.array([True, False, True, False]))
+    for groups in (1, 2):
+        a = crop_resize_matmul(sub, windows, (12, 10), groups=groups)
+        b = crop_resize_matmul([packed[r] for r in rows], windows, (12, 10), groups=groups)
+        assert torch.equal(a, b)
+
+
 def test_pool_uses_the_index_flags_only_when_there_is_one_per_image(folder):
     """A dataset whose ``cut_short`` does not hold one flag per image (a subclass that
     filtered its files) gets none passed: the decoder then reads each file's ends itself."""

@@ -62,6 +62,27 @@ class _PillowBytes(PillowFiles):
         raise AssertionError("a worker handed its decoder paths, not the files' bytes")
 
 
+class _PillowPacked(_PillowBytes):
+    """Decodes a batch's bytes into one buffer at the index's sizes (as nvImageCodec's
+    ``decode_packed``); ``decode`` raises, so only a packed batch gets through."""
+
+    decodes_packed = True
+
+    def decode(self, blobs):
+        raise AssertionError("a worker asked for a list of images, not a packed batch")
+
+    def decode_packed(self, blobs, sizes):
+        from vidloader.images._packed import PackedImages
+
+        packed = PackedImages.allocate(sizes, torch.device("cpu"))
+        for row, image in enumerate(_PillowBytes.decode(self, blobs)):
+            if image is None:
+                packed.missing[row] = True
+            else:
+                packed[row].copy_(image)
+        return packed
+
+
 def _process_pool(monkeypatch, make_decoder=PillowFiles):
     """Make Pillow loaders (CPU) use the GPU image pool's worker processes, ``make_decoder``
     standing in for nvImageCodec."""
@@ -106,6 +127,21 @@ def test_workers_give_a_decoder_that_takes_bytes_the_files_bytes(folder, monkeyp
     reference = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
                                  on_error="skip", sampler=RandomFrames(seed=5)))
     _process_pool(monkeypatch, make_decoder=_PillowBytes)
+    loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=2, on_error="skip",
+                         sampler=RandomFrames(seed=5))
+    for x, y in zip(reference, list(loader), strict=True):
+        _equal(x, y)
+    assert loader.stats["skipped_samples"] == 1
+
+
+def test_workers_decode_packed_batches_where_the_decoder_can(folder, monkeypatch):
+    """A decoder with ``decode_packed`` (nvImageCodec 0.9) gets each batch's bytes and the
+    index's sizes, and its packed batches give the in-process pool's batches."""
+    ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    reference = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
+                                 on_error="skip", sampler=RandomFrames(seed=5)))
+    _process_pool(monkeypatch, make_decoder=_PillowPacked)
     loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=2, on_error="skip",
                          sampler=RandomFrames(seed=5))
     for x, y in zip(reference, list(loader), strict=True):

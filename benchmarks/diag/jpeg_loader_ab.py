@@ -34,6 +34,24 @@ VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
 }
 
 
+def _unpack() -> None:
+    """Decoders that do not decode into one buffer, in this process's pool and in the
+    GPU workers (whose decoders are made by a picklable partial)."""
+    import functools
+
+    from vidloader.pipeline import _image_gpu_workers, _image_loader
+
+    _image_decode.PACKED_DECODE = False
+    make = functools.partial(_nvimgcodec.NvImageCodecDecoder, packed=False)
+    default = _image_loader.make_image_pool
+
+    def make_pool(config, num_slots, decoder=None):
+        if config.backend == "nvimgcodec" and config.num_workers > 0:
+            return _image_gpu_workers.GpuImageProcessPool(config, num_slots, make_decoder=make)
+        return default(config, num_slots, decoder)
+    _image_loader.make_image_pool = make_pool
+
+
 def main() -> int:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     batches = int(sys.argv[2]) if len(sys.argv) > 2 else 60
@@ -57,6 +75,9 @@ def main() -> int:
     if os.environ.get("AB_PHASED"):  # lanes take the GIL once a file (1) or as before (0)
         _image_decode.PHASED_DECODE = os.environ["AB_PHASED"] == "1"
         results["phased_decode"] = _image_decode.PHASED_DECODE
+    if os.environ.get("AB_PACKED") == "0":  # batches decoded as a list of images (session 24)
+        _unpack()
+        results["packed_decode"] = False
     workers = int(os.environ.get("AB_WORKERS", "0"))  # 0: the in-process pool
     results["num_workers"] = workers
     if os.environ.get("AB_SWITCH"):  # the GIL's switch interval (Python's default 5 ms)

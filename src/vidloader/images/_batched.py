@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ._augment import Windows, crop_resize
+from ._packed import PackedImages
 from ._spec import ImageProcess
 
 _TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
@@ -146,11 +147,29 @@ def scaled_windows(windows: Windows, scales: np.ndarray | None):
             np.maximum(1, np.round(cw * sx)).astype(np.int64))
 
 
-def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tuple[int, int],
+def _device(images) -> torch.device:
+    return images.device if isinstance(images, PackedImages) else images[0].device
+
+
+def _subset(images, rows: np.ndarray):
+    return images.select(rows) if isinstance(images, PackedImages) else [images[r] for r in rows]
+
+
+def _sizes(images) -> tuple[np.ndarray, np.ndarray]:
+    """int64 heights and widths of a list of ``[H, W, 3]`` tensors or of packed images."""
+    if isinstance(images, PackedImages):
+        return images.heights, images.widths
+    return (np.array([x.shape[0] for x in images], np.int64),
+            np.array([x.shape[1] for x in images], np.int64))
+
+
+def crop_resize_matmul(images: list[torch.Tensor] | PackedImages, windows: Windows,
+                       out_hw: tuple[int, int],
                        scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
                        out: torch.Tensor | None = None, groups: int | None = None,
                        compute_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The batch's windows (uint8 ``[H_b, W_b, 3]`` images, one device), resized to
+    """The batch's windows (uint8 ``[H_b, W_b, 3]`` images on one device, or
+    :class:`~._packed.PackedImages` with none missing), resized to
     ``out_hw``, flipped, and finished as ``proc`` says (dtype, normalisation, layout; uint8
     HWC without ``proc``). Written into ``out`` when given (e.g. a staging slot).
 
@@ -163,7 +182,7 @@ def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tup
     :func:`compute_dtype_for` the images' device.
     """
     b = len(images)
-    dtype = compute_dtype_for(images[0].device) if compute_dtype is None else compute_dtype
+    dtype = compute_dtype_for(_device(images)) if compute_dtype is None else compute_dtype
     top, left, ch, cw = scaled_windows(windows, scales)
     groups = max(1, min(MAX_GROUPS, b // 16)) if groups is None else max(1, min(groups, b))
     if groups == 1:
@@ -171,7 +190,7 @@ def crop_resize_matmul(images: list[torch.Tensor], windows: Windows, out_hw: tup
         return finish(res, proc, out)
     res = None
     for rows in np.array_split(np.argsort(ch * cw, kind="stable"), groups):
-        part = _resize_group([images[r] for r in rows], top[rows], left[rows], ch[rows], cw[rows],
+        part = _resize_group(_subset(images, rows), top[rows], left[rows], ch[rows], cw[rows],
                              windows.flip[rows], out_hw, dtype)
         if res is None:
             res = part.new_empty((b, *part.shape[1:]))
@@ -184,16 +203,16 @@ def _resize_group(images, top, left, ch, cw, flip, out_hw, dtype=torch.float32) 
     corner into a zero-padded batch ``[G, Hm, 3, Wm]`` (:data:`PACKING`), then rows and
     columns as two ``bmm`` whose weights skip what each window has outside its image."""
     oh, ow = out_hw
-    dev, b = images[0].device, len(images)
-    heights = np.array([x.shape[0] for x in images], np.int64)
-    widths = np.array([x.shape[1] for x in images], np.int64)
+    dev, b = _device(images), len(images)
+    heights, widths = _sizes(images)
     y0, y1 = np.clip(top, 0, heights), np.clip(top + ch, 0, heights)
     x0, x1 = np.clip(left, 0, widths), np.clip(left + cw, 0, widths)
     # A window wholly outside its image (padding only) keeps one pixel, weighted zero.
     empty = (y1 <= y0) | (x1 <= x0)
     y0, x0 = np.where(empty, 0, y0), np.where(empty, 0, x0)
     y1, x1 = np.where(empty, 1, y1), np.where(empty, 1, x1)
-    batch = _PACKERS[PACKING](images, y0, y1, x0, x1, dtype)
+    packer = _pack_by_gather if isinstance(images, PackedImages) else _PACKERS[PACKING]
+    batch = packer(images, y0, y1, x0, x1, dtype)
     hm, wm = batch.shape[1], batch.shape[3]
     rows = resize_weights(oh, ch, hm, np.zeros(b, bool), dev, shift=y0 - top,
                           stored=np.where(empty, 0, y1 - y0)).to(dtype)
@@ -227,17 +246,22 @@ def _parts(images, y0, y1, x0, x1) -> list[torch.Tensor]:
 
 def _pack_by_gather(images, y0, y1, x0, x1, dtype=torch.float32) -> torch.Tensor:
     """``dtype`` ``[B, Hm, 3, Wm]``, zero-padded: the images concatenated into one flat buffer
-    (a zero pixel at its end), then every stored pixel of every window read by one
-    ``index_select`` (int32 pixel numbers, built by broadcasting a row part and a column
-    part): about ten launches for the whole group, however many images."""
-    dev, b = images[0].device, len(images)
-    widths = np.array([x.shape[1] for x in images], np.int64)
-    sizes = np.array([x.shape[0] for x in images], np.int64) * widths
-    zero = int(sizes.sum())  # the pixel number of the appended zero pixel
-    flat = torch.cat([x.reshape(-1, 3) for x in images] + [images[0].new_zeros((1, 3))])
+    (a zero pixel at its end; :class:`~._packed.PackedImages` are one already), then every
+    stored pixel of every window read by one ``index_select`` (int32 pixel numbers, built by
+    broadcasting a row part and a column part): about ten launches for the whole group,
+    however many images."""
+    dev, b = _device(images), len(images)
+    heights, widths = _sizes(images)
+    if isinstance(images, PackedImages):
+        flat, starts, zero = images.pixels, images.starts, images.zero_pixel
+    else:
+        sizes = heights * widths
+        zero = int(sizes.sum())  # the pixel number of the appended zero pixel
+        flat = torch.cat([x.reshape(-1, 3) for x in images] + [images[0].new_zeros((1, 3))])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     hm, wm = int((y1 - y0).max()), int((x1 - x0).max())
     index_type = torch.int32 if zero < (1 << 31) - 1 else torch.int64
-    first = np.concatenate([[0], np.cumsum(sizes)[:-1]]) + y0 * widths + x0  # window's pixel 0
+    first = starts + y0 * widths + x0  # each window's pixel 0
     packed = to_device(np.stack([first, widths, y1 - y0, x1 - x0]), dev)
     first, width, rows, cols = packed.unbind(0)
     ys, xs = torch.arange(hm, device=dev), torch.arange(wm, device=dev)
@@ -295,7 +319,7 @@ def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | Non
     return torch.addcmul(coef[1], view, coef[0], out=dest)
 
 
-def crop_resize_per_image(images: list[torch.Tensor], windows: Windows, out_hw: tuple[int, int],
+def crop_resize_per_image(images: list[torch.Tensor] | PackedImages, windows: Windows, out_hw: tuple[int, int],
                           scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
                           out: torch.Tensor | None = None) -> torch.Tensor:
     """The same output through :func:`._augment.crop_resize`, one image at a time, then
@@ -310,9 +334,10 @@ def crop_resize_per_image(images: list[torch.Tensor], windows: Windows, out_hw: 
     return result if out is None else out.copy_(result)
 
 
-def crop_resize_batch(images: list[torch.Tensor], windows: Windows, out_hw: tuple[int, int],
+def crop_resize_batch(images: list[torch.Tensor] | PackedImages, windows: Windows,
+                      out_hw: tuple[int, int],
                       scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
                       out: torch.Tensor | None = None) -> torch.Tensor:
     """Batched matmuls for CUDA tensors, the per-image uint8 kernel for CPU tensors."""
-    fn = crop_resize_per_image if images[0].device.type == "cpu" else crop_resize_matmul
+    fn = crop_resize_per_image if _device(images).type == "cpu" else crop_resize_matmul
     return fn(images, windows, out_hw, scales, proc=proc, out=out)

@@ -4,10 +4,12 @@ neither takes (PNG, CMYK JPEG), and Pillow for what no installed backend decodes
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .._utils._imports import require
 from ._jpeg_ends import TAIL_BYTES, jpeg_cut_short, read_file_ends
+from ._packed import PackedImages
 
 #: Share of JPEGs offered to the hardware decoder first (DALI's ``hw_decoder_load``); the rest
 #: go to CUDA decoding at the same time. 1.0 was DALI's fastest on the H200 (issue 15).
@@ -29,6 +31,8 @@ class NvImageCodecDecoder:
         device (torch.device): the GPU.
         hw_load (float | None): share of the batch offered to the hardware JPEG decoder
             (default :data:`DEFAULT_HW_LOAD`).
+        packed (bool): offer :meth:`decode_packed` (default ``True``; it needs nvImageCodec
+            0.9 or later, and is off on older ones whatever this says).
 
     Raises:
         BackendUnavailableError: nvImageCodec is not installed (``pip install
@@ -41,8 +45,12 @@ class NvImageCodecDecoder:
     #: :meth:`decode_files` takes ``cut_short=`` and ``tensors=False``, and :meth:`to_tensors`
     #: finishes its output on another thread (the GPU pool's ``PHASED_DECODE``).
     decodes_in_phases = True
+    #: :meth:`decode_packed` decodes a batch into one flat buffer (nvImageCodec 0.9 and later;
+    #: the GPU pools' ``PACKED_DECODE``). Set per decoder in ``__init__``.
+    decodes_packed = False
 
-    def __init__(self, device: torch.device, *, hw_load: float | None = None) -> None:
+    def __init__(self, device: torch.device, *, hw_load: float | None = None,
+                 packed: bool = True) -> None:
         nvimgcodec = require("nvidia.nvimgcodec", purpose="decoding images on the GPU")
         self._code_stream = nvimgcodec.CodeStream
         self._region = nvimgcodec.Region
@@ -59,6 +67,15 @@ class NvImageCodecDecoder:
         self.cpu_fallbacks = 0
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=True, color_spec=spec,
                                                allow_any_depth=False)
+        self._as_images = getattr(nvimgcodec, "as_images", None)
+        formats = getattr(nvimgcodec, "SampleFormat", None)
+        if packed and self._as_images is not None and formats is not None:
+            # Three channels whatever the file (a gray JPEG's one is repeated, as Pillow's
+            # convert("RGB") does): each image's bytes then follow from its size alone.
+            self._packed_params = nvimgcodec.DecodeParams(
+                apply_exif_orientation=True, color_spec=spec, allow_any_depth=False,
+                sample_format=formats.I_RGB)
+            self.decodes_packed = True
 
     def decode(self, blobs: list[bytes | None]) -> list[torch.Tensor | None]:
         """One tensor per blob on :attr:`device`, ``None`` where a blob is ``None`` or could
@@ -110,10 +127,70 @@ class NvImageCodecDecoder:
                 out[i] = self._on_cpu(path)
         return out
 
-    def to_tensors(self, decoded: list) -> list[torch.Tensor | None]:
+    def decode_packed(self, sources: list, sizes: np.ndarray, *,
+                      cut_short: list[bool] | None = None) -> PackedImages | list:
+        """The batch decoded into one flat buffer (:class:`~._packed.PackedImages`) on torch's
+        current stream, each image at the place its upright size (``sizes``, int ``[B, 2]``,
+        from the dataset's index) gives it: no tensor per image, no copy to pack them.
+
+        ``sources``: file paths (opened by nvImageCodec) or bytes (``None`` for a file that
+        could not be read). ``cut_short`` as in :meth:`decode_files` (paths only; from bytes
+        the check is a slice). A row nvImageCodec cannot decode goes to Pillow, as in
+        :meth:`decode`, and is copied into its place; it is ``missing`` when Pillow fails too.
+        A decoded image whose size is not the index's (a file changed since indexing) is
+        decoded again by Pillow; if that size differs too the batch comes back as a list of
+        tensors (views of the buffer, and Pillow's), which the pools also take."""
+        streams = self._streams(sources, cut_short)
+        packed = PackedImages.allocate(sizes, self.device)
+        todo = [i for i, cs in enumerate(streams) if cs is not None]
+        redo = [i for i, cs in enumerate(streams) if cs is None]
+        if todo:
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+            cuda = packed.device.type == "cuda"
+            places = [_BufferPart(packed.pointer(i), int(packed.heights[i]), int(packed.widths[i]),
+                                  cuda) for i in todo]
+            try:
+                decoded = self._decoder.decode([streams[i] for i in todo],
+                                               images=self._as_images(places, cuda_stream=stream),
+                                               params=self._packed_params, cuda_stream=stream)
+            except Exception:  # noqa: BLE001 - e.g. a file larger than its place: one by one
+                decoded = [None] * len(todo)
+            for i, image in zip(todo, decoded):
+                if image is None or tuple(image.shape) != (packed.heights[i], packed.widths[i], 3):
+                    redo.append(i)
+        return self._redo_on_cpu(packed, sources, sorted(redo))
+
+    def _streams(self, sources: list, cut_short: list[bool] | None) -> list:
+        """Per source its ``CodeStream``, or ``None`` for what goes to Pillow."""
+        if cut_short is None:
+            cut_short = [source is None or (jpeg_cut_short(*read_file_ends(source))
+                                            if isinstance(source, str) else
+                                            jpeg_cut_short(source[:2], source[-TAIL_BYTES:]))
+                         for source in sources]
+        return [None if cut else self._open(s) if isinstance(s, str) else self._parse(s)
+                for s, cut in zip(sources, cut_short, strict=True)]
+
+    def _redo_on_cpu(self, packed: PackedImages, sources: list, rows: list[int]):
+        """Pillow's decode of ``rows`` copied into their places; see :meth:`decode_packed`."""
+        if not rows:
+            return packed
+        redone = {i: None if sources[i] is None else self._on_cpu(sources[i]) for i in rows}
+        for i, image in redone.items():
+            if image is None:
+                packed.missing[i] = True
+            elif tuple(image.shape) == (packed.heights[i], packed.widths[i], 3):
+                packed[i].copy_(image)
+        if all(x is None or tuple(x.shape) == (packed.heights[i], packed.widths[i], 3)
+               for i, x in redone.items()):
+            return packed
+        return [redone[i] if i in redone else packed[i] for i in range(len(packed))]
+
+    def to_tensors(self, decoded: list | PackedImages) -> list[torch.Tensor | None] | PackedImages:
         """:meth:`decode_files`' ``tensors=False`` output as tensors on :attr:`device` (a
         gray image's one channel broadcast to three); what is a tensor or ``None`` already is
-        kept."""
+        kept, and so are packed images."""
+        if isinstance(decoded, PackedImages):
+            return decoded
         return [x if x is None or isinstance(x, torch.Tensor) else self._tensor(x) for x in decoded]
 
     def _tensor(self, image) -> torch.Tensor:
@@ -169,3 +246,15 @@ class NvImageCodecDecoder:
         except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
             return None
 
+
+
+class _BufferPart:
+    """An ``[H, W, 3]`` uint8 place at ``pointer`` in a torch buffer, described by the array
+    interface nvImageCodec's ``as_images`` reads (CUDA's; numpy's for a host buffer, as a
+    stand-in decoder in the tests has). A plain object rather than a torch view: a view and
+    its Python ``__cuda_array_interface__`` cost more of the GIL per image (session 25)."""
+
+    def __init__(self, pointer: int, height: int, width: int, cuda: bool) -> None:
+        interface = {"shape": (height, width, 3), "typestr": "|u1", "data": (pointer, False),
+                     "strides": None, "version": 3}
+        setattr(self, "__cuda_array_interface__" if cuda else "__array_interface__", interface)

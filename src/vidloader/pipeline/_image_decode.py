@@ -119,6 +119,15 @@ ROI_DECODE = False
 PHASED_DECODE = True
 
 
+#: Lanes decode each batch straight into one flat buffer where the decoder can
+#: (``decodes_packed``: nvImageCodec 0.9) and the index has every image's size
+#: (:class:`~..images._packed.PackedImages`): no tensor per image on the augmentation thread
+#: and no ``torch.cat`` to pack them. Session 25's profile of this pool (H100, ``session25-1``):
+#: the augmentation thread spent 24% of its time making those tensors. Not with
+#: :data:`ROI_DECODE` (a region's size is not the index's).
+PACKED_DECODE = True
+
+
 def _index_flags(dataset):
     """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
     it has none or not one per image (a subclass that filtered its files, say): the decoder
@@ -185,6 +194,8 @@ class BatchDecodePool(BatchPool):
         # Read once: a loader's lanes and augmentation thread must agree for its whole life.
         self._phased = (PHASED_DECODE and self._opens_files
                         and getattr(self.decoder, "decodes_in_phases", False))
+        self._packed = (self._phased and PACKED_DECODE and not ROI_DECODE
+                        and getattr(self.decoder, "decodes_packed", False))
         self._cut_short = _index_flags(config.dataset)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
@@ -222,7 +233,8 @@ class BatchDecodePool(BatchPool):
         """On a lane's thread: the plan's images (files opened by the decoder, or bytes from
         the reader threads), decoded on the lane's stream; with the windows, the regions
         decoded alone, and an event marking the decode's end. Phased
-        (:data:`PHASED_DECODE`): nvImageCodec's images, for :meth:`_augment` to wrap."""
+        (:data:`PHASED_DECODE`): nvImageCodec's images, for :meth:`_augment` to wrap; packed
+        (:data:`PACKED_DECODE`): the batch in one buffer."""
         config = self.config
         windows = plan_windows(config, plan)
         regions = None
@@ -231,11 +243,15 @@ class BatchDecodePool(BatchPool):
                 if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
                     regions = decode_regions(config, plan, windows)
                 options = {"regions": regions} if regions else {}
-                if self._phased:
-                    options["tensors"] = False
-                    if self._cut_short is not None:
-                        options["cut_short"] = self._cut_short[plan.video_indices].tolist()
-                images = lane.decoder.decode_files(source, **options)
+                if self._phased and self._cut_short is not None:
+                    options["cut_short"] = self._cut_short[plan.video_indices].tolist()
+                if self._packed:
+                    sizes = config.dataset.sizes[plan.video_indices]
+                    images = lane.decoder.decode_packed(source, sizes, **options)
+                else:
+                    if self._phased:
+                        options["tensors"] = False
+                    images = lane.decoder.decode_files(source, **options)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
             return images, windows, regions, lane.streams.record(lane.streams.own)

@@ -24,6 +24,7 @@ from ..images._augment import (
     sample_windows,
 )
 from ..images._batched import crop_flip_gather, crop_resize_batch, to_device
+from ..images._packed import PackedImages
 from ..images._pillow import decode_image, needed_size
 from ..processing import finalize
 from ._messages import STOP, Failure, FillTask, Ready, RowsFilled
@@ -141,8 +142,9 @@ def read_file(path: str) -> bytes | None:
 def fill_from_images(config, decoder_name: str, images: list, plan, staging: torch.Tensor,
                      windows: Windows | None = None, regions: list | None = None):
     """Crop, resize, flip and finish the plan's decoded ``images`` (``None`` where a file
-    could not be read or decoded) as one batch on their device, into ``staging`` (the final
-    dtype and layout: see :func:`~..images._batched.crop_resize_batch`).
+    could not be read or decoded; or :class:`~..images._packed.PackedImages`, with its
+    ``missing`` rows) as one batch on their device, into ``staging`` (the final dtype and
+    layout: see :func:`~..images._batched.crop_resize_batch`).
 
     ``windows``: the plan's windows if already drawn (:func:`plan_windows`). ``regions``:
     per row the ``(top, left, bottom, right)`` the decoder was asked to decode alone, or
@@ -154,21 +156,26 @@ def fill_from_images(config, decoder_name: str, images: list, plan, staging: tor
     if windows is None:
         windows = plan_windows(config, plan)
     valid, errors = np.ones(plan.batch_size, dtype=bool), []
-    for row, image in enumerate(images):
-        if image is None:
-            path = dataset.path(int(plan.video_indices[row]))
-            exc = CorruptImageError(path, f"{decoder_name} could not read or decode it; "
-                                    "re-encode or remove it, or pass on_error='skip'")
-            if not config.skips_bad_files:
-                raise exc
-            valid[row] = False
-            errors.append((path, str(exc)))
+    packed = isinstance(images, PackedImages)
+    missing = images.missing if packed else np.array([x is None for x in images], bool)
+    for row in np.flatnonzero(missing).tolist():
+        path = dataset.path(int(plan.video_indices[row]))
+        exc = CorruptImageError(path, f"{decoder_name} could not read or decode it; "
+                                "re-encode or remove it, or pass on_error='skip'")
+        if not config.skips_bad_files:
+            raise exc
+        valid[row] = False
+        errors.append((path, str(exc)))
     rows = np.flatnonzero(valid)
     if len(rows) == 0:
         return valid, errors
-    kept = [images[r] for r in rows]
+    if packed:
+        kept = images if len(rows) == len(images) else images.select(rows)
+        shapes = np.stack([kept.heights, kept.widths], axis=1)
+    else:
+        kept = [images[r] for r in rows]
+        shapes = np.array([(x.shape[0], x.shape[1]) for x in kept], np.int64)
     sub = Windows(*(getattr(windows, f)[rows] for f in ("top", "left", "height", "width", "flip")))
-    shapes = np.array([(x.shape[0], x.shape[1]) for x in kept], np.int64)
     full = sizes[rows]
     if regions is not None:
         paths = [dataset.path(int(plan.video_indices[r])) for r in rows]

@@ -74,12 +74,22 @@ class GpuImageWorkerStart:
 WORKERS_READ_BYTES = True
 
 
-def decode_plan_files(decoder, paths: list[str]) -> list:
+#: Workers decode each batch into one flat buffer where the decoder can (``decodes_packed``)
+#: and the index has every image's size, as the in-process pool's lanes do
+#: (``_image_decode.PACKED_DECODE``).
+WORKERS_PACKED = True
+
+
+def decode_plan_files(decoder, paths: list[str], sizes=None):
     """A worker's decode of one plan's files: their bytes to ``decoder.decode`` where the
-    decoder has one (:data:`WORKERS_READ_BYTES`), else the paths to ``decode_files``."""
+    decoder has one (:data:`WORKERS_READ_BYTES`), else the paths to ``decode_files``; into
+    one buffer (``decode_packed``, given the index's ``sizes``) where :data:`WORKERS_PACKED`
+    and the decoder can."""
+    packed = WORKERS_PACKED and sizes is not None and getattr(decoder, "decodes_packed", False)
     if WORKERS_READ_BYTES and callable(getattr(decoder, "decode", None)):
-        return decoder.decode([read_file(path) for path in paths])
-    return decoder.decode_files(paths)
+        blobs = [read_file(path) for path in paths]
+        return decoder.decode_packed(blobs, sizes) if packed else decoder.decode(blobs)
+    return decoder.decode_packed(paths, sizes) if packed else decoder.decode_files(paths)
 
 
 def gpu_image_worker_main(start: GpuImageWorkerStart, task_q, result_q) -> None:
@@ -110,7 +120,9 @@ def _fill_task(start: GpuImageWorkerStart, config, decoder, streams: _Streams,
 
     def fill(plan, staging):
         paths = [dataset.path(i) for i in plan.video_indices.tolist()]
-        images = decode_plan_files(decoder, paths)
+        sizes = getattr(dataset, "sizes", None)
+        images = decode_plan_files(decoder, paths,
+                                   None if sizes is None else sizes[plan.video_indices])
         held.append(images)
         return fill_from_images(config, decoder.name, images, plan, staging)
 

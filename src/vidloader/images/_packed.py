@@ -1,0 +1,83 @@
+"""A batch of decoded images packed one after another in one flat buffer.
+
+nvImageCodec can decode a batch straight into given memory (``decode(..., images=)``). Where
+the dataset's index knows every image's upright size, each file's place in one flat buffer is
+known before decoding, so the batch needs no tensor per image (``torch.as_tensor`` on each
+decoded image, 8 µs of the GIL apiece on the H100) and no ``torch.cat`` to pack them for the
+batched augmentation, which reads its windows from the flat buffer by one gather
+(:func:`~._batched.crop_resize_matmul`). Session 25 profiled the in-process GPU pool: a
+quarter of its augmentation thread's time went to those tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedImages:
+    """Decoded RGB images stored one after another, row-major, in ``pixels``.
+
+    Attributes:
+        pixels (torch.Tensor): uint8 ``[P + 1, 3]``; its last pixel is zero (the batched
+            augmentation's padding reads it).
+        starts (np.ndarray): int64 ``[B]``, each image's first pixel in ``pixels``.
+        heights, widths (np.ndarray): int64 ``[B]``.
+        missing (np.ndarray): bool ``[B]``, rows with no image (a file that could not be
+            read or decoded); their pixels are not to be read.
+    """
+
+    pixels: torch.Tensor
+    starts: np.ndarray
+    heights: np.ndarray
+    widths: np.ndarray
+    missing: np.ndarray
+
+    @classmethod
+    def allocate(cls, sizes: np.ndarray, device: torch.device) -> PackedImages:
+        """Room for images of ``sizes`` (int ``[B, 2]``: height, width), none decoded yet
+        (``missing`` all false: the caller marks the rows it could not fill). Allocated on
+        torch's current stream; only the zero pixel is written."""
+        sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+        counts = sizes[:, 0] * sizes[:, 1]
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        total = int(counts.sum())
+        pixels = torch.empty((total + 1, 3), dtype=torch.uint8, device=device)
+        pixels[total].zero_()
+        return cls(pixels, starts, sizes[:, 0].copy(), sizes[:, 1].copy(),
+                   np.zeros(len(sizes), bool))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def device(self) -> torch.device:
+        return self.pixels.device
+
+    @property
+    def zero_pixel(self) -> int:
+        """The index of the zero pixel in ``pixels``."""
+        return self.pixels.shape[0] - 1
+
+    def pointer(self, row: int) -> int:
+        """The address of row ``row``'s first byte."""
+        return self.pixels.data_ptr() + 3 * int(self.starts[row])
+
+    def __getitem__(self, row: int) -> torch.Tensor | None:
+        """Row ``row`` as a uint8 ``[H, W, 3]`` view (``None`` where missing)."""
+        if self.missing[row]:
+            return None
+        start, h, w = int(self.starts[row]), int(self.heights[row]), int(self.widths[row])
+        return self.pixels[start:start + h * w].view(h, w, 3)
+
+    def __iter__(self):
+        return (self[row] for row in range(len(self)))
+
+    def select(self, rows: np.ndarray) -> PackedImages:
+        """The given rows, in that order, over the same buffer."""
+        rows = np.asarray(rows, np.int64)
+        return PackedImages(self.pixels, self.starts[rows], self.heights[rows], self.widths[rows],
+                            self.missing[rows])
