@@ -34,6 +34,15 @@ VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
 }
 
 
+def _session25_switches(results: dict) -> None:
+    if os.environ.get("AB_PACKED") == "0":  # batches decoded as a list of images (session 24)
+        _unpack()
+        results["packed_decode"] = False
+    if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
+        _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
+        results["lanes_read_bytes"] = True
+
+
 def _unpack() -> None:
     """Decoders that do not decode into one buffer, in this process's pool and in the
     GPU workers (whose decoders are made by a picklable partial)."""
@@ -75,9 +84,7 @@ def main() -> int:
     if os.environ.get("AB_PHASED"):  # lanes take the GIL once a file (1) or as before (0)
         _image_decode.PHASED_DECODE = os.environ["AB_PHASED"] == "1"
         results["phased_decode"] = _image_decode.PHASED_DECODE
-    if os.environ.get("AB_PACKED") == "0":  # batches decoded as a list of images (session 24)
-        _unpack()
-        results["packed_decode"] = False
+    _session25_switches(results)
     workers = int(os.environ.get("AB_WORKERS", "0"))  # 0: the in-process pool
     results["num_workers"] = workers
     if os.environ.get("AB_SWITCH"):  # the GIL's switch interval (Python's default 5 ms)

@@ -194,7 +194,7 @@ class BatchDecodePool(BatchPool):
         # Read once: a loader's lanes and augmentation thread must agree for its whole life.
         self._phased = (PHASED_DECODE and self._opens_files
                         and getattr(self.decoder, "decodes_in_phases", False))
-        self._packed = (self._phased and PACKED_DECODE and not ROI_DECODE
+        self._packed = (PACKED_DECODE and not ROI_DECODE
                         and getattr(self.decoder, "decodes_packed", False))
         self._cut_short = _index_flags(config.dataset)
         self._next_lane = 0
@@ -252,6 +252,9 @@ class BatchDecodePool(BatchPool):
                     if self._phased:
                         options["tensors"] = False
                     images = lane.decoder.decode_files(source, **options)
+            elif self._packed:
+                sizes = config.dataset.sizes[plan.video_indices]
+                images = lane.decoder.decode_packed([f.result() for f in source], sizes)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
             return images, windows, regions, lane.streams.record(lane.streams.own)
