@@ -38,6 +38,11 @@ def _session25_switches(results: dict) -> None:
     if os.environ.get("AB_PACKED") == "0":  # batches decoded as a list of images (session 24)
         _unpack()
         results["packed_decode"] = False
+    if os.environ.get("AB_PREFETCH"):  # the loader's prefetch (default 2)
+        from vidloader.pipeline import ImageLoader
+
+        ImageLoader.__init__.__kwdefaults__["prefetch"] = int(os.environ["AB_PREFETCH"])
+        results["prefetch"] = int(os.environ["AB_PREFETCH"])
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True
