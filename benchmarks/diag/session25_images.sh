@@ -1,5 +1,5 @@
 #!/bin/bash
-# WRITTEN IN SESSION 24, NOT YET RUN. Issue 15, one call (~250 s, carry .imgwhl; LD_LIBRARY_PATH
+# Written in session 24; run in session 25 (benchmarks/results/gpu/session25-1). Issue 15, one call (~250 s, carry .imgwhl; LD_LIBRARY_PATH
 # set below): (1) the image cuda tests, now with an in-process case of the tolerance test (the
 # phased lanes with real nvImageCodec: not yet run on a GPU); (2) with the lanes taking the
 # GIL once a file (session 24: +17-24% in one process), do three lanes now beat two (they did

@@ -1,5 +1,5 @@
 #!/bin/bash
-# WRITTEN IN SESSION 24, NOT YET RUN. Next session, kind nvidia-h200-x2 (32 cores; ~300 s,
+# Written in session 24; run in session 25 (session25-5, DEADLINE=400), kind nvidia-h200-x2 (32 cores; ~300 s,
 # carry .whl): do the two ranks compete for the host's cores? Session 24 found each rank of a
 # 2-GPU run slower than a lone rank on the stream orders (W3 stream 1.77x on H200s, 1.54x on
 # H100s; W1 sequential 1.81x), with neither the lockstep nor a deeper prefetch the cause

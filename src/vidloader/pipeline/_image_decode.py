@@ -7,8 +7,10 @@ is read in C++, without the GIL; a batch-decoder object given bytes gets them fr
 threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
 records an event. A lane takes the GIL as few times as it can (:data:`PHASED_DECODE`): which
 JPEGs are cut short comes from the dataset's index rather than from reading each file's ends,
-and the decoded images become tensors on the augmentation thread, which makes its launches
-from Python anyway.
+and where the index has every image's size the batch is decoded straight into one flat buffer
+(:data:`PACKED_DECODE`, :class:`~..images._packed.PackedImages`) that the augmentation reads
+in place; otherwise the decoded images become tensors on the augmentation thread, which makes
+its launches from Python anyway.
 The augmentation thread takes the batches in order, makes its stream wait for the lane's
 event (a GPU-side wait), runs the batched crop/resize/normalize
 (:func:`~..images._batched.crop_resize_batch`) into the batch's slot and records an event;
@@ -22,8 +24,9 @@ consumer's stream when the batch was submitted: the slot's previous batch has be
 out by then (on the stream current when the loader is iterated: a loop that switches streams
 between batches must synchronise them itself, as with any CUDA tensor handed across
 streams). Decoded images are kept alive until an event recorded after their augmentation
-has passed: their memory belongs to the decoder's allocator, which may reuse it as soon as
-the tensors are dropped, while the kernels reading them may still be queued.
+has passed: their memory belongs to the decoder's allocator (packed: torch's, on the lane's
+stream), which may reuse it as soon as they are dropped, while the kernels reading them may
+still be queued.
 """
 
 from __future__ import annotations
