@@ -728,9 +728,10 @@ def _stand_in_nvimgcodec(monkeypatch, cls=None):
 
     def decode(streams, **kw):
         out = []
-        for path in streams:
+        for source in streams:  # a path, or bytes (decode_packed from bytes)
             try:
-                out.append(np.ascontiguousarray(_reference(path)))
+                out.append(np.ascontiguousarray(
+                    _reference(io.BytesIO(source) if isinstance(source, bytes) else source)))
             except OSError:
                 out.append(None)
         return out
@@ -821,57 +822,99 @@ def test_gpu_pool_lanes_decode_in_phases_with_the_index_flags(folder, monkeypatc
 def _packing_stand_in(monkeypatch, cls=None):
     """:func:`_stand_in_nvimgcodec` that also decodes into given places, as nvImageCodec's
     ``decode(..., images=)`` does: each place is the stand-in's view of the flat buffer (the
-    host array interface ``_BufferPart`` gives for a CPU buffer); a place of another size
-    gets ``None``, as nvImageCodec refuses a place too small."""
+    host array interface ``_BufferPart`` gives for a CPU buffer). As nvImageCodec, it refuses
+    the whole call (``ValueError``) when an image is larger than its place, and writes a
+    smaller one into the start of its place, returning it with its own shape."""
     from types import SimpleNamespace
 
     dec = _stand_in_nvimgcodec(monkeypatch, cls)
-    dec.decodes_packed, dec._packed_params = True, None
+    dec.decodes_packed, dec._packed_params, dec._stale_sizes_warned = True, None, False
     dec._as_images = lambda places, cuda_stream=None: [np.asarray(p) for p in places]
     whole = dec._decoder.decode
 
     def decode(streams, images=None, **kw):
         if images is None:
             return whole(streams, **kw)
+        decoded = whole(streams, **kw)
+        if any(x is not None and x.size > p.size for p, x in zip(images, decoded, strict=True)):
+            raise ValueError("Existing buffer is too small to fit new image")
         out = []
-        for place, image in zip(images, whole(streams, **kw), strict=True):
-            fits = image is not None and image.shape == place.shape
-            if fits:
-                place[...] = image
-            out.append(place if fits else None)
+        for place, image in zip(images, decoded, strict=True):
+            if image is not None:
+                flat = place.reshape(-1)[:image.size]
+                flat[...] = image.reshape(-1)
+                image = flat.reshape(image.shape)
+            out.append(image)
         return out
     dec._decoder = SimpleNamespace(decode=decode)
     return dec
 
 
-def test_nvimgcodec_decode_packed_places_each_image_by_the_index(folder, monkeypatch):
+@pytest.fixture(scope="module")
+def sized_folder(tmp_path_factory):
+    """JPEGs of five different upright sizes (one gray, one EXIF-rotated) and a truncated one:
+    a place mixed up with another's shows."""
+    root = tmp_path_factory.mktemp("sized")
+    rng = np.random.default_rng(9)
+    (root / "a").mkdir()
+    for k, (h, w) in enumerate([(40, 56), (23, 31), (64, 48), (17, 80)]):
+        _save(root / "a" / f"{k}.jpg", natural_like(h, w, rng), quality=90)
+    Image.fromarray(natural_like(30, 20, rng)).convert("L").save(root / "a" / "4_gray.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 22 high and 36 wide: upright 36 x 22
+    Image.fromarray(natural_like(22, 36, rng)).save(root / "a" / "5_exif.jpg", exif=exif)
+    good = io.BytesIO()
+    Image.fromarray(natural_like(33, 44, rng)).save(good, format="JPEG", quality=90)
+    (root / "a" / "6_truncated.jpg").write_bytes(good.getvalue()[: len(good.getvalue()) // 2])
+    return root
+
+
+def test_nvimgcodec_decode_packed_places_each_image_by_the_index(sized_folder, monkeypatch):
     """``decode_packed`` decodes a batch into one flat buffer at the places the index's
-    sizes give, from paths or bytes: the same pixels as ``decode_files``; a file nvImageCodec
-    cannot take goes to Pillow and is copied into its place; a file nobody decodes is
-    ``missing``; a file whose size is not the index's comes back, with the batch, as a list of
-    tensors, still right."""
+    sizes give, from paths or bytes: the same pixels as ``decode_files``, none through
+    Pillow; a file nvImageCodec cannot take goes to Pillow and is copied into its place; a
+    file nobody decodes is ``missing``."""
     from vidloader.images._packed import PackedImages
 
     dec = _packing_stand_in(monkeypatch)
-    ds = ImageFolder(folder, num_workers=0, progress=False)
+    ds = ImageFolder(sized_folder, num_workers=0, progress=False)
+    assert len({tuple(s) for s in ds.sizes.tolist()}) == 7  # every size differs
     paths = [ds.path(i) for i in range(len(ds))]
     whole = dec.decode_files(paths)
     blobs = [Path(p).read_bytes() for p in paths]
     for sources, flags in ((paths, ds.cut_short.tolist()), (paths, None), (blobs, None)):
+        fallbacks = dec.cpu_fallbacks
         packed = dec.decode_packed(sources, ds.sizes, cut_short=flags)
         assert isinstance(packed, PackedImages) and packed.missing.tolist() == [False] * 6 + [True]
+        assert dec.cpu_fallbacks == fallbacks  # all six decoded into their places
         assert packed.pixels[-1].tolist() == [0, 0, 0]  # the gather's padding pixel
         for a, b in zip(whole, packed, strict=True):
             assert (a is None and b is None) or torch.equal(a, b)
     fallbacks = dec.cpu_fallbacks
     dec._decoder.decode = lambda streams, **kw: [None] * len(streams)  # nvImageCodec refuses all
     packed = dec.decode_packed(paths, ds.sizes, cut_short=ds.cut_short.tolist())
+    assert isinstance(packed, PackedImages)
     assert dec.cpu_fallbacks == fallbacks + 6 and packed.missing.sum() == 1
     assert all(torch.equal(a, b) for a, b in zip(whole[:6], list(packed)[:6], strict=True))
+
+
+@pytest.mark.parametrize("change", ["smaller", "larger"])
+def test_decode_packed_survives_an_index_out_of_date(sized_folder, monkeypatch, change):
+    """A file that is not the size the index says: smaller than its place, it is decoded
+    again by Pillow; larger, nvImageCodec refuses the call and the batch is decoded image by
+    image, with a warning. Either way the batch comes back as a list of the right tensors."""
     dec = _packing_stand_in(monkeypatch)
+    ds = ImageFolder(sized_folder, num_workers=0, progress=False)
+    paths = [ds.path(i) for i in range(len(ds))]
+    whole = dec.decode_files(paths)
     wrong = ds.sizes.copy()
-    wrong[0] = (30, 20)  # the file changed since it was indexed
-    listed = dec.decode_packed(paths, wrong, cut_short=ds.cut_short.tolist())
+    wrong[1] = wrong[1] + 5 if change == "smaller" else wrong[1] - 5  # the index's, not the file's
+    flags = ds.cut_short.tolist()
+    if change == "larger":
+        with pytest.warns(RuntimeWarning, match="index the folder again"):
+            listed = dec.decode_packed(paths, wrong, cut_short=flags)
+    else:
+        listed = dec.decode_packed(paths, wrong, cut_short=flags)
     assert isinstance(listed, list) and listed[6] is None
     assert all(torch.equal(a, b) for a, b in zip(whole[:6], listed[:6], strict=True))
 
@@ -933,14 +976,18 @@ def test_batched_augmentation_reads_packed_images_as_it_reads_tensors():
     packed = PackedImages.allocate(sizes, torch.device("cpu"))
     for row, (h, w) in enumerate(sizes.tolist()):
         packed[row].copy_(torch.from_numpy(natural_like(h, w, rng)))
-    rows = np.array([4, 0, 2, 3])
+    rows = np.array([4, 0, 2, 3, 1])
     sub = packed.select(rows)
-    windows = Windows(np.array([2, -3, 0, 5]), np.array([1, 0, -2, 3]), np.array([20, 30, 36, 15]),
-                      np.array([15, 25, 33, 20]), np.array([True, False, True, False]))
+    windows = Windows(np.array([2, -3, 0, 5, -40]), np.array([1, 0, -2, 3, 0]),  # last: all outside
+                      np.array([20, 30, 36, 15, 20]), np.array([15, 25, 33, 20, 10]),
+                      np.array([True, False, True, False, True]))
     for groups in (1, 2):
         a = crop_resize_matmul(sub, windows, (12, 10), groups=groups)
         b = crop_resize_matmul([packed[r] for r in rows], windows, (12, 10), groups=groups)
-        assert torch.equal(a, b)
+        assert torch.equal(a, b) and not a[-1].any()  # the window outside: zeros
+    packed.missing[1] = True
+    with pytest.raises(ValueError, match="missing rows"):
+        crop_resize_matmul(packed, windows, (12, 10))
 
 
 def test_pool_uses_the_index_flags_only_when_there_is_one_per_image(folder):

@@ -253,6 +253,8 @@ def _pack_by_gather(images, y0, y1, x0, x1, dtype=torch.float32) -> torch.Tensor
     dev, b = _device(images), len(images)
     heights, widths = _sizes(images)
     if isinstance(images, PackedImages):
+        if images.missing.any():  # their places hold whatever the allocator left there
+            raise ValueError("packed images with missing rows: select the rows that have one")
         flat, starts, zero = images.pixels, images.starts, images.zero_pixel
     else:
         sizes = heights * widths

@@ -4,6 +4,8 @@ neither takes (PNG, CMYK JPEG), and Pillow for what no installed backend decodes
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -31,8 +33,9 @@ class NvImageCodecDecoder:
         device (torch.device): the GPU.
         hw_load (float | None): share of the batch offered to the hardware JPEG decoder
             (default :data:`DEFAULT_HW_LOAD`).
-        packed (bool): offer :meth:`decode_packed` (default ``True``; it needs nvImageCodec
-            0.9 or later, and is off on older ones whatever this says).
+        packed (bool): offer :meth:`decode_packed` (default ``True``; it needs
+            ``DecodeParams(sample_format=)``, nvImageCodec 0.9, and is off on older versions
+            whatever this says).
 
     Raises:
         BackendUnavailableError: nvImageCodec is not installed (``pip install
@@ -69,13 +72,17 @@ class NvImageCodecDecoder:
                                                allow_any_depth=False)
         self._as_images = getattr(nvimgcodec, "as_images", None)
         formats = getattr(nvimgcodec, "SampleFormat", None)
+        self._stale_sizes_warned = False
         if packed and self._as_images is not None and formats is not None:
             # Three channels whatever the file (a gray JPEG's one is repeated, as Pillow's
             # convert("RGB") does): each image's bytes then follow from its size alone.
-            self._packed_params = nvimgcodec.DecodeParams(
-                apply_exif_orientation=True, color_spec=spec, allow_any_depth=False,
-                sample_format=formats.I_RGB)
-            self.decodes_packed = True
+            try:
+                self._packed_params = nvimgcodec.DecodeParams(
+                    apply_exif_orientation=True, color_spec=spec, allow_any_depth=False,
+                    sample_format=formats.I_RGB)
+                self.decodes_packed = True
+            except TypeError:  # 0.7 and 0.8 have as_images and SampleFormat, not this
+                pass
 
     def decode(self, blobs: list[bytes | None]) -> list[torch.Tensor | None]:
         """One tensor per blob on :attr:`device`, ``None`` where a blob is ``None`` or could
@@ -83,14 +90,7 @@ class NvImageCodecDecoder:
         end-of-image marker goes to Pillow (:func:`jpeg_cut_short`)."""
         streams = [None if b is None or jpeg_cut_short(b[:2], b[-TAIL_BYTES:]) else self._parse(b)
                    for b in blobs]
-        todo = [i for i, cs in enumerate(streams) if cs is not None]
-        out: list[torch.Tensor | None] = [None] * len(blobs)
-        if todo:  # else every blob goes to Pillow (or is None)
-            self._decode_into(out, todo, [streams[i] for i in todo])
-        for i, blob in enumerate(blobs):
-            if out[i] is None and blob is not None:
-                out[i] = self._on_cpu(blob)
-        return out
+        return self._decoded_list(streams, blobs)
 
     def decode_files(self, paths: list[str], regions: list | None = None, *,
                      cut_short: list[bool] | None = None, tensors: bool = True) -> list:
@@ -118,13 +118,18 @@ class NvImageCodecDecoder:
         streams = [None if cut else self._open(p) for p, cut in zip(paths, cut_short, strict=True)]
         if regions is not None:
             streams = [self._crop(cs, r) for cs, r in zip(streams, regions)]
+        return self._decoded_list(streams, paths, tensors=tensors)
+
+    def _decoded_list(self, streams: list, sources: list, *, tensors: bool = True) -> list:
+        """nvImageCodec's decode of ``streams`` (``None``: not for it), then Pillow's of every
+        source it left undecoded (``None`` where a source is ``None`` or Pillow fails too)."""
         todo = [i for i, cs in enumerate(streams) if cs is not None]
-        out: list = [None] * len(paths)
-        if todo:
+        out: list = [None] * len(streams)
+        if todo:  # else every source goes to Pillow (or is None)
             self._decode_into(out, todo, [streams[i] for i in todo], tensors=tensors)
-        for i, path in enumerate(paths):
-            if out[i] is None:
-                out[i] = self._on_cpu(path)
+        for i, source in enumerate(sources):
+            if out[i] is None and source is not None:
+                out[i] = self._on_cpu(source)
         return out
 
     def decode_packed(self, sources: list, sizes: np.ndarray, *,
@@ -134,12 +139,17 @@ class NvImageCodecDecoder:
         from the dataset's index) gives it: no tensor per image, no copy to pack them.
 
         ``sources``: file paths (opened by nvImageCodec) or bytes (``None`` for a file that
-        could not be read). ``cut_short`` as in :meth:`decode_files` (paths only; from bytes
-        the check is a slice). A row nvImageCodec cannot decode goes to Pillow, as in
-        :meth:`decode`, and is copied into its place; it is ``missing`` when Pillow fails too.
-        A decoded image whose size is not the index's (a file changed since indexing) is
-        decoded again by Pillow; if that size differs too the batch comes back as a list of
-        tensors (views of the buffer, and Pillow's), which the pools also take."""
+        could not be read). ``cut_short`` as in :meth:`decode_files`; without it each
+        source's ends are checked (a slice of bytes, two small reads of a file). A row
+        nvImageCodec cannot decode goes to Pillow, as in :meth:`decode`, and is copied into
+        its place; it is ``missing`` when Pillow fails too.
+
+        The index may be out of date (files changed since indexing). An image smaller than
+        its place is decoded again by Pillow; an image larger than its place makes
+        nvImageCodec refuse the whole call, and the batch is then decoded as
+        :meth:`decode_files` does (a warning, once per decoder). Either way a batch whose
+        images do not all have the index's sizes comes back as a list of tensors, which the
+        pools also take."""
         streams = self._streams(sources, cut_short)
         packed = PackedImages.allocate(sizes, self.device)
         todo = [i for i, cs in enumerate(streams) if cs is not None]
@@ -147,18 +157,27 @@ class NvImageCodecDecoder:
         if todo:
             stream = torch.cuda.current_stream(self.device).cuda_stream
             cuda = packed.device.type == "cuda"
-            places = [_BufferPart(packed.pointer(i), int(packed.heights[i]), int(packed.widths[i]),
-                                  cuda) for i in todo]
+            places = self._as_images([_BufferPart(packed.pointer(i), int(packed.heights[i]),
+                                                  int(packed.widths[i]), cuda) for i in todo],
+                                     cuda_stream=stream)
             try:
-                decoded = self._decoder.decode([streams[i] for i in todo],
-                                               images=self._as_images(places, cuda_stream=stream),
+                decoded = self._decoder.decode([streams[i] for i in todo], images=places,
                                                params=self._packed_params, cuda_stream=stream)
-            except Exception:  # noqa: BLE001 - e.g. a file larger than its place: one by one
-                decoded = [None] * len(todo)
+            except ValueError as exc:  # an image larger than its place ("too small")
+                self._warn_stale_sizes(exc)
+                return self._decoded_list(streams, sources)
             for i, image in zip(todo, decoded):
                 if image is None or tuple(image.shape) != (packed.heights[i], packed.widths[i], 3):
                     redo.append(i)
         return self._redo_on_cpu(packed, sources, sorted(redo))
+
+    def _warn_stale_sizes(self, exc: Exception) -> None:
+        if not self._stale_sizes_warned:
+            self._stale_sizes_warned = True
+            warnings.warn(f"nvImageCodec found an image larger than the dataset's index says "
+                          f"({exc}): files changed since they were indexed. Batches holding such "
+                          "files are decoded image by image into separate tensors (slower); "
+                          "index the folder again.", RuntimeWarning, stacklevel=3)
 
     def _streams(self, sources: list, cut_short: list[bool] | None) -> list:
         """Per source its ``CodeStream``, or ``None`` for what goes to Pillow."""

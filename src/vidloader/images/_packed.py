@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class PackedImages:
     """Decoded RGB images stored one after another, row-major, in ``pixels``.
 
@@ -43,7 +43,7 @@ class PackedImages:
         torch's current stream; only the zero pixel is written."""
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         counts = sizes[:, 0] * sizes[:, 1]
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        starts = np.cumsum(counts) - counts
         total = int(counts.sum())
         pixels = torch.empty((total + 1, 3), dtype=torch.uint8, device=device)
         pixels[total].zero_()
