@@ -34,7 +34,7 @@ VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
 }
 
 
-def _session25_switches(results: dict) -> None:
+def _session25_switches(results: dict, folder) -> None:
     if os.environ.get("AB_PACKED") == "0":  # batches decoded as a list of images (session 24)
         _unpack()
         results["packed_decode"] = False
@@ -43,9 +43,27 @@ def _session25_switches(results: dict) -> None:
 
         ImageLoader.__init__.__kwdefaults__["prefetch"] = int(os.environ["AB_PREFETCH"])
         results["prefetch"] = int(os.environ["AB_PREFETCH"])
+    if os.environ.get("AB_CACHED") == "1":  # lanes given every file's bytes from memory
+        _cached_bytes(results, folder)
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True
+
+
+def _cached_bytes(results: dict, folder) -> None:
+    """The in-process pool's lanes decode bytes held in memory instead of paths: what the
+    pool would do if files reached it already read, for free (an upper bound for readers in
+    other processes). Every file of ``folder`` is read here, before any loader starts."""
+    paths = [folder.path(i) for i in range(len(folder))]
+    cache = {path: Path(path).read_bytes() for path in paths}
+    real = _nvimgcodec.NvImageCodecDecoder.decode_packed
+
+    def decode_packed(self, sources, sizes, **options):
+        if sources and isinstance(sources[0], str):
+            sources = [cache[path] for path in sources]
+        return real(self, sources, sizes, **options)
+    _nvimgcodec.NvImageCodecDecoder.decode_packed = decode_packed
+    results["lanes_given_cached_bytes"] = True
 
 
 def _unpack() -> None:
@@ -89,7 +107,7 @@ def main() -> int:
     if os.environ.get("AB_PHASED"):  # lanes take the GIL once a file (1) or as before (0)
         _image_decode.PHASED_DECODE = os.environ["AB_PHASED"] == "1"
         results["phased_decode"] = _image_decode.PHASED_DECODE
-    _session25_switches(results)
+    _session25_switches(results, folder)
     workers = int(os.environ.get("AB_WORKERS", "0"))  # 0: the in-process pool
     results["num_workers"] = workers
     if os.environ.get("AB_SWITCH"):  # the GIL's switch interval (Python's default 5 ms)
