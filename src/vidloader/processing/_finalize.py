@@ -19,25 +19,43 @@ def finalize(staged: torch.Tensor, proc: Process, *, is_clip: bool) -> torch.Ten
     Float conversion happens here, on the target device, so only uint8 crosses PCIe. The
     input must be owned by the caller (not a shared-memory slot): a uint8 output in the
     staged layout is returned as is.
+
+    A float output is two passes: the cast into the output's layout (one copy), then
+    ``x · scale + shift`` per channel in place (the normalisation folded into two constants,
+    computed in float32). It was five (cast, divide, subtract, divide, then the layout's
+    copy); on the CPU a 224² image's took 1.3 ms of the loader's ~4 ms an image, now ~0.3
+    (one thread, session 25).
     """
     x = staged
-    if proc.dtype != "uint8":
-        # Compute in float32 for accuracy, then cast (float16 normalisation in fp16 loses bits).
-        x = x.to(torch.float32)
-        if proc.normalized:
-            x = x / 255.0
-        if proc.mean is not None:
-            x = x - _constant(proc.mean, x.device)
-        if proc.std is not None:
-            x = x / _constant(proc.std, x.device)
-        x = x.to(_TORCH_DTYPES[proc.dtype])
     layout = proc.layout
     if not is_clip:
         x = x[:, 0]
         layout = layout.replace("t", "")
     src = "thwc" if is_clip else "hwc"
     perm = [0] + [1 + src.index(axis) for axis in layout]
-    return x.permute(*perm).contiguous()
+    if proc.dtype == "uint8":
+        return x.permute(*perm).contiguous()
+    out = torch.empty([x.shape[i] for i in perm], dtype=torch.float32, device=x.device)
+    out.copy_(x.permute(*perm))
+    # The constants broadcast along the output's channel axis.
+    trailing = [1] * (len(layout) - 1 - layout.index("c"))
+    scale, shift = (c.view(-1, *trailing) for c in _affine(proc, x.device))
+    torch.addcmul(shift, out, scale, out=out)
+    # Computed in float32 for accuracy, then cast (float16 normalisation in fp16 loses bits).
+    return out if proc.dtype == "float32" else out.to(_TORCH_DTYPES[proc.dtype])
+
+
+def _affine(proc: Process, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 ``(scale, shift)`` per channel: ``(x / 255 - mean) / std`` as ``x · scale +
+    shift`` (without ``/ 255`` unless ``normalized``, each part only where set)."""
+    # One value for every channel where neither is set (it broadcasts to any channel count).
+    channels = len(proc.mean) if proc.mean is not None else len(proc.std) if proc.std is not None else 1
+    scale = [1 / 255 if proc.normalized else 1.0] * channels
+    shift = [-m for m in proc.mean] if proc.mean is not None else [0.0] * channels
+    if proc.std is not None:
+        scale = [a / s for a, s in zip(scale, proc.std, strict=True)]
+        shift = [b / s for b, s in zip(shift, proc.std, strict=True)]
+    return _constant(scale, device), _constant(shift, device)
 
 
 def _constant(values, device: torch.device) -> torch.Tensor:
