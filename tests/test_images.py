@@ -601,8 +601,9 @@ def test_nvimgcodec_within_tolerance_of_pillow(folder, gpu_workers):
     (of 255): mean absolute difference under 3, 99th percentile under 16; PNG exact. The
     CMYK file is only printed (colour conversion of CMYK JPEGs differs between libraries),
     and a truncated file goes to Pillow, which refuses it, as on the CPU path. In the
-    default GPU worker processes, and in the in-process pool, whose lanes decode in phases
-    (the index's ``cut_short`` flags, tensors made on the augmentation thread)."""
+    default GPU worker processes, and in the in-process pool; both decode each batch into
+    one buffer at the index's sizes (``PACKED_DECODE``) and take the index's ``cut_short``
+    flags."""
     pytest.importorskip("nvidia.nvimgcodec")
     ds = ImageFolder(folder, num_workers=0, progress=False)
 
