@@ -35,7 +35,8 @@ def run(folder: ImageFolder, kind: str, threads: int, batches: int, blobs: dict)
     rng = np.random.default_rng(threads)
     plans = [[rng.choice(len(folder), 256, replace=False) for _ in range(batches)]
              for _ in range(threads)]
-    decoders = [NvImageCodecDecoder(DEV) for _ in range(threads)]
+    options = os.environ.get("SOURCES_OPTIONS", "")  # nvImageCodec's decoder options
+    decoders = [NvImageCodecDecoder(DEV, options=options) for _ in range(threads)]
     streams = [torch.cuda.Stream(DEV) for _ in range(threads)]
     barrier = threading.Barrier(threads + 1)
 
@@ -76,10 +77,11 @@ def main() -> int:
     root = write_image_folder("/tmp/jpeg-sources", num_classes=10, per_class=count // 10)
     folder = ImageFolder(root, progress=False)
     blobs = {i: Path(folder.path(i)).read_bytes() for i in range(len(folder))}
-    result = {}
+    result = {"options": os.environ.get("SOURCES_OPTIONS", "")}
+    kinds = os.environ.get("SOURCES_KINDS", "paths|bytes read beforehand|bytes read in Python")
     for round_ in (1, 2):
         for threads in (1, 2):
-            for kind in ("paths", "bytes read beforehand", "bytes read in Python"):
+            for kind in kinds.split("|"):
                 rate = run(folder, kind, threads, batches, blobs)
                 label = f"{kind}, {threads} thread{'s' if threads > 1 else ''}, round {round_}"
                 result[label] = rate

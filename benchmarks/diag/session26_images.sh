@@ -1,12 +1,13 @@
 #!/bin/bash
-# WRITTEN IN SESSION 25, NOT YET RUN. Issue 15, one call (~260 s, carry .imgwhl; kind
+# WRITTEN IN SESSION 25, NOT YET RUN. Issue 15, one call (carry .imgwhl; kind
 # nvidia-h200 or nvidia-h100-x1). Session 25 found nvImageCodec's packed decode 1.5-2.1x
 # faster on bytes already read than on paths (one thread, session25-4), while the in-process
 # pool, which gives it paths, runs at 8,300-9,500 images/s and handing it bytes read by its
 # reader threads was slower (the reads take the GIL). Before building readers in other
 # processes (files read into shared memory, no GIL of ours), this measures their upper bound:
 # the in-process pool's lanes given every file's bytes from memory (AB_CACHED=1), against
-# paths, alternated twice; then 3 lanes on cached bytes, and the decode alone for reference.
+# paths, alternated twice; then 3 lanes on cached bytes, and the decode alone for reference;
+# last, nvImageCodec's num_cuda_streams option on the decode alone. About 330 s.
 # The image cuda tests first (session 25's review mends reached the GPU path after call 3).
 set -u
 export PYTHONUNBUFFERED=1
@@ -32,4 +33,12 @@ mkdir -p "$OUT/profile"
 AB_CACHED=1 AB_ONLY="2 lanes, whole images" AB_PROFILE="2 lanes, whole images" AB_REFERENCES=0 \
   OUT="$OUT/profile" timeout 60 python3 benchmarks/diag/jpeg_loader_ab.py 4000 150 > "$OUT/profile/profile.log" 2>&1
 grep -E "images/s" "$OUT/profile/profile.log" | sed "s/^/profiled (cached): /" | tee -a "$OUT/summary.txt"
+# nvImageCodec's ":num_cuda_streams=4" option (session 19, H200, one run: 21,041 images/s on
+# two threads against 19,034 without) on the packed decode of pre-read bytes, 1 and 2 threads.
+for opts in "" ":num_cuda_streams=4"; do
+  dir="$OUT/sources${opts:+-streams4}"; mkdir -p "$dir"
+  SOURCES_OPTIONS="$opts" SOURCES_KINDS="bytes read beforehand" OUT="$dir" timeout 60 \
+    python3 benchmarks/diag/jpeg_sources_probe.py 4000 30 2>&1 | grep "images/s" \
+    | sed "s/^/options '$opts': /" | tee -a "$OUT/summary.txt"
+done
 echo "done at ${SECONDS} s"

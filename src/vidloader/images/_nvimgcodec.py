@@ -33,6 +33,8 @@ class NvImageCodecDecoder:
         device (torch.device): the GPU.
         hw_load (float | None): share of the batch offered to the hardware JPEG decoder
             (default :data:`DEFAULT_HW_LOAD`).
+        options (str): nvImageCodec's decoder options, passed as they are (e.g.
+            ``":num_cuda_streams=4"``; default none).
         packed (bool): offer :meth:`decode_packed` (default ``True``; it needs
             ``DecodeParams(sample_format=)``, nvImageCodec 0.9, and is off on older versions
             whatever this says).
@@ -52,7 +54,7 @@ class NvImageCodecDecoder:
     #: the GPU pools' ``PACKED_DECODE``). Set per decoder in ``__init__``.
     decodes_packed = False
 
-    def __init__(self, device: torch.device, *, hw_load: float | None = None,
+    def __init__(self, device: torch.device, *, hw_load: float | None = None, options: str = "",
                  packed: bool = True) -> None:
         nvimgcodec = require("nvidia.nvimgcodec", purpose="decoding images on the GPU")
         self._code_stream = nvimgcodec.CodeStream
@@ -62,8 +64,9 @@ class NvImageCodecDecoder:
         backends = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, kind),
                                        load_hint=hw_load if kind == "HW_GPU_ONLY" else 1.0)
                     for kind in BACKENDS]
+        extra = {"options": options} if options else {}
         self._decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=backends,
-                                           max_num_cpu_threads=CPU_THREADS)
+                                           max_num_cpu_threads=CPU_THREADS, **extra)
         colors = nvimgcodec.ColorSpec  # SRGB since 0.5, RGB before
         spec = colors.SRGB if hasattr(colors, "SRGB") else colors.RGB
         #: Images nvImageCodec could not decode and Pillow did (see :meth:`_on_cpu`).
