@@ -83,6 +83,29 @@ class _PillowPacked(_PillowBytes):
         return packed
 
 
+def _reading_ahead() -> None:
+    import threading
+
+    assert any(t.name == "vidloader-read-ahead" for t in threading.enumerate()), \
+        "the worker decodes without a read-ahead thread"
+
+
+class _PackedReadAhead(_PillowPacked):
+    """:class:`_PillowPacked` that fails unless its worker reads ahead."""
+
+    def decode_packed(self, blobs, sizes):
+        _reading_ahead()
+        return super().decode_packed(blobs, sizes)
+
+
+class _BytesReadAhead(_PillowBytes):
+    """:class:`_PillowBytes` that fails unless its worker reads ahead."""
+
+    def decode(self, blobs):
+        _reading_ahead()
+        return super().decode(blobs)
+
+
 def _process_pool(monkeypatch, make_decoder=PillowFiles):
     """Make Pillow loaders (CPU) use the GPU image pool's worker processes, ``make_decoder``
     standing in for nvImageCodec."""
@@ -147,6 +170,62 @@ def test_workers_decode_packed_batches_where_the_decoder_can(folder, monkeypatch
     for x, y in zip(reference, list(loader), strict=True):
         _equal(x, y)
     assert loader.stats["skipped_samples"] == 1
+
+
+@pytest.mark.parametrize("make_decoder", [_PackedReadAhead, _BytesReadAhead])
+def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, make_decoder):
+    """With ``WORKERS_READ_AHEAD``, a worker reads its next task's files on a thread while it
+    fills the current one: the batches, the skipped file and the order are unchanged."""
+    from vidloader.pipeline import _image_gpu_workers
+
+    ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    reference = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
+                                 on_error="skip", sampler=RandomFrames(seed=5)))
+    monkeypatch.setattr(_image_gpu_workers, "WORKERS_READ_AHEAD", True)
+    _process_pool(monkeypatch, make_decoder=make_decoder)
+    loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=2, on_error="skip",
+                         sampler=RandomFrames(seed=5), prefetch=3)
+    for x, y in zip(reference, list(loader), strict=True):
+        _equal(x, y)
+    assert loader.stats["skipped_samples"] == 1
+
+
+def test_read_ahead_reads_on_its_own_thread_in_order(monkeypatch):
+    """``read_ahead`` yields the tasks in order with their plans' bytes, read on the
+    ``vidloader-read-ahead`` thread; a task whose files cannot be listed comes with the
+    exception; ``STOP`` ends it."""
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from vidloader.pipeline import _image_gpu_workers
+    from vidloader.pipeline._messages import STOP
+
+    readers = []
+
+    def read_file(path):
+        readers.append(threading.current_thread().name)
+        return path.encode()
+
+    class Dataset:
+        def path(self, i):
+            if i < 0:
+                raise IndexError(f"no file {i}")
+            return f"file{i}"
+
+    monkeypatch.setattr(_image_gpu_workers, "read_file", read_file)
+    plan = lambda *ids: SimpleNamespace(video_indices=np.array(ids))  # noqa: E731
+    tasks = [SimpleNamespace(n=0, plans=[plan(1, 2), plan(3)]), SimpleNamespace(n=1, plans=[plan(-1)]),
+             SimpleNamespace(n=2, plans=[plan(4)])]
+    task_q = queue.Queue()
+    for task in [*tasks, STOP]:
+        task_q.put(task)
+    got = list(_image_gpu_workers.read_ahead(task_q, Dataset()))
+    assert [t.n for t, _ in got] == [0, 1, 2]
+    assert got[0][1] == [[b"file1", b"file2"], [b"file3"]] and got[2][1] == [[b"file4"]]
+    assert isinstance(got[1][1], IndexError)
+    assert readers and set(readers) == {"vidloader-read-ahead"}
 
 
 def test_worker_processes_resume_and_persist(folder, monkeypatch):

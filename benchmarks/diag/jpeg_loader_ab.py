@@ -45,6 +45,11 @@ def _session25_switches(results: dict, folder) -> None:
         results["prefetch"] = int(os.environ["AB_PREFETCH"])
     if os.environ.get("AB_CACHED") == "1":  # lanes given every file's bytes from memory
         _cached_bytes(results, folder)
+    if os.environ.get("AB_READ_AHEAD") == "1":  # GPU workers read their next task's files ahead
+        from vidloader.pipeline import _image_gpu_workers
+
+        _image_gpu_workers.WORKERS_READ_AHEAD = True  # read by each pool when it is made
+        results["workers_read_ahead"] = True
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True

@@ -32,7 +32,9 @@ with no events.
 from __future__ import annotations
 
 import dataclasses
+import queue
 import signal
+import threading
 import traceback
 
 import torch
@@ -63,6 +65,7 @@ class GpuImageWorkerStart:
     slots: list
     copied_out: list
     make_decoder: object
+    read_ahead: bool = False  # see WORKERS_READ_AHEAD
 
 
 #: A worker reads its batch's files itself and gives the decoder their bytes (``decode``),
@@ -80,14 +83,28 @@ WORKERS_READ_BYTES = True
 WORKERS_PACKED = True
 
 
-def decode_plan_files(decoder, paths: list[str], sizes=None):
+#: A worker reads the files of its next task on a thread of its own while it decodes and
+#: augments the current one (nvImageCodec's decode releases the GIL), where it reads bytes
+#: (:data:`WORKERS_READ_BYTES`). Off until measured on a GPU
+#: (``benchmarks/diag/session26_workers.sh``): session 25 found the packed decode of bytes
+#: read beforehand 1.5-2.1× the pace of bytes read on the decoding thread (one thread, H100,
+#: ``session25-4``). Read by each pool when it is made.
+WORKERS_READ_AHEAD = False
+
+
+def reads_bytes(decoder) -> bool:
+    """Whether a worker gives ``decoder`` the files' bytes (:data:`WORKERS_READ_BYTES`)."""
+    return WORKERS_READ_BYTES and callable(getattr(decoder, "decode", None))
+
+
+def decode_plan_files(decoder, paths: list[str], sizes=None, blobs: list | None = None):
     """A worker's decode of one plan's files: their bytes to ``decoder.decode`` where the
     decoder has one (:data:`WORKERS_READ_BYTES`), else the paths to ``decode_files``; into
     one buffer (``decode_packed``, given the index's ``sizes``) where :data:`WORKERS_PACKED`
-    and the decoder can."""
+    and the decoder can. ``blobs``: the files' bytes, read ahead (:func:`read_ahead`)."""
     packed = WORKERS_PACKED and sizes is not None and getattr(decoder, "decodes_packed", False)
-    if WORKERS_READ_BYTES and callable(getattr(decoder, "decode", None)):
-        blobs = [read_file(path) for path in paths]
+    if reads_bytes(decoder):
+        blobs = [read_file(path) for path in paths] if blobs is None else blobs
         return decoder.decode_packed(blobs, sizes) if packed else decoder.decode(blobs)
     return decoder.decode_packed(paths, sizes) if packed else decoder.decode_files(paths)
 
@@ -109,20 +126,50 @@ def gpu_image_worker_main(start: GpuImageWorkerStart, task_q, result_q) -> None:
                              traceback.format_exc()))
         return
     result_q.put(Ready(start.worker_id))
-    while (task := task_q.get()) is not STOP:
-        result_q.put(_fill_task(start, config, decoder, streams, task))
+    if start.read_ahead and reads_bytes(decoder):
+        tasks = read_ahead(task_q, config.dataset)
+    else:
+        tasks = ((task, None) for task in iter(task_q.get, STOP))
+    for task, blobs in tasks:
+        result_q.put(_fill_task(start, config, decoder, streams, task, blobs))
+
+
+def read_ahead(task_q, dataset):
+    """``(task, bytes of its plans' files)`` in the order the tasks come, each task's files
+    read on a thread of its own (``vidloader-read-ahead``) while the worker fills the one
+    before (:data:`WORKERS_READ_AHEAD`); it reads at most two tasks ahead. A failure to list
+    a task's files comes as the exception in place of its bytes; ends at ``STOP``."""
+    ready: queue.Queue = queue.Queue(maxsize=1)
+
+    def reader():
+        while (task := task_q.get()) is not STOP:
+            try:
+                blobs = [[read_file(dataset.path(i)) for i in plan.video_indices.tolist()]
+                         for plan in task.plans]
+            except Exception as exc:  # noqa: BLE001 - the worker replies it as the task's Failure
+                blobs = exc
+            ready.put((task, blobs))
+        ready.put((STOP, None))
+
+    threading.Thread(target=reader, name="vidloader-read-ahead", daemon=True).start()
+    while (item := ready.get())[0] is not STOP:
+        yield item
 
 
 def _fill_task(start: GpuImageWorkerStart, config, decoder, streams: _Streams,
-               task: FillTask) -> list:
+               task: FillTask, blobs: list | Exception | None = None) -> list:
     held = []  # the decoded images, alive until the stream is past the kernels reading them
     dataset = config.dataset
+    read = iter(blobs) if isinstance(blobs, list) else None  # per plan, in the task's order
 
     def fill(plan, staging):
+        if isinstance(blobs, Exception):
+            raise blobs
         paths = [dataset.path(i) for i in plan.video_indices.tolist()]
         sizes = getattr(dataset, "sizes", None)
         images = decode_plan_files(decoder, paths,
-                                   None if sizes is None else sizes[plan.video_indices])
+                                   None if sizes is None else sizes[plan.video_indices],
+                                   None if read is None else next(read))
         held.append(images)
         return fill_from_images(config, decoder.name, images, plan, staging)
 
@@ -160,6 +207,7 @@ class GpuImageProcessPool(FencedWorkerPool):
             for slot in self.slots:
                 slot["images"].share_memory_()
         self.fences = SlotFences(len(self.slots), device)
-        args = [GpuImageWorkerStart(i, config, device, self.slots, self.fences.events, make_decoder)
+        args = [GpuImageWorkerStart(i, config, device, self.slots, self.fences.events, make_decoder,
+                                    read_ahead=WORKERS_READ_AHEAD)
                 for i in range(config.num_workers)]
         super().__init__(gpu_image_worker_main, args, config.num_workers, server="torch")
