@@ -732,7 +732,7 @@ def _stand_in_nvimgcodec(monkeypatch, cls=None):
         for source in streams:  # a path, or bytes (decode_packed from bytes)
             try:
                 out.append(np.ascontiguousarray(
-                    _reference(io.BytesIO(source) if isinstance(source, bytes) else source)))
+                    _reference(source if isinstance(source, str) else io.BytesIO(bytes(source)))))
             except OSError:
                 out.append(None)
         return out

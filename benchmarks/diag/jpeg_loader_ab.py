@@ -50,6 +50,9 @@ def _session25_switches(results: dict, folder) -> None:
 
         _image_gpu_workers.WORKERS_READ_AHEAD = True  # read by each pool when it is made
         results["workers_read_ahead"] = True
+    if os.environ.get("AB_READERS"):  # reader processes for the in-process lanes
+        _image_decode.READER_PROCESSES = int(os.environ["AB_READERS"])
+        results["reader_processes"] = _image_decode.READER_PROCESSES
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True

@@ -141,8 +141,8 @@ class NvImageCodecDecoder:
         current stream, each image at the place its upright size (``sizes``, int ``[B, 2]``,
         from the dataset's index) gives it: no tensor per image, no copy to pack them.
 
-        ``sources``: file paths (opened by nvImageCodec) or bytes (``None`` for a file that
-        could not be read). ``cut_short`` as in :meth:`decode_files`; without it each
+        ``sources``: file paths (opened by nvImageCodec) or bytes, or uint8 numpy arrays of
+        them (``None`` for a file that could not be read); mixed as they come. ``cut_short`` as in :meth:`decode_files`; without it each
         source's ends are checked (a slice of bytes, two small reads of a file). A row
         nvImageCodec cannot decode goes to Pillow, as in :meth:`decode`, and is copied into
         its place; it is ``missing`` when Pillow fails too.
@@ -187,7 +187,8 @@ class NvImageCodecDecoder:
         if cut_short is None:
             cut_short = [source is None or (jpeg_cut_short(*read_file_ends(source))
                                             if isinstance(source, str) else
-                                            jpeg_cut_short(source[:2], source[-TAIL_BYTES:]))
+                                            jpeg_cut_short(bytes(source[:2]),
+                                                           bytes(source[-TAIL_BYTES:])))
                          for source in sources]
         return [None if cut else self._open(s) if isinstance(s, str) else self._parse(s)
                 for s, cut in zip(sources, cut_short, strict=True)]
@@ -242,15 +243,18 @@ class NvImageCodecDecoder:
             if image is not None:
                 out[i] = self._tensor(image) if tensors else image
 
-    def _on_cpu(self, blob: bytes | str) -> torch.Tensor | None:
+    def _on_cpu(self, blob) -> torch.Tensor | None:
         """A blob (or file) nvImageCodec did not decode (a format none of its installed
         backends takes, e.g. PNG without its OpenCV extension), decoded by Pillow and copied
         to the GPU;
         ``None`` if Pillow cannot decode it either (the file is then skipped or raises per
-        ``on_error``). Counted in :attr:`cpu_fallbacks`."""
+        ``on_error``). Counted in :attr:`cpu_fallbacks`. ``blob``: a path, bytes, or a uint8
+        array of them (a reader's slab)."""
         from ..errors import CorruptImageError
         from ._pillow import decode_image
 
+        if not isinstance(blob, (str, bytes)):
+            blob = bytes(blob)
         try:
             array, _ = decode_image(blob)
         except CorruptImageError:

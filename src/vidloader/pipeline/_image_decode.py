@@ -131,6 +131,34 @@ PHASED_DECODE = True
 PACKED_DECODE = True
 
 
+#: Reader processes that read each batch's files into shared memory for the lanes
+#: (:mod:`._image_readers`), where the lanes decode packed: 0 (off) until measured on a GPU
+#: (``benchmarks/diag/session26_images.sh`` measures its upper bound, lanes given every file's
+#: bytes from memory, and ``session26_readers.sh`` the readers). Session 25: decoding bytes
+#: already read was 1.5-2.1× decoding paths on one thread (H100, ``session25-4``), but reading
+#: them in this process's threads took the GIL the augmentation needs and was slower.
+READER_PROCESSES = 0
+
+
+def _slab_bytes(dataset, batch_size: int, sample: int = 256) -> int:
+    """Bytes of a reader slab: a batch of files of the dataset's mean size (from up to
+    ``sample`` of them, spread over the dataset), with half again of room; at least 8 MiB. A
+    file that does not fit goes by its path."""
+    import os
+
+    import numpy as np
+
+    picks = np.linspace(0, len(dataset) - 1, num=min(sample, len(dataset))).astype(int)
+    sizes = []
+    for i in picks.tolist():
+        try:
+            sizes.append(os.stat(dataset.path(i)).st_size)
+        except OSError:
+            continue
+    mean = float(np.mean(sizes)) if sizes else 0.0
+    return max(8 << 20, int(1.5 * mean * batch_size))
+
+
 def _index_flags(dataset):
     """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
     it has none or not one per image (a subclass that filtered its files, say): the decoder
@@ -205,6 +233,13 @@ class BatchDecodePool(BatchPool):
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
         self.streams = _Streams(device)  # the consumer's side: records and waits
         self.slots = allocate_final_slots(config, num_slots, device)
+        self.file_readers = None
+        if READER_PROCESSES > 0 and self._packed and self._opens_files:
+            from ._image_readers import FileReaders
+
+            # A slab per batch in flight, and one more: the pool waits for one otherwise.
+            self.file_readers = FileReaders(READER_PROCESSES, num_slots + len(self.lanes) + 1,
+                                            _slab_bytes(config.dataset, config.batch_size))
         self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
         self._done: collections.deque = collections.deque()
 
@@ -220,8 +255,12 @@ class BatchDecodePool(BatchPool):
             lane = self.lanes[self._next_lane]
             self._next_lane = (self._next_lane + 1) % len(self.lanes)
             paths = [dataset.path(i) for i in plan.video_indices.tolist()]
-            source = (paths if self._opens_files else
-                      [self.reader.submit(read_file, path) for path in paths])
+            if self.file_readers is not None:
+                source = (paths, self.file_readers.read(paths))
+            elif self._opens_files:
+                source = paths
+            else:
+                source = [self.reader.submit(read_file, path) for path in paths]
             decoded = lane.thread.submit(self._decode, lane, plan, source)
             staging = self.slots[slot_id]["images"][start:start + plan.batch_size]
             fills.append(self.augmenter.thread.submit(self._augment, decoded, lane, plan,
@@ -242,7 +281,9 @@ class BatchDecodePool(BatchPool):
         windows = plan_windows(config, plan)
         regions = None
         with lane.streams.current():
-            if self._opens_files:
+            if self.file_readers is not None:
+                images = self._decode_read(lane, plan, *source)
+            elif self._opens_files:
                 if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
                     regions = decode_regions(config, plan, windows)
                 options = {"regions": regions} if regions else {}
@@ -261,6 +302,18 @@ class BatchDecodePool(BatchPool):
             else:
                 images = lane.decoder.decode([f.result() for f in source])
             return images, windows, regions, lane.streams.record(lane.streams.own)
+
+    def _decode_read(self, lane: _Lane, plan, paths: list[str], read):
+        """A plan's files as the reader processes read them (``read``: a future), decoded
+        packed; the slab is given back once the decode has returned."""
+        files = read.result()  # re-raises a reader's death
+        try:
+            flags = None if self._cut_short is None else self._cut_short[plan.video_indices].tolist()
+            return lane.decoder.decode_packed(self.file_readers.files(files, paths),
+                                              self.config.dataset.sizes[plan.video_indices],
+                                              cut_short=flags)
+        finally:
+            self.file_readers.release(files.slab)
 
     def _augment(self, decoded, lane: _Lane, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
@@ -301,6 +354,8 @@ class BatchDecodePool(BatchPool):
             executor.shutdown(wait=False, cancel_futures=True)
         for executor in executors:
             executor.shutdown(wait=True)
+        if self.file_readers is not None:  # after the lanes: none waits on a read now
+            self.file_readers.close()
         if self.streams.cuda:
             torch.cuda.synchronize(self.streams.device)
         self.augmenter.in_use.clear()

@@ -1,0 +1,182 @@
+"""Files read by reader processes into shared memory, a batch at a time, for the in-process GPU
+image pool (:class:`~._image_decode.BatchDecodePool`, ``READER_PROCESSES``).
+
+Why: session 25 measured nvImageCodec's decode of bytes already in memory at 1.5-2.1× its
+decode of paths (one thread, H100, ``benchmarks/results/gpu/session25-4``), but reading the
+files in the pool's own threads was slower than paths: each read takes the GIL that the
+augmentation's launches need. Reader processes read with GILs of their own, into slabs of one
+shared file (:class:`~._shared_slots.SharedSlots`, no ``/dev/shm`` size limit on Linux); a
+decode lane hands nvImageCodec numpy views of a slab, and gives the slab back once the decode
+has returned.
+
+Per batch: the pool takes a free slab (waiting for a lane to give one back, which bounds the
+batches read ahead), sends one reader the slab and the paths, and gets a future. The reader
+writes the files one after another into the slab and replies with each file's offset and
+length; a file that does not fit in what is left of the slab, or cannot be read, is marked,
+and the lane passes its path instead (nvImageCodec opens it, or reports it). A thread of this
+process receives the replies and completes the futures; a reader that dies fails every
+pending future with its :class:`~..errors.WorkerError`.
+
+This module imports no torch: the readers run in the ``"decode"`` fork server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import signal
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from ..errors import WorkerError
+from ._messages import STOP, Ready
+from ._pool import WorkerProcesses
+from ._shared_slots import SharedSlots
+
+#: A file that could not be read; a file that did not fit in its slab.
+UNREADABLE, TOO_LARGE = -1, -2
+
+#: Seconds the reply thread waits for a message before it checks whether it should stop.
+REPLY_POLL_SECONDS = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class ReaderStart:
+    worker_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadTask:
+    """Read ``paths`` into slab ``slab``, one after another from its start."""
+
+    slab: int
+    paths: list
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesRead:
+    """Slab ``slab`` holds the files of a :class:`ReadTask`: per file its offset and length in
+    bytes, or :data:`UNREADABLE` / :data:`TOO_LARGE` as its length."""
+
+    slab: int
+    offsets: np.ndarray
+    lengths: np.ndarray
+
+
+def file_reader_main(start: ReaderStart, task_q, result_q, slabs: SharedSlots) -> None:
+    """A reader process: takes :class:`ReadTask` s, replies :class:`FilesRead`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    views = [slot["bytes"] for slot in slabs.arrays()]
+    result_q.put(Ready(start.worker_id))
+    while (task := task_q.get()) is not STOP:
+        result_q.put(read_into(views[task.slab], task))
+
+
+def read_into(slab: np.ndarray, task: ReadTask) -> FilesRead:
+    """Each file of ``task`` read into ``slab`` after the one before it."""
+    offsets = np.zeros(len(task.paths), np.int64)
+    lengths = np.zeros(len(task.paths), np.int64)
+    memory, at = memoryview(slab), 0
+    for k, path in enumerate(task.paths):
+        offsets[k] = at
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            lengths[k] = UNREADABLE
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            if at + size > len(slab):
+                lengths[k] = TOO_LARGE
+                continue
+            got = os.readv(fd, [memory[at:at + size]])
+            lengths[k] = got if got == size else UNREADABLE  # changed while read: by path
+            at += got
+        except OSError:
+            lengths[k] = UNREADABLE
+        finally:
+            os.close(fd)
+    return FilesRead(task.slab, offsets, lengths)
+
+
+class FileReaders:
+    """``num_readers`` reader processes and ``num_slabs`` slabs of ``slab_bytes`` (module
+    docstring). :meth:`read` a batch's paths, then :meth:`files` of the result, then
+    :meth:`release` its slab; :meth:`close` at the end."""
+
+    def __init__(self, num_readers: int, num_slabs: int, slab_bytes: int) -> None:
+        self.slabs = SharedSlots({"bytes": (int(slab_bytes),)}, num_slabs)
+        self.views = [slot["bytes"] for slot in self.slabs.arrays()]
+        self._free: queue.Queue = queue.Queue()
+        for slab in range(num_slabs):
+            self._free.put(slab)
+        self._pending: dict[int, Future] = {}
+        self._failed: BaseException | None = None  # set once no read can complete
+        self._lock = threading.Lock()
+        self._turn = 0
+        self._closing = threading.Event()
+        self._procs = WorkerProcesses(file_reader_main, [ReaderStart(i) for i in range(num_readers)],
+                                      num_readers, server="decode", inherited=self.slabs)
+        self._replies = threading.Thread(target=self._receive, name="vidloader-read-replies",
+                                         daemon=True)
+        self._replies.start()
+
+    def read(self, paths: list[str]) -> Future:
+        """A future of the :class:`FilesRead` of ``paths``; waits first for a free slab."""
+        slab = self._free.get()
+        future: Future = Future()
+        with self._lock:
+            failed = self._failed
+            if failed is None:
+                self._pending[slab] = future
+        if failed is not None:
+            self._free.put(slab)
+            future.set_exception(failed)
+            return future
+        self._procs.put(self._turn % self._procs.num_workers, ReadTask(slab, list(paths)))
+        self._turn += 1
+        return future
+
+    def files(self, read: FilesRead, paths: list[str]) -> list:
+        """Per file a uint8 view of its bytes in the slab, or its path where it was not read
+        there (the decoder then opens it)."""
+        view = self.views[read.slab]
+        return [view[o:o + n] if n >= 0 else path
+                for path, o, n in zip(paths, read.offsets.tolist(), read.lengths.tolist(), strict=True)]
+
+    def release(self, slab: int) -> None:
+        """Slab ``slab`` may be read into again (its decode has returned)."""
+        self._free.put(slab)
+
+    def _receive(self) -> None:
+        while not self._closing.is_set():
+            try:
+                msg = self._procs.poll(REPLY_POLL_SECONDS)
+            except WorkerError as exc:  # a reader died: no pending read will complete
+                self._fail(exc)
+                return
+            if isinstance(msg, FilesRead):
+                with self._lock:
+                    future = self._pending.pop(msg.slab)
+                future.set_result(msg)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            self._failed = exc
+            pending, self._pending = list(self._pending.values()), {}
+        for future in pending:
+            future.set_exception(exc)
+
+    def close(self) -> None:
+        """Stop the readers and the reply thread; pending reads fail. Idempotent."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._replies.join()
+        self._procs.shutdown()
+        self._fail(WorkerError("the file readers were shut down"))
+        self.views = []
+        self.slabs.close()

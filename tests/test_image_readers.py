@@ -1,0 +1,122 @@
+"""Reader processes for the in-process GPU image pool (``pipeline/_image_readers.py``): files
+read into slabs of shared memory, handed to the decode lanes as numpy views. On the CPU the
+pool runs with a stand-in for nvImageCodec (``test_images._packing_stand_in``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vidloader import ImageLoader, WorkerError
+from vidloader.images import ImageFolder, ImageProcess
+from vidloader.pipeline._image_readers import (
+    TOO_LARGE,
+    UNREADABLE,
+    FileReaders,
+    ReadTask,
+    read_into,
+)
+
+from .test_images import _packing_stand_in, folder  # noqa: F401 - the fixture
+
+
+def test_read_into_places_files_one_after_another(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.write_bytes(b"x" * 10)
+    b.write_bytes(b"y" * 30)
+    c.write_bytes(b"z" * 5)
+    slab = np.zeros(20, np.uint8)
+    got = read_into(slab, ReadTask(3, [str(a), str(tmp_path / "missing"), str(b), str(c)]))
+    assert got.slab == 3
+    assert got.lengths.tolist() == [10, UNREADABLE, TOO_LARGE, 5]
+    assert got.offsets.tolist()[0] == 0 and got.offsets.tolist()[3] == 10
+    assert bytes(slab[:15]) == b"x" * 10 + b"z" * 5
+
+
+def test_file_readers_read_release_and_close(tmp_path):
+    files = []
+    for k in range(12):
+        path = tmp_path / f"f{k}"
+        path.write_bytes(bytes([k]) * (100 + k))
+        files.append(str(path))
+    readers = FileReaders(2, 2, 1 << 12)
+    try:
+        for batch in (files[:6], files[6:], files[::2]):
+            read = readers.read(batch).result(timeout=30)
+            views = readers.files(read, batch)
+            assert [bytes(v) for v in views] == [Path(p).read_bytes() for p in batch]
+            readers.release(read.slab)
+        procs = list(readers._procs.procs)
+    finally:
+        readers.close()
+    assert not any(p.is_alive() for p in procs)
+    with pytest.raises(WorkerError, match="shut down"):
+        readers.read(files[:1]).result(timeout=5)
+
+
+def test_a_dead_reader_fails_the_pending_reads(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+    readers = FileReaders(1, 2, 1 << 12)
+    try:
+        readers._procs.procs[0].kill()
+        readers._procs.procs[0].join(5)
+        with pytest.raises(WorkerError):
+            readers.read([str(path)]).result(timeout=30)  # fails, never hangs
+    finally:
+        readers.close()
+
+
+@pytest.mark.parametrize("slab_bytes", [None, 2000])
+def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypatch,  # noqa: F811
+                                                               slab_bytes):
+    """With ``READER_PROCESSES``, the in-process pool's lanes decode the files the readers
+    read (numpy views of a slab); a slab too small for a file sends its path instead. The
+    batches equal the Pillow path's, and the readers are gone after ``shutdown``."""
+    from vidloader.images import _nvimgcodec
+    from vidloader.pipeline import _image_decode
+
+    given = []
+
+    class Packing(_nvimgcodec.NvImageCodecDecoder):
+        def __new__(cls, device=None, **options):
+            return _packing_stand_in(monkeypatch, cls)
+
+        def __init__(self, device=None, **options):
+            pass  # made by __new__
+
+    real = _nvimgcodec.NvImageCodecDecoder.decode_packed
+
+    def recording(self, sources, sizes, **options):
+        given.extend(type(s).__name__ for s in sources)
+        return real(self, sources, sizes, **options)
+
+    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "decode_packed", recording)
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Packing)
+    monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
+    if slab_bytes is not None:
+        monkeypatch.setattr(_image_decode, "_slab_bytes", lambda dataset, batch: slab_bytes)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")
+    made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"),
+                       persistent_workers=True)
+    made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+    for _ in range(2):  # two epochs through the same slabs
+        for x, y in zip(list(pillow), made, strict=True):
+            assert torch.equal(x["images"], y["images"])
+    procs = list(made._pool.file_readers._procs.procs)
+    made.shutdown()
+    assert "ndarray" in given
+    if slab_bytes is not None:  # the 48x64 JPEGs are ~2 KB: some went by path
+        assert "str" in given
+    deadline = time.monotonic() + 10
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(p.is_alive() for p in procs)
+    assert not any(t.name == "vidloader-read-replies" for t in threading.enumerate())
