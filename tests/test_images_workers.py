@@ -83,15 +83,37 @@ class _PillowPacked(_PillowBytes):
         return packed
 
 
-def _reading_ahead() -> None:
+_READS: list[str] = []  # in a worker: the thread each file was read on
+
+
+def _record_reads() -> None:
+    """In a worker: each file read records its thread (``read_file`` is looked up when called)."""
     import threading
 
-    assert any(t.name == "vidloader-read-ahead" for t in threading.enumerate()), \
-        "the worker decodes without a read-ahead thread"
+    from vidloader.pipeline import _image_gpu_workers as workers
+
+    real = workers.read_file
+    if getattr(real, "records", False):
+        return
+
+    def read_file(path):
+        _READS.append(threading.current_thread().name)
+        return real(path)
+    read_file.records = True
+    workers.read_file = read_file
+
+
+def _reading_ahead() -> None:
+    assert _READS and set(_READS) == {"vidloader-read-ahead"}, f"files read on {set(_READS)}"
 
 
 class _PackedReadAhead(_PillowPacked):
-    """:class:`_PillowPacked` that fails unless its worker reads ahead."""
+    """:class:`_PillowPacked` that fails unless its worker read every file on its read-ahead
+    thread."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _record_reads()
 
     def decode_packed(self, blobs, sizes):
         _reading_ahead()
@@ -99,7 +121,12 @@ class _PackedReadAhead(_PillowPacked):
 
 
 class _BytesReadAhead(_PillowBytes):
-    """:class:`_PillowBytes` that fails unless its worker reads ahead."""
+    """:class:`_PillowBytes` that fails unless its worker read every file on its read-ahead
+    thread."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _record_reads()
 
     def decode(self, blobs):
         _reading_ahead()
@@ -226,6 +253,19 @@ def test_read_ahead_reads_on_its_own_thread_in_order(monkeypatch):
     assert got[0][1] == [[b"file1", b"file2"], [b"file3"]] and got[2][1] == [[b"file4"]]
     assert isinstance(got[1][1], IndexError)
     assert readers and set(readers) == {"vidloader-read-ahead"}
+
+
+def test_read_ahead_ends_the_worker_when_its_thread_fails():
+    """A task queue that breaks under the read-ahead thread ends the generator with that
+    error (the worker then dies and the loader reports it), instead of a wait for good."""
+    from vidloader.pipeline import _image_gpu_workers
+
+    class Broken:
+        def get(self):
+            raise EOFError("the task queue broke")
+
+    with pytest.raises(EOFError, match="broke"):
+        list(_image_gpu_workers.read_ahead(Broken(), None))
 
 
 def test_worker_processes_resume_and_persist(folder, monkeypatch):

@@ -88,20 +88,24 @@ def test_finalize_dtype_normalize_layout():
 @pytest.mark.parametrize("layout", ["tchw", "cthw", "thwc"])
 @pytest.mark.parametrize("is_clip", [True, False])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("normalized, mean_std", [(True, True), (True, False), (False, True),
-                                                   (False, False)])
-def test_finalize_matches_the_formula_in_every_layout(layout, is_clip, dtype, normalized, mean_std):
+@pytest.mark.parametrize("normalized, stats", [
+    (True, {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}), (True, {}),
+    (False, {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}), (False, {}),
+    (True, {"mean": (0.5,), "std": (0.2, 0.3, 0.4)}), (True, {"mean": (0.4, 0.5, 0.6), "std": (0.25,)}),
+    (True, {"mean": (0.5,)}), (False, {"std": (2.0, 4.0, 8.0)})])
+def test_finalize_matches_the_formula_in_every_layout(layout, is_clip, dtype, normalized, stats):
     """The two-pass float path (cast into the layout, then per-channel scale and shift on the
-    output's channel axis) gives ``(x / 255 - mean) / std`` in the asked layout, contiguous."""
+    output's channel axis) gives ``(x / 255 - mean) / std`` in the asked layout, contiguous,
+    with one or three values of each."""
     staged = torch.randint(0, 256, (2, 3, 5, 7, 3), dtype=torch.uint8)
-    stats = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)} if mean_std else {}
     proc = Process(dtype=dtype, normalized=normalized, layout=layout, **stats)
     out = finalize(staged, proc, is_clip=is_clip)
     x = (staged if is_clip else staged[:, 0]).double()
     ref = x / 255 if normalized else x
-    if mean_std:
-        ref = (ref - torch.tensor(stats["mean"], dtype=torch.float64)) / torch.tensor(stats["std"],
-                                                                                  dtype=torch.float64)
+    if "mean" in stats:
+        ref = ref - torch.tensor(stats["mean"], dtype=torch.float64)
+    if "std" in stats:
+        ref = ref / torch.tensor(stats["std"], dtype=torch.float64)
     axes = layout if is_clip else layout.replace("t", "")
     src = "thwc" if is_clip else "hwc"
     ref = ref.permute(0, *[1 + src.index(a) for a in axes])

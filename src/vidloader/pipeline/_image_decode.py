@@ -306,7 +306,7 @@ class BatchDecodePool(BatchPool):
     def _decode_read(self, lane: _Lane, plan, paths: list[str], read):
         """A plan's files as the reader processes read them (``read``: a future), decoded
         packed; the slab is given back once the decode has returned."""
-        files = read.result()  # re-raises a reader's death
+        files = read.result()  # re-raises a reader's death (its slab is free again then)
         try:
             flags = None if self._cut_short is None else self._cut_short[plan.video_indices].tolist()
             return lane.decoder.decode_packed(self.file_readers.files(files, paths),

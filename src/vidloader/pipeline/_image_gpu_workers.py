@@ -138,22 +138,30 @@ def read_ahead(task_q, dataset):
     """``(task, bytes of its plans' files)`` in the order the tasks come, each task's files
     read on a thread of its own (``vidloader-read-ahead``) while the worker fills the one
     before (:data:`WORKERS_READ_AHEAD`); it reads at most two tasks ahead. A failure to list
-    a task's files comes as the exception in place of its bytes; ends at ``STOP``."""
+    a task's files comes as the exception in place of its bytes; ends at ``STOP``, or raises
+    what stopped the thread (the worker then dies, and the loader reports it)."""
     ready: queue.Queue = queue.Queue(maxsize=1)
 
     def reader():
-        while (task := task_q.get()) is not STOP:
-            try:
-                blobs = [[read_file(dataset.path(i)) for i in plan.video_indices.tolist()]
-                         for plan in task.plans]
-            except Exception as exc:  # noqa: BLE001 - the worker replies it as the task's Failure
-                blobs = exc
-            ready.put((task, blobs))
-        ready.put((STOP, None))
+        end = None  # what the worker raises after the last task: the thread's own failure
+        try:
+            while (task := task_q.get()) is not STOP:
+                try:
+                    blobs = [[read_file(dataset.path(i)) for i in plan.video_indices.tolist()]
+                             for plan in task.plans]
+                except Exception as exc:  # noqa: BLE001 - replied as the task's Failure
+                    blobs = exc
+                ready.put((task, blobs))
+        except BaseException as exc:  # e.g. the task queue broke: the worker must end, not wait
+            end = exc
+        finally:
+            ready.put((STOP, end))
 
     threading.Thread(target=reader, name="vidloader-read-ahead", daemon=True).start()
     while (item := ready.get())[0] is not STOP:
         yield item
+    if item[1] is not None:
+        raise item[1]
 
 
 def _fill_task(start: GpuImageWorkerStart, config, decoder, streams: _Streams,

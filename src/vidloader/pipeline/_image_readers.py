@@ -33,7 +33,6 @@ import numpy as np
 
 from ..errors import WorkerError
 from ._messages import STOP, Ready
-from ._pool import WorkerProcesses
 from ._shared_slots import SharedSlots
 
 #: A file that could not be read; a file that did not fit in its slab.
@@ -108,6 +107,8 @@ class FileReaders:
     :meth:`release` its slab; :meth:`close` at the end."""
 
     def __init__(self, num_readers: int, num_slabs: int, slab_bytes: int) -> None:
+        from ._pool import WorkerProcesses  # imports torch: not at module level (the readers')
+
         self.slabs = SharedSlots({"bytes": (int(slab_bytes),)}, num_slabs)
         self.views = [slot["bytes"] for slot in self.slabs.arrays()]
         self._free: queue.Queue = queue.Queue()
@@ -125,9 +126,20 @@ class FileReaders:
         self._replies.start()
 
     def read(self, paths: list[str]) -> Future:
-        """A future of the :class:`FilesRead` of ``paths``; waits first for a free slab."""
-        slab = self._free.get()
+        """A future of the :class:`FilesRead` of ``paths``; waits first for a free slab
+        (a failed one at once where the readers are gone)."""
         future: Future = Future()
+        while True:
+            with self._lock:
+                failed = self._failed
+            if failed is not None:
+                future.set_exception(failed)
+                return future
+            try:
+                slab = self._free.get(timeout=REPLY_POLL_SECONDS)
+                break
+            except queue.Empty:
+                continue
         with self._lock:
             failed = self._failed
             if failed is None:
@@ -152,31 +164,38 @@ class FileReaders:
         self._free.put(slab)
 
     def _receive(self) -> None:
-        while not self._closing.is_set():
-            try:
+        try:
+            while not self._closing.is_set():
                 msg = self._procs.poll(REPLY_POLL_SECONDS)
-            except WorkerError as exc:  # a reader died: no pending read will complete
-                self._fail(exc)
-                return
-            if isinstance(msg, FilesRead):
-                with self._lock:
-                    future = self._pending.pop(msg.slab)
-                future.set_result(msg)
+                if isinstance(msg, FilesRead):
+                    with self._lock:
+                        future = self._pending.pop(msg.slab)
+                    future.set_result(msg)
+        except WorkerError as exc:  # a reader died: no pending read will complete
+            self._fail(exc)
+        except BaseException as exc:  # anything else here would leave the reads waiting
+            self._fail(WorkerError(f"the file readers' reply thread failed: {exc!r}"))
 
     def _fail(self, exc: BaseException) -> None:
+        """No read completes from now on: the pending ones fail, their slabs are free again
+        (no task goes to a reader once this is set)."""
         with self._lock:
-            self._failed = exc
-            pending, self._pending = list(self._pending.values()), {}
-        for future in pending:
+            if self._failed is None:
+                self._failed = exc
+            pending, self._pending = self._pending, {}
+        for slab, future in pending.items():
             future.set_exception(exc)
+            self._free.put(slab)
 
     def close(self) -> None:
         """Stop the readers and the reply thread; pending reads fail. Idempotent."""
         if self._closing.is_set():
             return
         self._closing.set()
-        self._replies.join()
-        self._procs.shutdown()
-        self._fail(WorkerError("the file readers were shut down"))
-        self.views = []
-        self.slabs.close()
+        try:
+            self._replies.join()
+            self._procs.shutdown()
+        finally:
+            self._fail(WorkerError("the file readers were shut down"))
+            self.views = []
+            self.slabs.close()

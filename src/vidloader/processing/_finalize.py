@@ -37,10 +37,11 @@ def finalize(staged: torch.Tensor, proc: Process, *, is_clip: bool) -> torch.Ten
         return x.permute(*perm).contiguous()
     out = torch.empty([x.shape[i] for i in perm], dtype=torch.float32, device=x.device)
     out.copy_(x.permute(*perm))
-    # The constants broadcast along the output's channel axis.
-    trailing = [1] * (len(layout) - 1 - layout.index("c"))
-    scale, shift = (c.view(-1, *trailing) for c in _affine(proc, x.device))
-    torch.addcmul(shift, out, scale, out=out)
+    if proc.normalized or proc.mean is not None or proc.std is not None:
+        # The constants broadcast along the output's channel axis.
+        trailing = [1] * (len(layout) - 1 - layout.index("c"))
+        scale, shift = (c.view(-1, *trailing) for c in _affine(proc, x.device))
+        torch.addcmul(shift, out, scale, out=out)
     # Computed in float32 for accuracy, then cast (float16 normalisation in fp16 loses bits).
     return out if proc.dtype == "float32" else out.to(_TORCH_DTYPES[proc.dtype])
 
@@ -48,14 +49,20 @@ def finalize(staged: torch.Tensor, proc: Process, *, is_clip: bool) -> torch.Ten
 def _affine(proc: Process, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 ``(scale, shift)`` per channel: ``(x / 255 - mean) / std`` as ``x · scale +
     shift`` (without ``/ 255`` unless ``normalized``, each part only where set)."""
-    # One value for every channel where neither is set (it broadcasts to any channel count).
-    channels = len(proc.mean) if proc.mean is not None else len(proc.std) if proc.std is not None else 1
+    # One value for every channel where neither is set, or where both hold one (it
+    # broadcasts to any channel count); a single mean or std is repeated to the other's length.
+    mean, std = proc.mean or (), proc.std or ()
+    channels = max(len(mean), len(std), 1)
     scale = [1 / 255 if proc.normalized else 1.0] * channels
-    shift = [-m for m in proc.mean] if proc.mean is not None else [0.0] * channels
-    if proc.std is not None:
-        scale = [a / s for a, s in zip(scale, proc.std, strict=True)]
-        shift = [b / s for b, s in zip(shift, proc.std, strict=True)]
+    shift = [-m for m in _stretch(mean, channels)] if mean else [0.0] * channels
+    if std:
+        scale = [a / s for a, s in zip(scale, _stretch(std, channels), strict=True)]
+        shift = [b / s for b, s in zip(shift, _stretch(std, channels), strict=True)]
     return _constant(scale, device), _constant(shift, device)
+
+
+def _stretch(values, channels: int) -> list:
+    return list(values) * channels if len(values) == 1 else list(values)
 
 
 def _constant(values, device: torch.device) -> torch.Tensor:
