@@ -23,7 +23,7 @@ from vidloader.pipeline._image_readers import (
     read_into,
 )
 
-from .test_images import _packing_stand_in, folder  # noqa: F401 - the fixture
+from .test_images import folder, install_packing_decoder  # noqa: F401 - the fixture
 
 
 def test_read_into_places_files_one_after_another(tmp_path):
@@ -89,26 +89,11 @@ def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypat
     """With ``READER_PROCESSES``, the in-process pool's lanes decode the files the readers
     read (numpy views of a slab); a slab too small for a file sends its path instead. The
     batches equal the Pillow path's, and the readers are gone after ``shutdown``."""
-    from vidloader.images import _nvimgcodec
     from vidloader.pipeline import _image_decode
 
     given = []
-
-    class Packing(_nvimgcodec.NvImageCodecDecoder):
-        def __new__(cls, device=None, **options):
-            return _packing_stand_in(monkeypatch, cls)
-
-        def __init__(self, device=None, **options):
-            pass  # made by __new__
-
-    real = _nvimgcodec.NvImageCodecDecoder.decode_packed
-
-    def recording(self, sources, sizes, **options):
-        given.extend(type(s).__name__ for s in sources)
-        return real(self, sources, sizes, **options)
-
-    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "decode_packed", recording)
-    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Packing)
+    Packing = install_packing_decoder(
+        monkeypatch, lambda sources, sizes, options, out: given.extend(type(s).__name__ for s in sources))
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
     if slab_bytes is not None:
         monkeypatch.setattr(_image_decode, "_slab_bytes", lambda dataset, batch: slab_bytes)

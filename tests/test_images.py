@@ -870,6 +870,31 @@ def sized_folder(tmp_path_factory):
     return root
 
 
+def install_packing_decoder(monkeypatch, record):
+    """An ``NvImageCodecDecoder`` subclass made by :func:`_packing_stand_in`, installed as the
+    decoder the GPU pool makes; each ``decode_packed`` call is reported to
+    ``record(sources, sizes, options, output)``. Returns the class."""
+    from vidloader.images import _nvimgcodec
+
+    class Packing(_nvimgcodec.NvImageCodecDecoder):
+        def __new__(cls, device=None, **options):
+            return _packing_stand_in(monkeypatch, cls)
+
+        def __init__(self, device=None, **options):
+            pass  # made by __new__
+
+    real = _nvimgcodec.NvImageCodecDecoder.decode_packed
+
+    def recording(self, sources, sizes, **options):
+        out = real(self, sources, sizes, **options)
+        record(sources, sizes, options, out)
+        return out
+
+    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "decode_packed", recording)
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Packing)
+    return Packing
+
+
 def test_nvimgcodec_decode_packed_places_each_image_by_the_index(sized_folder, monkeypatch):
     """``decode_packed`` decodes a batch into one flat buffer at the places the index's
     sizes give, from paths or bytes: the same pixels as ``decode_files``, none through
@@ -924,29 +949,16 @@ def test_gpu_pool_lanes_decode_packed_batches(folder, monkeypatch):
     """With a decoder that decodes into one buffer, the in-process pool's lanes ask for
     packed batches (with the index's sizes and flags) and the batches equal the Pillow
     path's; the batched augmentation reads them in place (no tensor per image)."""
-    from vidloader.images import _nvimgcodec
     from vidloader.images._packed import PackedImages
     from vidloader.pipeline import _image_decode
 
     asked = []
 
-    class Packing(_nvimgcodec.NvImageCodecDecoder):
-        def __new__(cls, device=None, **options):
-            return _packing_stand_in(monkeypatch, cls)
-
-        def __init__(self, device=None, **options):
-            pass  # made by __new__
-
-    real = _nvimgcodec.NvImageCodecDecoder.decode_packed
-
-    def recording(self, sources, sizes, **options):
+    def record(sources, sizes, options, out):
         asked.append((threading.current_thread().name, len(sources), sizes.copy(), options))
-        out = real(self, sources, sizes, **options)
         assert isinstance(out, PackedImages)
-        return out
 
-    monkeypatch.setattr(_nvimgcodec.NvImageCodecDecoder, "decode_packed", recording)
-    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Packing)
+    Packing = install_packing_decoder(monkeypatch, record)
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
     pillow = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip"))
