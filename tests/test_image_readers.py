@@ -74,7 +74,7 @@ def test_a_reader_dying_mid_read_fails_the_read_and_frees_its_slab(tmp_path):
         pending = readers.read([str(pipe)])
         time.sleep(0.5)  # the reader is inside os.open of the pipe now
         readers._procs.procs[0].kill()
-        with pytest.raises(WorkerError):
+        with pytest.raises(WorkerError, match="file reader process .*READER_PROCESSES = 0"):
             pending.result(timeout=30)
         assert readers._free.qsize() == 2
         with pytest.raises(WorkerError):

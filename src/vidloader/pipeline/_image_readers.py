@@ -172,7 +172,9 @@ class FileReaders:
                         future = self._pending.pop(msg.slab)
                     future.set_result(msg)
         except WorkerError as exc:  # a reader died: no pending read will complete
-            self._fail(exc)
+            self._fail(WorkerError(f"a file reader process of the GPU image pool stopped "
+                                   f"({exc}); set vidloader.pipeline._image_decode.READER_PROCESSES = 0 "
+                                   "to have the decoder open the files instead"))
         except BaseException as exc:  # anything else here would leave the reads waiting
             self._fail(WorkerError(f"the file readers' reply thread failed: {exc!r}"))
 
