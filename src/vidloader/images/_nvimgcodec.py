@@ -277,8 +277,9 @@ class NvImageCodecDecoder:
 class _BufferPart:
     """An ``[H, W, 3]`` uint8 place at ``pointer`` in a torch buffer, described by the array
     interface nvImageCodec's ``as_images`` reads (CUDA's; numpy's for a host buffer, as a
-    stand-in decoder in the tests has). A plain object rather than a torch view: a view and
-    its Python ``__cuda_array_interface__`` cost more of the GIL per image (session 25)."""
+    stand-in decoder in the tests has). A plain object rather than a torch view: on the H100,
+    making these and ``as_images`` of them cost 1.0 + 4.0 µs an image, a torch view and
+    ``as_images`` of views 3.7 + 9.1 µs (``benchmarks/results/gpu/session25-3/probe.log``)."""
 
     def __init__(self, pointer: int, height: int, width: int, cuda: bool) -> None:
         interface = {"shape": (height, width, 3), "typestr": "|u1", "data": (pointer, False),
