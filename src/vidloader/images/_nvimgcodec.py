@@ -91,9 +91,7 @@ class NvImageCodecDecoder:
         """One tensor per blob on :attr:`device`, ``None`` where a blob is ``None`` or could
         not be decoded. Ordered on torch's current stream. A JPEG that does not end with its
         end-of-image marker goes to Pillow (:func:`jpeg_cut_short`)."""
-        streams = [None if b is None or jpeg_cut_short(b[:2], b[-TAIL_BYTES:]) else self._parse(b)
-                   for b in blobs]
-        return self._decoded_list(streams, blobs)
+        return self._decoded_list(self._streams(blobs, None), blobs)
 
     def decode_files(self, paths: list[str], regions: list | None = None, *,
                      cut_short: list[bool] | None = None, tensors: bool = True) -> list:
@@ -116,9 +114,7 @@ class NvImageCodecDecoder:
         ``tensors=False``: nvImageCodec's images are returned as they come (Pillow's as
         tensors), for :meth:`to_tensors` on another thread: the decode then takes the GIL
         once a file fewer."""
-        if cut_short is None:
-            cut_short = [jpeg_cut_short(*read_file_ends(p)) for p in paths]
-        streams = [None if cut else self._open(p) for p, cut in zip(paths, cut_short, strict=True)]
+        streams = self._streams(paths, cut_short)
         if regions is not None:
             streams = [self._crop(cs, r) for cs, r in zip(streams, regions)]
         return self._decoded_list(streams, paths, tensors=tensors)
@@ -169,9 +165,7 @@ class NvImageCodecDecoder:
             except ValueError as exc:  # an image larger than its place ("too small")
                 self._warn_stale_sizes(exc)
                 return self._decoded_list(streams, sources)
-            for i, image in zip(todo, decoded):
-                if image is None or tuple(image.shape) != (packed.heights[i], packed.widths[i], 3):
-                    redo.append(i)
+            redo += [i for i, image in zip(todo, decoded) if not packed.fits(i, image)]
         return self._redo_on_cpu(packed, sources, sorted(redo))
 
     def _warn_stale_sizes(self, exc: Exception) -> None:
@@ -183,13 +177,12 @@ class NvImageCodecDecoder:
                           "index the folder again.", RuntimeWarning, stacklevel=3)
 
     def _streams(self, sources: list, cut_short: list[bool] | None) -> list:
-        """Per source its ``CodeStream``, or ``None`` for what goes to Pillow."""
+        """Per source (a path, bytes or a uint8 array of them, or ``None``) its
+        ``CodeStream``, or ``None`` for what goes to Pillow: a JPEG cut short (``cut_short``,
+        the index's flags, or else its ends read here) or a source nvImageCodec cannot
+        open."""
         if cut_short is None:
-            cut_short = [source is None or (jpeg_cut_short(*read_file_ends(source))
-                                            if isinstance(source, str) else
-                                            jpeg_cut_short(bytes(source[:2]),
-                                                           bytes(source[-TAIL_BYTES:])))
-                         for source in sources]
+            cut_short = [source is None or _cut_short(source) for source in sources]
         return [None if cut else self._open(s) if isinstance(s, str) else self._parse(s)
                 for s, cut in zip(sources, cut_short, strict=True)]
 
@@ -201,10 +194,9 @@ class NvImageCodecDecoder:
         for i, image in redone.items():
             if image is None:
                 packed.missing[i] = True
-            elif tuple(image.shape) == (packed.heights[i], packed.widths[i], 3):
+            elif packed.fits(i, image):
                 packed[i].copy_(image)
-        if all(x is None or tuple(x.shape) == (packed.heights[i], packed.widths[i], 3)
-               for i, x in redone.items()):
+        if all(x is None or packed.fits(i, x) for i, x in redone.items()):
             return packed
         return [redone[i] if i in redone else packed[i] for i in range(len(packed))]
 
@@ -285,3 +277,11 @@ class _BufferPart:
         interface = {"shape": (height, width, 3), "typestr": "|u1", "data": (pointer, False),
                      "strides": None, "version": 3}
         setattr(self, "__cuda_array_interface__" if cuda else "__array_interface__", interface)
+
+
+def _cut_short(source) -> bool:
+    """:func:`~._jpeg_ends.jpeg_cut_short` of a path (its two ends read), or of bytes or a
+    uint8 array of them (two slices)."""
+    if isinstance(source, str):
+        return jpeg_cut_short(*read_file_ends(source))
+    return jpeg_cut_short(bytes(source[:2]), bytes(source[-TAIL_BYTES:]))

@@ -73,6 +73,11 @@ class PackedImages:
         start, h, w = int(self.starts[row]), int(self.heights[row]), int(self.widths[row])
         return self.pixels[start:start + h * w].view(h, w, 3)
 
+    def fits(self, row: int, image) -> bool:
+        """Whether ``image`` (anything with a ``shape``) has row ``row``'s size, ``[H, W,
+        3]``; ``None`` does not."""
+        return image is not None and tuple(image.shape) == (self.heights[row], self.widths[row], 3)
+
     def __iter__(self):
         return (self[row] for row in range(len(self)))
 
