@@ -89,14 +89,14 @@ def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypat
     """With ``READER_PROCESSES``, the in-process pool's lanes decode the files the readers
     read (numpy views of a slab); a slab too small for a file sends its path instead. The
     batches equal the Pillow path's, and the readers are gone after ``shutdown``."""
-    from vidloader.pipeline import _image_decode
+    from vidloader.pipeline import _image_decode, _image_readers
 
     given = []
     Packing = install_packing_decoder(
         monkeypatch, lambda sources, sizes, options, out: given.extend(type(s).__name__ for s in sources))
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
     if slab_bytes is not None:
-        monkeypatch.setattr(_image_decode, "_slab_bytes", lambda dataset, batch: slab_bytes)
+        monkeypatch.setattr(_image_readers, "slab_bytes", lambda dataset, batch: slab_bytes)
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
     pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")

@@ -140,25 +140,6 @@ PACKED_DECODE = True
 READER_PROCESSES = 0
 
 
-def _slab_bytes(dataset, batch_size: int, sample: int = 256) -> int:
-    """Bytes of a reader slab: a batch of files of the dataset's mean size (from up to
-    ``sample`` of them, spread over the dataset), with half again of room; at least 8 MiB. A
-    file that does not fit goes by its path."""
-    import os
-
-    import numpy as np
-
-    picks = np.linspace(0, len(dataset) - 1, num=min(sample, len(dataset))).astype(int)
-    sizes = []
-    for i in picks.tolist():
-        try:
-            sizes.append(os.stat(dataset.path(i)).st_size)
-        except OSError:
-            continue
-    mean = float(np.mean(sizes)) if sizes else 0.0
-    return max(8 << 20, int(1.5 * mean * batch_size))
-
-
 def _index_flags(dataset):
     """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
     it has none or not one per image (a subclass that filtered its files, say): the decoder
@@ -235,11 +216,12 @@ class BatchDecodePool(BatchPool):
         self.slots = allocate_final_slots(config, num_slots, device)
         self.file_readers = None
         if READER_PROCESSES > 0 and self._packed and self._opens_files:
-            from ._image_readers import FileReaders
+            from . import _image_readers
 
             # A slab per batch in flight, and one more: the pool waits for one otherwise.
-            self.file_readers = FileReaders(READER_PROCESSES, num_slots + len(self.lanes) + 1,
-                                            _slab_bytes(config.dataset, config.batch_size))
+            self.file_readers = _image_readers.FileReaders(
+                READER_PROCESSES, num_slots + len(self.lanes) + 1,
+                _image_readers.slab_bytes(config.dataset, config.batch_size))
         self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
         self._done: collections.deque = collections.deque()
 
@@ -280,37 +262,36 @@ class BatchDecodePool(BatchPool):
         config = self.config
         windows = plan_windows(config, plan)
         regions = None
+        sizes = config.dataset.sizes[plan.video_indices] if self._packed else None
+        flags = (self._cut_short[plan.video_indices].tolist()
+                 if self._phased and self._cut_short is not None else None)
         with lane.streams.current():
             if self.file_readers is not None:
-                images = self._decode_read(lane, plan, *source)
+                images = self._decode_read(lane, sizes, flags, *source)
             elif self._opens_files:
                 if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
                     regions = decode_regions(config, plan, windows)
                 options = {"regions": regions} if regions else {}
-                if self._phased and self._cut_short is not None:
-                    options["cut_short"] = self._cut_short[plan.video_indices].tolist()
+                if flags is not None:
+                    options["cut_short"] = flags
                 if self._packed:
-                    sizes = config.dataset.sizes[plan.video_indices]
                     images = lane.decoder.decode_packed(source, sizes, **options)
                 else:
                     if self._phased:
                         options["tensors"] = False
                     images = lane.decoder.decode_files(source, **options)
             elif self._packed:
-                sizes = config.dataset.sizes[plan.video_indices]
                 images = lane.decoder.decode_packed([f.result() for f in source], sizes)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
             return images, windows, regions, lane.streams.record(lane.streams.own)
 
-    def _decode_read(self, lane: _Lane, plan, paths: list[str], read):
+    def _decode_read(self, lane: _Lane, sizes, flags, paths: list[str], read):
         """A plan's files as the reader processes read them (``read``: a future), decoded
         packed; the slab is given back once the decode has returned."""
         files = read.result()  # re-raises a reader's death (its slab is free again then)
         try:
-            flags = None if self._cut_short is None else self._cut_short[plan.video_indices].tolist()
-            return lane.decoder.decode_packed(self.file_readers.files(files, paths),
-                                              self.config.dataset.sizes[plan.video_indices],
+            return lane.decoder.decode_packed(self.file_readers.files(files, paths), sizes,
                                               cut_short=flags)
         finally:
             self.file_readers.release(files.slab)

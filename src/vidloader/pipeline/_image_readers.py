@@ -101,6 +101,21 @@ def read_into(slab: np.ndarray, task: ReadTask) -> FilesRead:
     return FilesRead(task.slab, offsets, lengths)
 
 
+def slab_bytes(dataset, batch_size: int, sample: int = 256) -> int:
+    """Bytes of a slab for ``dataset``: a batch of files of its mean size (from up to
+    ``sample`` of them, spread over the dataset), with half again of room; at least 8 MiB. A
+    file that does not fit goes by its path."""
+    picks = np.linspace(0, len(dataset) - 1, num=min(sample, len(dataset))).astype(int)
+    sizes = []
+    for i in picks.tolist():
+        try:
+            sizes.append(os.stat(dataset.path(i)).st_size)
+        except OSError:
+            continue
+    mean = float(np.mean(sizes)) if sizes else 0.0
+    return max(8 << 20, int(1.5 * mean * batch_size))
+
+
 class FileReaders:
     """``num_readers`` reader processes and ``num_slabs`` slabs of ``slab_bytes`` (module
     docstring). :meth:`read` a batch's paths, then :meth:`files` of the result, then
