@@ -132,12 +132,13 @@ PACKED_DECODE = True
 
 
 #: Reader processes that read each batch's files into shared memory for the lanes
-#: (:mod:`._image_readers`), where the lanes decode packed: 0 (off) until measured on a GPU
-#: (``benchmarks/diag/session26_images.sh`` measures its upper bound, lanes given every file's
-#: bytes from memory, and ``session26_readers.sh`` the readers). Session 25: decoding bytes
-#: already read was 1.5-2.1× decoding paths on one thread (H100, ``session25-4``), but reading
-#: them in this process's threads took the GIL the augmentation needs and was slower.
-READER_PROCESSES = 0
+#: (:mod:`._image_readers`), where the lanes decode packed. Decoding bytes already read is
+#: 1.5-2.1× decoding paths on one thread (H100, ``session25-4``), but reading them in this
+#: process's threads takes the GIL the augmentation needs and was slower; processes do not.
+#: Two readers against the lanes given paths, alternated: 13,602 / 15,814 against 10,156 /
+#: 9,684 images/s (H200, ``session26-2``), at or above the lanes given every file's bytes from
+#: memory (12,954 / 12,785, ``session26-1``); four readers 14,430 / 11,189. 0 turns them off.
+READER_PROCESSES = 2
 
 
 def _index_flags(dataset):

@@ -85,11 +85,11 @@ WORKERS_PACKED = True
 
 #: A worker reads the files of its next task on a thread of its own while it decodes and
 #: augments the current one (nvImageCodec's decode releases the GIL), where it reads bytes
-#: (:data:`WORKERS_READ_BYTES`). Off until measured on a GPU
-#: (``benchmarks/diag/session26_workers.sh``): session 25 found the packed decode of bytes
-#: read beforehand 1.5-2.1× the pace of bytes read on the decoding thread (one thread, H100,
-#: ``session25-4``). Read by each pool when it is made.
-WORKERS_READ_AHEAD = False
+#: (:data:`WORKERS_READ_BYTES`). With the default 2 workers and prefetch 2, alternated:
+#: 13,720 / 13,321 against 11,771 / 11,879 images/s (H200, ``session26-3``); at prefetch 4
+#: it made no difference (12,970 / 13,074 against 12,775 / 13,092). Read by each pool when
+#: it is made.
+WORKERS_READ_AHEAD = True
 
 
 def reads_bytes(decoder) -> bool:
