@@ -53,6 +53,9 @@ def _session25_switches(results: dict, folder) -> None:
     if os.environ.get("AB_READERS"):  # reader processes for the in-process lanes
         _image_decode.READER_PROCESSES = int(os.environ["AB_READERS"])
         results["reader_processes"] = _image_decode.READER_PROCESSES
+    if os.environ.get("AB_OPTIONS"):  # nvImageCodec's decoder options (session 26)
+        _nvimgcodec.DECODER_OPTIONS = os.environ["AB_OPTIONS"]
+        results["decoder_options"] = _nvimgcodec.DECODER_OPTIONS
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True

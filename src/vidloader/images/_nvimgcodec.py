@@ -25,6 +25,11 @@ BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
 #: core, its default).
 CPU_THREADS = 0
 
+#: nvImageCodec's decoder options for every decoder made without ``options=`` (its
+#: space-separated ``:name=value`` entries, e.g. ``":fancy_upsampling=0"``, chroma upsampled
+#: without interpolation, which DALI's decoder does by default).
+DECODER_OPTIONS = ""
+
 
 class NvImageCodecDecoder:
     """Decodes a batch of encoded images to upright RGB uint8 ``[H, W, 3]`` CUDA tensors.
@@ -33,8 +38,8 @@ class NvImageCodecDecoder:
         device (torch.device): the GPU.
         hw_load (float | None): share of the batch offered to the hardware JPEG decoder
             (default :data:`DEFAULT_HW_LOAD`).
-        options (str): nvImageCodec's decoder options, passed as they are (e.g.
-            ``":num_cuda_streams=4"``; default none).
+        options (str | None): nvImageCodec's decoder options, passed as they are (e.g.
+            ``":fancy_upsampling=0"``; default :data:`DECODER_OPTIONS`).
         packed (bool): offer :meth:`decode_packed` (default ``True``; it needs
             ``DecodeParams(sample_format=)``, nvImageCodec 0.9, and is off on older versions
             whatever this says).
@@ -54,7 +59,7 @@ class NvImageCodecDecoder:
     #: the GPU pools' ``PACKED_DECODE``). Set per decoder in ``__init__``.
     decodes_packed = False
 
-    def __init__(self, device: torch.device, *, hw_load: float | None = None, options: str = "",
+    def __init__(self, device: torch.device, *, hw_load: float | None = None, options: str | None = None,
                  packed: bool = True) -> None:
         nvimgcodec = require("nvidia.nvimgcodec", purpose="decoding images on the GPU")
         self._code_stream = nvimgcodec.CodeStream
@@ -64,6 +69,7 @@ class NvImageCodecDecoder:
         backends = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, kind),
                                        load_hint=hw_load if kind == "HW_GPU_ONLY" else 1.0)
                     for kind in BACKENDS]
+        options = DECODER_OPTIONS if options is None else options
         extra = {"options": options} if options else {}
         self._decoder = nvimgcodec.Decoder(device_id=self.device.index or 0, backends=backends,
                                            max_num_cpu_threads=CPU_THREADS, **extra)

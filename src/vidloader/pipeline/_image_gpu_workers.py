@@ -32,6 +32,7 @@ with no events.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import signal
 import threading
@@ -45,12 +46,12 @@ from ._messages import STOP, Failure, FillTask, Ready
 from ._slot_fences import FencedWorkerPool, SlotFences
 
 
-def nvimgcodec_decoder(device: torch.device):
-    """The workers' default decoder: nvImageCodec on ``device`` (a module-level function, so
-    it travels to the workers by name)."""
+def nvimgcodec_decoder(device: torch.device, options: str | None = None):
+    """The workers' default decoder: nvImageCodec on ``device`` with its decoder ``options``
+    (a module-level function, so it travels to the workers by name)."""
     from ..images._nvimgcodec import NvImageCodecDecoder
 
-    return NvImageCodecDecoder(device)
+    return NvImageCodecDecoder(device, options=options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +216,10 @@ class GpuImageProcessPool(FencedWorkerPool):
             for slot in self.slots:
                 slot["images"].share_memory_()
         self.fences = SlotFences(len(self.slots), device)
+        if make_decoder is nvimgcodec_decoder:  # this process's options, not the workers' copy
+            from ..images import _nvimgcodec
+
+            make_decoder = functools.partial(nvimgcodec_decoder, options=_nvimgcodec.DECODER_OPTIONS)
         args = [GpuImageWorkerStart(i, config, device, self.slots, self.fences.events, make_decoder,
                                     read_ahead=WORKERS_READ_AHEAD)
                 for i in range(config.num_workers)]

@@ -1,0 +1,116 @@
+"""nvImageCodec's packed decode alone under its decoder options (issue 15, session 26).
+
+Session 26's calls 1-3 brought the loader to 13,000-15,800 images/s on an H200, against
+16,500-17,600 for this decode alone on bytes read beforehand, and DALI's decoder reaches
+~25,000 on such files. nvImageCodec 0.9's hardware decoder interpolates chroma by default
+(``fancy_upsampling``; DALI's decoder does not) and preallocates for a batch of one
+(``preallocate_batch_size``, width and height hints), and DALI hands nvJPEG its bitstreams in
+pinned memory. This times ``decode_packed`` on the same batches of bytes under each setting,
+alternated over two rounds, one thread (and two threads for two of them), each batch
+synchronised.
+
+Usage (on the device): ``python3 benchmarks/diag/jpeg_options_probe.py [images] [batches]``;
+writes ``$OUT/jpeg_options_probe.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vidloader.images import ImageFolder
+from vidloader.images._nvimgcodec import NvImageCodecDecoder
+from vidloader.images._synthetic import write_image_folder
+
+DEV = torch.device("cuda", 0)
+PREALLOCATE = ("nvjpeg_hw_decoder:preallocate_batch_size=256 "
+               "nvjpeg_hw_decoder:preallocate_width_hint=500 "
+               "nvjpeg_hw_decoder:preallocate_height_hint=375")
+VARIANTS = {  # label: (options, bitstreams in pinned memory, threads)
+    "default": ("", False, 1),
+    "fancy_upsampling=0": (":fancy_upsampling=0", False, 1),
+    "preallocate 256 x 500 x 375": (PREALLOCATE, False, 1),
+    "fancy_upsampling=0 + preallocate": (":fancy_upsampling=0 " + PREALLOCATE, False, 1),
+    "fancy_upsampling=0 + preallocate, pinned input": (":fancy_upsampling=0 " + PREALLOCATE,
+                                                        True, 1),
+    "default, pinned input": ("", True, 1),
+    "force_batch_single=1": ("nvjpeg_hw_decoder:force_batch_single=1", False, 1),
+    "default, 2 threads": ("", False, 2),
+    "fancy_upsampling=0 + preallocate, 2 threads": (":fancy_upsampling=0 " + PREALLOCATE,
+                                                     False, 2),
+}
+
+
+def pinned_copies(blobs: dict) -> dict:
+    """Every file's bytes as a numpy view of one pinned buffer."""
+    total = sum(len(b) for b in blobs.values())
+    buffer = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+    flat = buffer.numpy()
+    views, at = {}, 0
+    for i, blob in blobs.items():
+        flat[at:at + len(blob)] = np.frombuffer(blob, np.uint8)
+        views[i] = flat[at:at + len(blob)]
+        at += len(blob)
+    views["_keep"] = buffer
+    return views
+
+
+def run(folder, sources: dict, options: str, threads: int, batches: int) -> float:
+    rng = np.random.default_rng(threads)
+    plans = [[rng.choice(len(folder), 256, replace=False) for _ in range(batches)]
+             for _ in range(threads)]
+    decoders = [NvImageCodecDecoder(DEV, options=options) for _ in range(threads)]
+    streams = [torch.cuda.Stream(DEV) for _ in range(threads)]
+    barrier = threading.Barrier(threads + 1)
+
+    def work(k):
+        def once(idx):
+            decoders[k].decode_packed([sources[i] for i in idx.tolist()], folder.sizes[idx])
+            streams[k].synchronize()
+
+        with torch.cuda.stream(streams[k]):
+            once(plans[k][0])  # warm-up
+            barrier.wait()
+            for idx in plans[k]:
+                once(idx)
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in pool:
+        t.join()
+    return threads * batches * 256 / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    root = write_image_folder("/tmp/jpeg-ab-x1", num_classes=10, per_class=count // 10)
+    folder = ImageFolder(root, progress=False)
+    blobs = {i: Path(folder.path(i)).read_bytes() for i in range(len(folder))}
+    pinned = pinned_copies(blobs)
+    only = os.environ.get("OPTIONS_ONLY")
+    result: dict = {"files": len(folder), "batch": 256, "batches": batches}
+    for round_ in (1, 2):
+        for label, (options, in_pinned, threads) in VARIANTS.items():
+            if only and only not in label:
+                continue
+            rate = run(folder, pinned if in_pinned else blobs, options, threads, batches)
+            result[f"{label}, round {round_}"] = rate
+            print(f"{label + ', round ' + str(round_):58s} {rate:8,.0f} images/s", flush=True)
+    (Path(os.environ.get("OUT", ".")) / "jpeg_options_probe.json").write_text(
+        json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
