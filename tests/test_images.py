@@ -632,28 +632,32 @@ def test_nvimgcodec_within_tolerance_of_pillow(folder, gpu_workers):
 
 
 @pytest.mark.cuda
-def test_nvimgcodec_simple_chroma_upsampling_within_tolerance(folder, sized_folder):
-    """nvImageCodec's ``:fancy_upsampling=0`` (chroma repeated, not interpolated: DALI's
-    default) against its default (interpolated, as Pillow's libjpeg): both within the stated
-    tolerance of Pillow on every regular JPEG of both folders, and the option is honoured
-    (some pixels differ between the two)."""
+def test_nvimgcodec_default_upsampling_is_closer_to_pillow_than_simple(folder, sized_folder):
+    """nvImageCodec's default (chroma interpolated, as Pillow's libjpeg) within the stated
+    tolerance of Pillow on every regular JPEG of both folders; its ``:fancy_upsampling=0``
+    (chroma repeated: DALI's default) is honoured and further from Pillow. Session 26, call 4
+    (H200): the 48x64 baseline JPEG, mean difference 0.00 by default, 3.02 with it (p99 11,
+    max 20), past the tolerance; and no faster (``session26-4``), so the default stays."""
     pytest.importorskip("nvidia.nvimgcodec")
     from vidloader.images._nvimgcodec import NvImageCodecDecoder
 
     paths = sorted(str(p) for root in (folder, sized_folder) for p in Path(root).rglob("*.jpg")
                    if not any(k in p.name for k in ("cmyk", "truncated", "not_an_image")))
-    refs = [_reference(p) for p in paths]
-    by_option = {}
+    refs = [_reference(p).astype(int) for p in paths]
+    means = {}
     for options in ("", ":fancy_upsampling=0"):
         decoder = NvImageCodecDecoder(torch.device("cuda"), options=options)
         images = decoder.decode([Path(p).read_bytes() for p in paths])
-        by_option[options] = [image.cpu().numpy() for image in images]
-        for path, ref, image in zip(paths, refs, by_option[options], strict=True):
-            diff = np.abs(ref.astype(int) - image.astype(int))
+        diffs = [np.abs(ref - image.cpu().numpy().astype(int))
+                 for ref, image in zip(refs, images, strict=True)]
+        for path, diff in zip(paths, diffs):
             print(f"options {options!r} {os.path.basename(path)}: mean {diff.mean():.2f}, "
                   f"p99 {np.quantile(diff, 0.99):.0f}, max {diff.max()}")
-            assert diff.mean() < 3 and np.quantile(diff, 0.99) < 16, (options, path)
-    assert any((a != b).any() for a, b in zip(by_option[""], by_option[":fancy_upsampling=0"]))
+        means[options] = float(np.mean([diff.mean() for diff in diffs]))
+        if not options:
+            for path, diff in zip(paths, diffs):
+                assert diff.mean() < 3 and np.quantile(diff, 0.99) < 16, path
+    assert means[""] < means[":fancy_upsampling=0"], means
 
 
 def test_nvimgcodec_decoder_falls_back_to_pillow_for_what_it_cannot_decode(folder, monkeypatch):

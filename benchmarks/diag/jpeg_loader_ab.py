@@ -56,9 +56,29 @@ def _session25_switches(results: dict, folder) -> None:
     if os.environ.get("AB_OPTIONS"):  # nvImageCodec's decoder options (session 26)
         _nvimgcodec.DECODER_OPTIONS = os.environ["AB_OPTIONS"]
         results["decoder_options"] = _nvimgcodec.DECODER_OPTIONS
+    if os.environ.get("AB_LANE_FLAGS"):  # each lane's decoder its own nvJPEG handle (session 26)
+        _own_handles(os.environ["AB_LANE_FLAGS"].split(","))
+        results["lane_nvjpeg_flags"] = os.environ["AB_LANE_FLAGS"]
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True
+
+
+def _own_handles(flags: list[str]) -> None:
+    """The in-process pool's decoders made in turn with nvJPEG flags ``flags`` (extra flags
+    on the hardware decoder): nvImageCodec shares one handle between decoders of the same
+    flags, and decoders whose flags differ get their own."""
+    real = _nvimgcodec.NvImageCodecDecoder
+    made = []
+
+    class OwnHandle(real):
+        def __init__(self, device, **options):
+            if options.get("options") is None:
+                flag = flags[len(made) % len(flags)]
+                options["options"] = f"nvjpeg_hw_decoder:extra_flags={flag}" if flag != "0" else ""
+                made.append(flag)
+            super().__init__(device, **options)
+    _nvimgcodec.NvImageCodecDecoder = OwnHandle
 
 
 def _cached_bytes(results: dict, folder) -> None:

@@ -46,6 +46,19 @@ VARIANTS = {  # label: (options, bitstreams in pinned memory, threads)
     "fancy_upsampling=0 + preallocate, 2 threads": (":fancy_upsampling=0 " + PREALLOCATE,
                                                      False, 2),
 }
+#: Session 26, call 10: nvImageCodec shares one nvJPEG handle (and the hardware decoder's
+#: "previous batch done" event) between decoders of the same device and flags; decoders whose
+#: flags differ get their own. nvJPEG's flags: 2 enables its memory pools, 1 turns off the
+#: hardware decoder's pipelining. A tuple gives each thread its own options.
+HANDLES = {
+    "default": ("", False, 1),
+    "extra_flags=2 (memory pools)": ("nvjpeg_hw_decoder:extra_flags=2", False, 1),
+    "default, 2 threads": ("", False, 2),
+    "2 threads, own handles (flags 0 / 2)": (("", "nvjpeg_hw_decoder:extra_flags=2"), False, 2),
+    "3 threads, own handles (flags 0 / 2 / 8)": (
+        ("", "nvjpeg_hw_decoder:extra_flags=2", "nvjpeg_hw_decoder:extra_flags=8"), False, 3),
+    "default, 3 threads": ("", False, 3),
+}
 
 
 def pinned_copies(blobs: dict) -> dict:
@@ -62,11 +75,12 @@ def pinned_copies(blobs: dict) -> dict:
     return views
 
 
-def run(folder, sources: dict, options: str, threads: int, batches: int) -> float:
+def run(folder, sources: dict, options: str | tuple, threads: int, batches: int) -> float:
     rng = np.random.default_rng(threads)
     plans = [[rng.choice(len(folder), 256, replace=False) for _ in range(batches)]
              for _ in range(threads)]
-    decoders = [NvImageCodecDecoder(DEV, options=options) for _ in range(threads)]
+    per_thread = options if isinstance(options, tuple) else (options,) * threads
+    decoders = [NvImageCodecDecoder(DEV, options=per_thread[k]) for k in range(threads)]
     streams = [torch.cuda.Stream(DEV) for _ in range(threads)]
     barrier = threading.Barrier(threads + 1)
 
@@ -100,8 +114,10 @@ def main() -> int:
     pinned = pinned_copies(blobs)
     only = os.environ.get("OPTIONS_ONLY")
     result: dict = {"files": len(folder), "batch": 256, "batches": batches}
+    variants = HANDLES if os.environ.get("OPTIONS_SET") == "handles" else VARIANTS
+    result["set"] = os.environ.get("OPTIONS_SET", "options")
     for round_ in (1, 2):
-        for label, (options, in_pinned, threads) in VARIANTS.items():
+        for label, (options, in_pinned, threads) in variants.items():
             if only and only not in label:
                 continue
             rate = run(folder, pinned if in_pinned else blobs, options, threads, batches)
