@@ -117,3 +117,63 @@ def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypat
         time.sleep(0.05)
     assert not any(p.is_alive() for p in procs)
     assert not any(t.name == "vidloader-read-replies" for t in threading.enumerate())
+
+
+def _pool_sources(folder, monkeypatch):  # noqa: F811
+    """An in-process GPU pool (packing stand-in) run for one epoch next to the Pillow path:
+    the batches must be equal. Returns the type names of what the lanes decoded and whether
+    the pool had file readers."""
+    given = []
+    Packing = install_packing_decoder(
+        monkeypatch, lambda sources, sizes, options, out: given.extend(type(s).__name__ for s in sources))
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")
+    made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"),
+                       persistent_workers=True)
+    made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+    for x, y in zip(list(pillow), made, strict=True):
+        assert torch.equal(x["images"], y["images"])
+    had_readers = made._pool.file_readers is not None
+    made.shutdown()
+    return set(given), had_readers
+
+
+def test_gpu_pool_without_reader_processes_decodes_paths(folder, monkeypatch):  # noqa: F811
+    """``READER_PROCESSES = 0``: no readers; the lanes give the decoder the paths."""
+    from vidloader.pipeline import _image_decode
+
+    monkeypatch.setattr(_image_decode, "READER_PROCESSES", 0)
+    assert _pool_sources(folder, monkeypatch) == ({"str"}, False)
+
+
+def test_gpu_pool_in_a_daemonic_process_starts_no_readers(folder, monkeypatch):  # noqa: F811
+    """A daemonic process (a DataLoader's or a Pool's worker) may not have children: the pool
+    starts no readers there and decodes paths, with the default ``READER_PROCESSES``."""
+    from types import SimpleNamespace
+
+    from vidloader.pipeline import _image_decode
+
+    assert _image_decode.READER_PROCESSES > 0
+    monkeypatch.setattr(_image_decode.multiprocessing, "current_process",
+                        lambda: SimpleNamespace(daemon=True))
+    assert _pool_sources(folder, monkeypatch) == ({"str"}, False)
+
+
+def test_gpu_pool_warns_and_decodes_paths_when_readers_cannot_start(folder, monkeypatch):  # noqa: F811
+    """Readers that cannot start (no shared memory, say): one warning naming the setting, and
+    the lanes decode the paths."""
+    from vidloader.pipeline import _image_readers
+
+    def refuse(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_image_readers, "FileReaders", refuse)
+    with pytest.warns(RuntimeWarning, match="READER_PROCESSES = 0"):
+        assert _pool_sources(folder, monkeypatch) == ({"str"}, False)
+
+
+def test_gpu_pool_uses_reader_processes_by_default(folder, monkeypatch):  # noqa: F811
+    """The default: readers, and the lanes decode views of their slabs."""
+    sources, had_readers = _pool_sources(folder, monkeypatch)
+    assert had_readers and "ndarray" in sources

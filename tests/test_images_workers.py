@@ -199,17 +199,19 @@ def test_workers_decode_packed_batches_where_the_decoder_can(folder, monkeypatch
     assert loader.stats["skipped_samples"] == 1
 
 
-@pytest.mark.parametrize("make_decoder", [_PackedReadAhead, _BytesReadAhead])
-def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, make_decoder):
-    """With ``WORKERS_READ_AHEAD``, a worker reads its next task's files on a thread while it
-    fills the current one: the batches, the skipped file and the order are unchanged."""
+@pytest.mark.parametrize(("make_decoder", "read_ahead"), [
+    (_PackedReadAhead, True), (_BytesReadAhead, True), (_PillowPacked, False), (_PillowBytes, False)])
+def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, make_decoder, read_ahead):
+    """With ``WORKERS_READ_AHEAD`` (the default), a worker reads its next task's files on a
+    thread while it fills the current one; without, just before. The batches, the skipped
+    file and the order are the same either way."""
     from vidloader.pipeline import _image_gpu_workers
 
     ds = ImageFolder(folder, num_workers=0, progress=False, on_error="skip")
     proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
     reference = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
                                  on_error="skip", sampler=RandomFrames(seed=5)))
-    monkeypatch.setattr(_image_gpu_workers, "WORKERS_READ_AHEAD", True)
+    monkeypatch.setattr(_image_gpu_workers, "WORKERS_READ_AHEAD", read_ahead)
     _process_pool(monkeypatch, make_decoder=make_decoder)
     loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=2, on_error="skip",
                          sampler=RandomFrames(seed=5), prefetch=3)
@@ -360,3 +362,29 @@ def test_nvimgcodec_worker_processes_equal_the_in_process_pool(folder):
     for x, y in zip(inline, workers, strict=True):
         assert torch.equal(x["sample_index"], y["sample_index"])
         assert torch.allclose(x["images"], y["images"], atol=1e-5)
+
+
+def test_workers_take_the_loaders_nvimgcodec_settings(monkeypatch):
+    """The default worker decoder carries the loader process's nvImageCodec settings (options,
+    hardware share, CPU threads, backends) and applies them in the worker before making the
+    decoder, whatever the worker's copy of the module holds."""
+    import pickle
+
+    from vidloader.images import _nvimgcodec
+    from vidloader.pipeline import _image_gpu_workers
+
+    monkeypatch.setattr(_nvimgcodec, "DECODER_OPTIONS", ":fancy_upsampling=0")
+    monkeypatch.setattr(_nvimgcodec, "DEFAULT_HW_LOAD", 0.5)
+    make = pickle.loads(pickle.dumps(_image_gpu_workers.loader_nvimgcodec_decoder()))
+    assert set(make.keywords["settings"]) == set(_image_gpu_workers.NVIMGCODEC_SETTINGS)
+    seen = {}
+
+    class Stub:
+        def __init__(self, device):
+            seen.update(options=_nvimgcodec.DECODER_OPTIONS, hw_load=_nvimgcodec.DEFAULT_HW_LOAD)
+
+    monkeypatch.setattr(_nvimgcodec, "DECODER_OPTIONS", "")  # the worker's copy
+    monkeypatch.setattr(_nvimgcodec, "DEFAULT_HW_LOAD", 1.0)
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Stub)
+    assert isinstance(make(torch.device("cpu")), Stub)
+    assert seen == {"options": ":fancy_upsampling=0", "hw_load": 0.5}

@@ -44,12 +44,14 @@ def _session25_switches(results: dict, folder) -> None:
         ImageLoader.__init__.__kwdefaults__["prefetch"] = int(os.environ["AB_PREFETCH"])
         results["prefetch"] = int(os.environ["AB_PREFETCH"])
     if os.environ.get("AB_CACHED") == "1":  # lanes given every file's bytes from memory
+        _image_decode.READER_PROCESSES = 0  # (the readers would hand them slab views instead)
         _cached_bytes(results, folder)
-    if os.environ.get("AB_READ_AHEAD") == "1":  # GPU workers read their next task's files ahead
+    if os.environ.get("AB_READ_AHEAD"):  # GPU workers read their next task's files ahead (1/0)
         from vidloader.pipeline import _image_gpu_workers
 
-        _image_gpu_workers.WORKERS_READ_AHEAD = True  # read by each pool when it is made
-        results["workers_read_ahead"] = True
+        # read by each pool when it is made
+        _image_gpu_workers.WORKERS_READ_AHEAD = os.environ["AB_READ_AHEAD"] == "1"
+        results["workers_read_ahead"] = _image_gpu_workers.WORKERS_READ_AHEAD
     if os.environ.get("AB_READERS"):  # reader processes for the in-process lanes
         _image_decode.READER_PROCESSES = int(os.environ["AB_READERS"])
         results["reader_processes"] = _image_decode.READER_PROCESSES

@@ -1,5 +1,6 @@
 #!/bin/bash
-# WRITTEN IN SESSION 25, NOT YET RUN. Issue 15, one call (carry .imgwhl; kind
+# Written in session 25; run in session 26 as call 1 (benchmarks/results/gpu/session26-1), when
+# READER_PROCESSES was 0 and WORKERS_READ_AHEAD off (both are on by default since). Issue 15, one call (carry .imgwhl; kind
 # nvidia-h200 or nvidia-h100-x1). Session 25 found nvImageCodec's packed decode 1.5-2.1x
 # faster on bytes already read than on paths (one thread, session25-4), while the in-process
 # pool, which gives it paths, runs at 8,300-9,500 images/s and handing it bytes read by its
@@ -20,7 +21,7 @@ VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 120 python3 -m pytest -q -p no:cacheprovid
   | tail -6 > "$OUT/cuda_tests.log"; cat "$OUT/cuda_tests.log"
 ab() {  # label cached(1/0) variant references
   mkdir -p "$OUT/$1"
-  AB_CACHED=$2 AB_ONLY="$3" AB_REFERENCES=$4 OUT="$OUT/$1" \
+  AB_READERS=0 AB_CACHED=$2 AB_ONLY="$3" AB_REFERENCES=$4 OUT="$OUT/$1" \
     timeout 60 python3 benchmarks/diag/jpeg_loader_ab.py 4000 150 2>&1 \
     | grep -E "images/s|Error" | sed "s/^/$1: /" | tee -a "$OUT/summary.txt"
 }

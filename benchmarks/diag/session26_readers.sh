@@ -1,11 +1,13 @@
 #!/bin/bash
-# WRITTEN IN SESSION 25, NOT YET RUN. Issue 15, one call (~220 s, carry .imgwhl; kind
+# Written in session 25; run in session 26 as call 2 (benchmarks/results/gpu/session26-2), when
+# READER_PROCESSES was 0 and WORKERS_READ_AHEAD off (both are on by default since). Issue 15, one call (~220 s, carry .imgwhl; kind
 # nvidia-h200 or nvidia-h100-x1). The in-process GPU image pool with reader processes
 # (READER_PROCESSES: files read into shared memory by 2 or 4 processes, the lanes decoding
 # numpy views of them) against the lanes given paths (as shipped), alternated twice; one run
 # with 3 lanes and 4 readers. Compare with session26_images.sh's upper bound (AB_CACHED: every
 # file's bytes already in memory). If the readers come near it and beat paths clearly, make
-# READER_PROCESSES 2 the default for num_workers=0; if not, take them out.
+# READER_PROCESSES 2 the default for num_workers=0; if not, take them out. (They were made
+# the default.)
 set -u
 export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$PWD/.site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}

@@ -1,5 +1,6 @@
 #!/bin/bash
-# WRITTEN IN SESSION 25, NOT YET RUN. Issue 15, one call (~260 s, carry .imgwhl; kind
+# Written in session 25; run in session 26 as call 3 (benchmarks/results/gpu/session26-3), when
+# READER_PROCESSES was 0 and WORKERS_READ_AHEAD off (both are on by default since). Issue 15, one call (~260 s, carry .imgwhl; kind
 # nvidia-h200 or nvidia-h100-x1). The default GPU image workers read each task's files in
 # Python just before decoding them; session 25 found the packed decode of bytes read beforehand
 # 1.5-2.1x the pace of bytes read on the decoding thread (session25-4). WORKERS_READ_AHEAD has

@@ -2,9 +2,10 @@
 (threads, each with its own decoder and CUDA stream), then augmented as one batch on an
 augmentation thread with a stream of its own.
 
-A lane decodes a batch: has nvImageCodec open the plan's files (a ``CodeStream`` from a path
-is read in C++, without the GIL; a batch-decoder object given bytes gets them from reader
-threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
+A lane decodes a batch: gives nvImageCodec the plan's files as read into shared memory by
+reader processes (:data:`READER_PROCESSES`, where the batch is decoded packed), or else has
+it open them (a ``CodeStream`` from a path is read in C++, without the GIL; a batch-decoder
+object given bytes gets them from reader threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
 records an event. A lane takes the GIL as few times as it can (:data:`PHASED_DECODE`): which
 JPEGs are cut short comes from the dataset's index rather than from reading each file's ends,
 and where the index has every image's size the batch is decoded straight into one flat buffer
@@ -32,6 +33,8 @@ still be queued.
 from __future__ import annotations
 
 import collections
+import multiprocessing
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -208,23 +211,41 @@ class BatchDecodePool(BatchPool):
         self._phased = (PHASED_DECODE and self._opens_files
                         and getattr(self.decoder, "decodes_in_phases", False))
         self._packed = (PACKED_DECODE and not ROI_DECODE
-                        and getattr(self.decoder, "decodes_packed", False))
+                        and getattr(self.decoder, "decodes_packed", False)
+                        and getattr(config.dataset, "sizes", None) is not None)
         self._cut_short = _index_flags(config.dataset)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
         self.streams = _Streams(device)  # the consumer's side: records and waits
         self.slots = allocate_final_slots(config, num_slots, device)
-        self.file_readers = None
-        if READER_PROCESSES > 0 and self._packed and self._opens_files:
-            from . import _image_readers
-
-            # A slab per batch in flight, and one more: the pool waits for one otherwise.
-            self.file_readers = _image_readers.FileReaders(
-                READER_PROCESSES, num_slots + len(self.lanes) + 1,
-                _image_readers.slab_bytes(config.dataset, config.batch_size))
+        self.file_readers = self._start_readers(num_slots)
         self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
         self._done: collections.deque = collections.deque()
+
+    def _start_readers(self, num_slots: int):
+        """:data:`READER_PROCESSES` file readers where the lanes decode packed from paths, or
+        ``None``: none asked for, or in a daemonic process (a DataLoader's or a
+        ``multiprocessing.Pool``'s worker may not have children), or they could not start
+        (a warning says why; the lanes then open the files themselves)."""
+        if not (READER_PROCESSES > 0 and self._packed and self._opens_files):
+            return None
+        if multiprocessing.current_process().daemon:
+            return None
+        from . import _image_readers
+
+        try:  # a slab per batch in flight, and one more: the pool waits for one otherwise
+            return _image_readers.FileReaders(
+                READER_PROCESSES, num_slots + len(self.lanes) + 1,
+                _image_readers.slab_bytes(self.config.dataset, self.config.batch_size))
+        except Exception as exc:  # noqa: BLE001 - any start failure: the paths still work
+            warnings.warn(f"vidloader: the GPU image pool could not start its {READER_PROCESSES} "
+                          f"file reader processes ({exc!r}); nvImageCodec opens the files "
+                          "itself instead (slower in one process: 9,700-10,200 against "
+                          "13,600-15,800 images/s on an H200, session 26). Set "
+                          "vidloader.pipeline._image_decode.READER_PROCESSES = 0 to skip them.",
+                          RuntimeWarning, stacklevel=2)
+            return None
 
     @property
     def ways(self) -> int:

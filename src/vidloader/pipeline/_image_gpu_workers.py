@@ -45,13 +45,28 @@ from ._image_fill import fill_from_images, fill_task_messages, read_file
 from ._messages import STOP, Failure, FillTask, Ready
 from ._slot_fences import FencedWorkerPool, SlotFences
 
+#: ``images._nvimgcodec``'s module settings that a worker's decoder takes from the loader's
+#: process (a worker's copy of the module may predate a change made there).
+NVIMGCODEC_SETTINGS = ("DECODER_OPTIONS", "DEFAULT_HW_LOAD", "CPU_THREADS", "BACKENDS")
 
-def nvimgcodec_decoder(device: torch.device, options: str | None = None):
-    """The workers' default decoder: nvImageCodec on ``device`` with its decoder ``options``
-    (a module-level function, so it travels to the workers by name)."""
-    from ..images._nvimgcodec import NvImageCodecDecoder
 
-    return NvImageCodecDecoder(device, options=options)
+def nvimgcodec_decoder(device: torch.device, settings: dict | None = None):
+    """The workers' default decoder: nvImageCodec on ``device``, with ``settings`` (values of
+    :data:`NVIMGCODEC_SETTINGS` by name) applied to the worker's module first (a module-level
+    function, so it travels to the workers by name)."""
+    from ..images import _nvimgcodec
+
+    for name, value in (settings or {}).items():
+        setattr(_nvimgcodec, name, value)
+    return _nvimgcodec.NvImageCodecDecoder(device)
+
+
+def loader_nvimgcodec_decoder():
+    """:func:`nvimgcodec_decoder` with this process's nvImageCodec settings, for the workers."""
+    from ..images import _nvimgcodec
+
+    return functools.partial(nvimgcodec_decoder,
+                             settings={name: getattr(_nvimgcodec, name) for name in NVIMGCODEC_SETTINGS})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,10 +231,8 @@ class GpuImageProcessPool(FencedWorkerPool):
             for slot in self.slots:
                 slot["images"].share_memory_()
         self.fences = SlotFences(len(self.slots), device)
-        if make_decoder is nvimgcodec_decoder:  # this process's options, not the workers' copy
-            from ..images import _nvimgcodec
-
-            make_decoder = functools.partial(nvimgcodec_decoder, options=_nvimgcodec.DECODER_OPTIONS)
+        if make_decoder is nvimgcodec_decoder:  # this process's settings, not the workers' copy
+            make_decoder = loader_nvimgcodec_decoder()
         args = [GpuImageWorkerStart(i, config, device, self.slots, self.fences.events, make_decoder,
                                     read_ahead=WORKERS_READ_AHEAD)
                 for i in range(config.num_workers)]

@@ -186,7 +186,8 @@ class ImageLoader(VideoLoader):
             ``"nvimgcodec"``: processes that each decode and augment whole batches on the GPU
             (a GIL each: the decode and the augmentation's launches halve each other in one
             process), default :data:`GPU_IMAGE_WORKERS`. 0 decodes in this process (for
-            nvImageCodec: on two decode threads and an augmentation thread). Unused for
+            nvImageCodec: two small reader processes read the files into shared memory,
+            two decode threads decode them and an augmentation thread augments). Unused for
             in-memory datasets and decoder objects.
         device (str | torch.device | None): where batches are delivered. An in-memory
             dataset is moved there once and augmented there per batch.
