@@ -1,0 +1,114 @@
+"""nvImageCodec's backends side by side (issue 15; written in session 26, for session 27).
+
+Session 26 found nvImageCodec's decode alone at 13,000-19,000 images/s on an H200 however it
+is fed (options, threads, own nvJPEG handles: ``session26-4``, ``-10``), all of it on the
+hardware JPEG decoder (``HW_GPU_ONLY``, load 1.0), while torchvision's batched nvJPEG ran at
+20,424 and DALI's whole pipeline at 24,243 in one call (``session26-9``). The issue's target
+names "the hardware JPEG decoders and CUDA decoding together". This times, on the same
+batches of bytes read beforehand (packed decode, 256 a batch, each synchronised), decoders
+restricted to one backend each, alone and then at once on separate threads (each thread its
+own decoder, stream and batches): whether CUDA decoding adds to the hardware decoder's pace
+rather than taking from it. Two rounds, alternated.
+
+Usage (on the device): ``python3 benchmarks/diag/jpeg_engines_probe.py [images] [batches]``;
+prints a line per setting (total and per thread) and writes ``$OUT/jpeg_engines_probe.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vidloader.images import ImageFolder, _nvimgcodec
+from vidloader.images._synthetic import write_image_folder
+
+DEV = torch.device("cuda", 0)
+KINDS = {"hw": ("HW_GPU_ONLY",), "cuda": ("GPU_ONLY",), "hybrid": ("HYBRID_CPU_GPU",),
+         "all": _nvimgcodec.BACKENDS}
+SETTINGS = {  # label: one kind per thread
+    "hw": ("hw",),
+    "cuda": ("cuda",),
+    "hybrid": ("hybrid",),
+    "hw + cuda": ("hw", "cuda"),
+    "hw + hybrid": ("hw", "hybrid"),
+    "hw + cuda + cuda": ("hw", "cuda", "cuda"),
+    "hw + hw": ("hw", "hw"),
+    "all (as shipped) x 2": ("all", "all"),
+}
+
+
+def decoder(kind: str):
+    """An ``NvImageCodecDecoder`` offering only ``kind``'s backends (the constructor reads the
+    module's ``BACKENDS``)."""
+    saved = _nvimgcodec.BACKENDS
+    _nvimgcodec.BACKENDS = KINDS[kind]
+    try:
+        return _nvimgcodec.NvImageCodecDecoder(DEV)
+    finally:
+        _nvimgcodec.BACKENDS = saved
+
+
+def run(folder, blobs: dict, kinds: tuple, batches: int) -> tuple[float, list[float]]:
+    rng = np.random.default_rng(len(kinds))
+    plans = [[rng.choice(len(folder), 256, replace=False) for _ in range(batches)] for _ in kinds]
+    decoders = [decoder(kind) for kind in kinds]
+    streams = [torch.cuda.Stream(DEV) for _ in kinds]
+    barrier = threading.Barrier(len(kinds) + 1)
+    seconds = [0.0] * len(kinds)
+
+    def work(k):
+        def once(idx):
+            out = decoders[k].decode_packed([blobs[i] for i in idx.tolist()], folder.sizes[idx])
+            streams[k].synchronize()
+            return out
+
+        with torch.cuda.stream(streams[k]):
+            once(plans[k][0])  # warm-up
+            barrier.wait()
+            t0 = time.perf_counter()
+            for idx in plans[k]:
+                once(idx)
+            seconds[k] = time.perf_counter() - t0
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(len(kinds))]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in pool:
+        t.join()
+    total = len(kinds) * batches * 256 / (time.perf_counter() - t0)
+    return total, [batches * 256 / s for s in seconds]
+
+
+def main() -> int:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    root = write_image_folder("/tmp/jpeg-ab-x1", num_classes=10, per_class=count // 10)
+    folder = ImageFolder(root, progress=False)
+    blobs = {i: Path(folder.path(i)).read_bytes() for i in range(len(folder))}
+    result: dict = {"files": len(folder), "batch": 256, "batches": batches}
+    for round_ in (1, 2):
+        for label, kinds in SETTINGS.items():
+            try:
+                total, each = run(folder, blobs, kinds, batches)
+            except Exception as exc:  # noqa: BLE001 - a backend this build lacks: say so, go on
+                result[f"{label}, round {round_}"] = {"error": repr(exc)}
+                print(f"{label}, round {round_}: {exc!r}", flush=True)
+                continue
+            result[f"{label}, round {round_}"] = {"total": total, "per_thread": each}
+            per = " + ".join(f"{k} {r:,.0f}" for k, r in zip(kinds, each))
+            print(f"{label + ', round ' + str(round_):30s} {total:8,.0f} images/s  ({per})", flush=True)
+    (Path(os.environ.get("OUT", ".")) / "jpeg_engines_probe.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

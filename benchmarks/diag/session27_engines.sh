@@ -1,0 +1,20 @@
+#!/bin/bash
+# WRITTEN IN SESSION 26, NOT YET RUN. Issue 15, one call (~150 s, carry .imgwhl; kind
+# nvidia-h200). (1) the image cuda tests, among them
+# test_nvimgcodec_default_upsampling_is_closer_to_pillow_than_simple (restated in session 26
+# after call 4; not yet run in that form) and the reader-process defaults' first GPU run
+# through the tests; (2) nvImageCodec's backends side by side (jpeg_engines_probe.py): does
+# CUDA decoding (GPU_ONLY, HYBRID) add to the hardware decoder's pace when both run at once on
+# separate threads? If "hw + cuda" clearly beats "hw" over both rounds, the next step is lanes
+# of different backends sharing each batch in proportion to their measured pace.
+set -u
+export PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=$PWD/.site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+timeout 120 python3 -c "from vidloader.images._synthetic import write_image_folder as w; w('/tmp/jpeg-ab-x1', num_classes=10, per_class=400)"
+VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 150 python3 -m pytest -q -s -p no:cacheprovider -m cuda \
+  tests/test_images.py tests/test_images_workers.py tests/test_images_batched.py 2>&1 \
+  | grep -v -i "nvjpeg2k\|nvtiff" > "$OUT/cuda_tests.log"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/cuda_tests.log" | tail -6
+timeout 240 python3 benchmarks/diag/jpeg_engines_probe.py 4000 30 2>&1 | grep -v -i "nvjpeg2k\|nvtiff" \
+  | tee "$OUT/engines_probe.log" | grep -E "images/s|Error"
+echo "done at ${SECONDS} s"
