@@ -1,12 +1,14 @@
 #!/bin/bash
-# WRITTEN IN SESSION 26, NOT YET RUN. Issue 15, one call (~150 s, carry .imgwhl; kind
+# WRITTEN IN SESSION 26, NOT YET RUN. Issue 15, one call (~220 s, carry .imgwhl; kind
 # nvidia-h200). (1) the image cuda tests, among them
 # test_nvimgcodec_default_upsampling_is_closer_to_pillow_than_simple (restated in session 26
 # after call 4; not yet run in that form) and the reader-process defaults' first GPU run
 # through the tests; (2) nvImageCodec's backends side by side (jpeg_engines_probe.py): does
 # CUDA decoding (GPU_ONLY, HYBRID) add to the hardware decoder's pace when both run at once on
 # separate threads? If "hw + cuda" clearly beats "hw" over both rounds, the next step is lanes
-# of different backends sharing each batch in proportion to their measured pace.
+# of different backends sharing each batch in proportion to their measured pace. (3) the
+# one-process loader (2 reader processes, as shipped since session 26) at prefetch 2 and 4,
+# alternated twice: its lanes waited 19-25% of the time for work in session26-1's profile.
 set -u
 export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$PWD/.site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
@@ -17,4 +19,15 @@ VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 150 python3 -m pytest -q -s -p no:cachepro
   | grep -v -i "nvjpeg2k\|nvtiff" > "$OUT/cuda_tests.log"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/cuda_tests.log" | tail -6
 timeout 240 python3 benchmarks/diag/jpeg_engines_probe.py 4000 30 2>&1 | grep -v -i "nvjpeg2k\|nvtiff" \
   | tee "$OUT/engines_probe.log" | grep -E "images/s|Error"
+ab() {  # label prefetch
+  mkdir -p "$OUT/$1"
+  AB_PREFETCH=$2 AB_ONLY="2 lanes, whole images" AB_REFERENCES=0 OUT="$OUT/$1" \
+    timeout 60 python3 benchmarks/diag/jpeg_loader_ab.py 4000 150 2>&1 \
+    | grep -E "images/s|Error" | sed "s/^/$1: /" | tee -a "$OUT/summary.txt"
+}
+for round in 1 2; do
+  ab "r$round-prefetch2" 2
+  ab "r$round-prefetch4" 4
+done
+rm -rf "$OUT"/r1-* "$OUT"/r2-*
 echo "done at ${SECONDS} s"
