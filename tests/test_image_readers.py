@@ -135,6 +135,11 @@ def _pool_sources(folder, monkeypatch):  # noqa: F811
     for x, y in zip(list(pillow), made, strict=True):
         assert torch.equal(x["images"], y["images"])
     had_readers = made._pool.file_readers is not None
+    from vidloader.bench._images import _pool_settings
+
+    settings = _pool_settings(made._pool)  # what the image bench records
+    assert settings == {"pool": "BatchDecodePool", "reader_processes": 2 if had_readers else 0,
+                        "packed_decode": True}
     made.shutdown()
     return set(given), had_readers
 

@@ -161,10 +161,24 @@ def _jpeg_vidloader(folder, device, batch_size, batches, decoder, workers) -> di
                          decoder=decoder, num_workers=workers, persistent_workers=True)
     try:
         images, seconds = _time_batches(_epochs(loader), batches)
+        settings = _pool_settings(loader._pool)
     finally:
         loader.shutdown()
     return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
-            "workers": loader.num_workers}
+            "workers": loader.num_workers, **settings}
+
+
+def _pool_settings(pool) -> dict:
+    """How the GPU image pool ran, for the record: the in-process pool's reader processes and
+    whether it decoded into one buffer, the GPU workers' read-ahead."""
+    settings: dict = {"pool": type(pool).__name__}
+    readers = getattr(pool, "file_readers", None)
+    if hasattr(pool, "file_readers"):
+        settings["reader_processes"] = 0 if readers is None else readers._procs.num_workers
+        settings["packed_decode"] = bool(getattr(pool, "_packed", False))
+    if hasattr(pool, "read_ahead"):
+        settings["workers_read_ahead"] = pool.read_ahead
+    return settings
 
 
 def _epochs(loader):
