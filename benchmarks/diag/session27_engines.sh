@@ -1,12 +1,14 @@
 #!/bin/bash
-# WRITTEN IN SESSION 26, NOT YET RUN. Issue 15, one call (~220 s, carry .imgwhl; kind
+# WRITTEN IN SESSION 26, NOT YET RUN. Issue 15, one call (~300 s, carry .imgwhl; kind
 # nvidia-h200). (1) the image cuda tests, among them
 # test_nvimgcodec_default_upsampling_is_closer_to_pillow_than_simple (restated in session 26
 # after call 4; not yet run in that form) and the reader-process defaults' first GPU run
 # through the tests; (2) nvImageCodec's backends side by side (jpeg_engines_probe.py): does
 # CUDA decoding (GPU_ONLY, HYBRID) add to the hardware decoder's pace when both run at once on
 # separate threads? If "hw + cuda" clearly beats "hw" over both rounds, the next step is lanes
-# of different backends sharing each batch in proportion to their measured pace. (3) the
+# of different backends sharing each batch in proportion to their measured pace. The probe's
+# second part times nvImageCodec's raw decode by output format (interleaved / planar RGB) and
+# EXIF orientation beside torchvision's batched nvJPEG on the same hardware decoder. (3) the
 # one-process loader (2 reader processes, as shipped since session 26) at prefetch 2 and 4,
 # alternated twice: its lanes waited 19-25% of the time for work in session26-1's profile.
 set -u
@@ -17,7 +19,7 @@ timeout 120 python3 -c "from vidloader.images._synthetic import write_image_fold
 VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 150 python3 -m pytest -q -s -p no:cacheprovider -m cuda \
   tests/test_images.py tests/test_images_workers.py tests/test_images_batched.py 2>&1 \
   | grep -v -i "nvjpeg2k\|nvtiff" > "$OUT/cuda_tests.log"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/cuda_tests.log" | tail -6
-timeout 240 python3 benchmarks/diag/jpeg_engines_probe.py 4000 30 2>&1 | grep -v -i "nvjpeg2k\|nvtiff" \
+timeout 300 python3 benchmarks/diag/jpeg_engines_probe.py 4000 30 2>&1 | grep -v -i "nvjpeg2k\|nvtiff" \
   | tee "$OUT/engines_probe.log" | grep -E "images/s|Error"
 ab() {  # label prefetch
   mkdir -p "$OUT/$1"
