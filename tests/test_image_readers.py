@@ -83,6 +83,22 @@ def test_a_reader_dying_mid_read_fails_the_read_and_frees_its_slab(tmp_path):
         readers.close()
 
 
+def _packing_pools(folder, monkeypatch):  # noqa: F811
+    """A Pillow loader and an in-process GPU pool loader (packing stand-in for nvImageCodec,
+    persistent) over ``folder``, and the list the stand-in appends the type name of each
+    source it is given to."""
+    given = []
+    Packing = install_packing_decoder(
+        monkeypatch, lambda sources, sizes, options, out: given.extend(type(s).__name__ for s in sources))
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
+    pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")
+    made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"),
+                       persistent_workers=True)
+    made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+    return pillow, made, given
+
+
 @pytest.mark.parametrize("slab_bytes", [None, 2000])
 def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypatch,  # noqa: F811
                                                                slab_bytes):
@@ -91,18 +107,10 @@ def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypat
     batches equal the Pillow path's, and the readers are gone after ``shutdown``."""
     from vidloader.pipeline import _image_decode, _image_readers
 
-    given = []
-    Packing = install_packing_decoder(
-        monkeypatch, lambda sources, sizes, options, out: given.extend(type(s).__name__ for s in sources))
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
     if slab_bytes is not None:
         monkeypatch.setattr(_image_readers, "slab_bytes", lambda dataset, batch: slab_bytes)
-    ds = ImageFolder(folder, num_workers=0, progress=False)
-    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
-    pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")
-    made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"),
-                       persistent_workers=True)
-    made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+    pillow, made, given = _packing_pools(folder, monkeypatch)
     for _ in range(2):  # two epochs through the same slabs
         for x, y in zip(list(pillow), made, strict=True):
             assert torch.equal(x["images"], y["images"])
@@ -123,15 +131,7 @@ def _pool_sources(folder, monkeypatch):  # noqa: F811
     """An in-process GPU pool (packing stand-in) run for one epoch next to the Pillow path:
     the batches must be equal. Returns the type names of what the lanes decoded and whether
     the pool had file readers."""
-    given = []
-    Packing = install_packing_decoder(
-        monkeypatch, lambda sources, sizes, options, out: given.extend(type(s).__name__ for s in sources))
-    ds = ImageFolder(folder, num_workers=0, progress=False)
-    proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
-    pillow = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0, on_error="skip")
-    made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"),
-                       persistent_workers=True)
-    made._custom_decoder = None  # the pool makes its own decoders, as for "nvimgcodec"
+    pillow, made, given = _packing_pools(folder, monkeypatch)
     for x, y in zip(list(pillow), made, strict=True):
         assert torch.equal(x["images"], y["images"])
     had_readers = made._pool.file_readers is not None

@@ -26,15 +26,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _decode_threads import probe_folder, time_decoders
 
-from vidloader.images import ImageFolder, _nvimgcodec
-from vidloader.images._synthetic import write_image_folder
+from vidloader.images import _nvimgcodec
 
 DEV = torch.device("cuda", 0)
 KINDS = {"hw": ("HW_GPU_ONLY",), "cuda": ("GPU_ONLY",), "hybrid": ("HYBRID_CPU_GPU",),
@@ -65,34 +64,9 @@ def decoder(kind: str):
 def run(folder, blobs: dict, kinds: tuple, batches: int) -> tuple[float, list[float]]:
     rng = np.random.default_rng(len(kinds))
     plans = [[rng.choice(len(folder), 256, replace=False) for _ in range(batches)] for _ in kinds]
-    decoders = [decoder(kind) for kind in kinds]
-    streams = [torch.cuda.Stream(DEV) for _ in kinds]
-    barrier = threading.Barrier(len(kinds) + 1)
-    seconds = [0.0] * len(kinds)
-
-    def work(k):
-        def once(idx):
-            out = decoders[k].decode_packed([blobs[i] for i in idx.tolist()], folder.sizes[idx])
-            streams[k].synchronize()
-            return out
-
-        with torch.cuda.stream(streams[k]):
-            once(plans[k][0])  # warm-up
-            barrier.wait()
-            t0 = time.perf_counter()
-            for idx in plans[k]:
-                once(idx)
-            seconds[k] = time.perf_counter() - t0
-
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(len(kinds))]
-    for t in pool:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in pool:
-        t.join()
-    total = len(kinds) * batches * 256 / (time.perf_counter() - t0)
-    return total, [batches * 256 / s for s in seconds]
+    return time_decoders([decoder(kind) for kind in kinds], plans,
+                         lambda dec, idx: dec.decode_packed([blobs[i] for i in idx.tolist()],
+                                                            folder.sizes[idx]), DEV)
 
 
 def params_run(folder, blobs: dict, label: str, batches: int) -> float:
@@ -146,11 +120,7 @@ PARAMS = {  # label: (sample format or None for nvImageCodec's defaults, EXIF or
 
 
 def main() -> int:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
-    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-    root = write_image_folder("/tmp/jpeg-ab-x1", num_classes=10, per_class=count // 10)
-    folder = ImageFolder(root, progress=False)
-    blobs = {i: Path(folder.path(i)).read_bytes() for i in range(len(folder))}
+    folder, blobs, batches = probe_folder()
     result: dict = {"files": len(folder), "batch": 256, "batches": batches}
     for round_ in (1, 2):
         for label, kinds in SETTINGS.items():

@@ -18,16 +18,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _decode_threads import probe_folder, time_decoders
 
-from vidloader.images import ImageFolder
 from vidloader.images._nvimgcodec import NvImageCodecDecoder
-from vidloader.images._synthetic import write_image_folder
 
 DEV = torch.device("cuda", 0)
 PREALLOCATE = ("nvjpeg_hw_decoder:preallocate_batch_size=256 "
@@ -81,36 +78,14 @@ def run(folder, sources: dict, options: str | tuple, threads: int, batches: int)
              for _ in range(threads)]
     per_thread = options if isinstance(options, tuple) else (options,) * threads
     decoders = [NvImageCodecDecoder(DEV, options=per_thread[k]) for k in range(threads)]
-    streams = [torch.cuda.Stream(DEV) for _ in range(threads)]
-    barrier = threading.Barrier(threads + 1)
-
-    def work(k):
-        def once(idx):
-            decoders[k].decode_packed([sources[i] for i in idx.tolist()], folder.sizes[idx])
-            streams[k].synchronize()
-
-        with torch.cuda.stream(streams[k]):
-            once(plans[k][0])  # warm-up
-            barrier.wait()
-            for idx in plans[k]:
-                once(idx)
-
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    for t in pool:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in pool:
-        t.join()
-    return threads * batches * 256 / (time.perf_counter() - t0)
+    total, _ = time_decoders(decoders, plans,
+                             lambda dec, idx: dec.decode_packed([sources[i] for i in idx.tolist()],
+                                                                folder.sizes[idx]), DEV)
+    return total
 
 
 def main() -> int:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
-    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-    root = write_image_folder("/tmp/jpeg-ab-x1", num_classes=10, per_class=count // 10)
-    folder = ImageFolder(root, progress=False)
-    blobs = {i: Path(folder.path(i)).read_bytes() for i in range(len(folder))}
+    folder, blobs, batches = probe_folder()
     pinned = pinned_copies(blobs)
     only = os.environ.get("OPTIONS_ONLY")
     result: dict = {"files": len(folder), "batch": 256, "batches": batches}

@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _decode_threads import time_decoders
 
 from vidloader.images import ImageFolder
 from vidloader.images._nvimgcodec import NvImageCodecDecoder
@@ -37,8 +36,6 @@ def run(folder: ImageFolder, kind: str, threads: int, batches: int, blobs: dict)
              for _ in range(threads)]
     options = os.environ.get("SOURCES_OPTIONS", "")  # nvImageCodec's decoder options
     decoders = [NvImageCodecDecoder(DEV, options=options) for _ in range(threads)]
-    streams = [torch.cuda.Stream(DEV) for _ in range(threads)]
-    barrier = threading.Barrier(threads + 1)
 
     def sources(idx):
         if kind == "paths":
@@ -47,28 +44,12 @@ def run(folder: ImageFolder, kind: str, threads: int, batches: int, blobs: dict)
             return [blobs[i] for i in idx.tolist()]
         return [read_file(folder.path(i)) for i in idx.tolist()]
 
-    def work(k):
-        dec = decoders[k]
-        with torch.cuda.stream(streams[k]):
-            first = plans[k][0]
-            dec.decode_packed(sources(first), folder.sizes[first])  # warm-up
-            streams[k].synchronize()
-            barrier.wait()
-            for idx in plans[k]:
-                out = dec.decode_packed(sources(idx), folder.sizes[idx],
-                                        cut_short=folder.cut_short[idx].tolist()
-                                        if kind == "paths" else None)
-                streams[k].synchronize()
-            del out
+    def decode(dec, idx):
+        return dec.decode_packed(sources(idx), folder.sizes[idx],
+                                 cut_short=folder.cut_short[idx].tolist() if kind == "paths" else None)
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    for t in pool:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in pool:
-        t.join()
-    return threads * batches * 256 / (time.perf_counter() - t0)
+    total, _ = time_decoders(decoders, plans, decode, DEV)
+    return total
 
 
 def main() -> int:
