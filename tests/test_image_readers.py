@@ -155,13 +155,10 @@ def test_gpu_pool_without_reader_processes_decodes_paths(folder, monkeypatch):  
 def test_gpu_pool_in_a_daemonic_process_starts_no_readers(folder, monkeypatch):  # noqa: F811
     """A daemonic process (a DataLoader's or a Pool's worker) may not have children: the pool
     starts no readers there and decodes paths, with the default ``READER_PROCESSES``."""
-    from types import SimpleNamespace
-
     from vidloader.pipeline import _image_decode
 
     assert _image_decode.READER_PROCESSES > 0
-    monkeypatch.setattr(_image_decode.multiprocessing, "current_process",
-                        lambda: SimpleNamespace(daemon=True))
+    monkeypatch.setattr(_image_decode, "_in_daemonic_process", lambda: True)
     assert _pool_sources(folder, monkeypatch) == ({"str"}, False)
 
 

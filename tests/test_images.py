@@ -369,6 +369,41 @@ def test_an_orientation_tag_without_a_number_is_kept_as_stored(tmp_path):
     assert ds.sizes.tolist() == [[48, 64]] and ds.orientations.tolist() == [0]
 
 
+def test_a_file_dataset_without_sizes_is_refused_up_front(folder):
+    """The crop windows are drawn from each image's size before decoding: a dataset of files
+    without ``sizes`` is refused when the loader is made, naming what it needs."""
+
+    class NoSizes(ImageFolder):
+        def __init__(self, root):
+            super().__init__(root, num_workers=0, progress=False)
+            self.sizes = None
+
+    with pytest.raises(vidloader.ConfigError, match=r"path\(i\) and sizes.*ImageFolder"):
+        ImageLoader(NoSizes(folder), batch_size=4, num_workers=0)
+
+
+def test_a_rational_orientation_tag_is_turned_and_indexed_upright(tmp_path):
+    """An orientation tag stored as the rational 6/1 is turned by Pillow's exif_transpose; the
+    index records the upright size and orientation 6, so the decode matches the index."""
+    import struct
+
+    from vidloader.images._pillow import decode_image
+
+    root = tmp_path / "rational"
+    (root / "a").mkdir(parents=True)
+    # One IFD entry: tag 0x0112 of type RATIONAL (5), count 1, its value (6, 1) at offset 26.
+    tiff = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", 1)
+    tiff += struct.pack("<HHII", 0x0112, 5, 1, 26) + struct.pack("<I", 0) + struct.pack("<II", 6, 1)
+    image = Image.fromarray(natural_like(48, 64, np.random.default_rng(3)))
+    path = root / "a" / "x.jpg"
+    image.save(path, exif=b"Exif\x00\x00" + tiff)
+    reference = np.asarray(ImageOps.exif_transpose(Image.open(path)).convert("RGB"))
+    assert reference.shape == (64, 48, 3)  # Pillow turned it
+    ds = ImageFolder(root, num_workers=0, progress=False, on_error="raise")
+    assert ds.sizes.tolist() == [[64, 48]] and ds.orientations.tolist() == [6]
+    assert np.array_equal(decode_image(str(path))[0], reference)
+
+
 def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
     """nvImageCodec's pool can deal plans to several decode threads, each with its own
     decoder and stream; batches still come in order and equal the Pillow path's."""

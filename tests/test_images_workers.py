@@ -133,6 +133,34 @@ class _BytesReadAhead(_PillowBytes):
         return super().decode(blobs)
 
 
+def _not_reading_ahead() -> None:
+    assert _READS and "vidloader-read-ahead" not in set(_READS), f"files read on {set(_READS)}"
+
+
+class _PackedNoReadAhead(_PillowPacked):
+    """:class:`_PillowPacked` that fails if its worker read any file on a read-ahead thread."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _record_reads()
+
+    def decode_packed(self, blobs, sizes):
+        _not_reading_ahead()
+        return super().decode_packed(blobs, sizes)
+
+
+class _BytesNoReadAhead(_PillowBytes):
+    """:class:`_PillowBytes` that fails if its worker read any file on a read-ahead thread."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _record_reads()
+
+    def decode(self, blobs):
+        _not_reading_ahead()
+        return super().decode(blobs)
+
+
 def _process_pool(monkeypatch, make_decoder=PillowFiles):
     """Make Pillow loaders (CPU) use the GPU image pool's worker processes, ``make_decoder``
     standing in for nvImageCodec."""
@@ -200,7 +228,8 @@ def test_workers_decode_packed_batches_where_the_decoder_can(folder, monkeypatch
 
 
 @pytest.mark.parametrize(("make_decoder", "read_ahead"), [
-    (_PackedReadAhead, True), (_BytesReadAhead, True), (_PillowPacked, False), (_PillowBytes, False)])
+    (_PackedReadAhead, True), (_BytesReadAhead, True), (_PackedNoReadAhead, False),
+    (_BytesNoReadAhead, False)])
 def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, make_decoder, read_ahead):
     """With ``WORKERS_READ_AHEAD`` (the default), a worker reads its next task's files on a
     thread while it fills the current one; without, just before. The batches, the skipped
@@ -214,10 +243,15 @@ def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, make_d
     monkeypatch.setattr(_image_gpu_workers, "WORKERS_READ_AHEAD", read_ahead)
     _process_pool(monkeypatch, make_decoder=make_decoder)
     loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=2, on_error="skip",
-                         sampler=RandomFrames(seed=5), prefetch=3)
+                         sampler=RandomFrames(seed=5), prefetch=3, persistent_workers=True)
     for x, y in zip(reference, list(loader), strict=True):
         _equal(x, y)
     assert loader.stats["skipped_samples"] == 1
+    from vidloader.bench._images import _pool_settings
+
+    assert _pool_settings(loader._pool) == {"pool": "GpuImageProcessPool",
+                                            "workers_read_ahead": read_ahead}
+    loader.shutdown()
 
 
 def test_read_ahead_reads_on_its_own_thread_in_order(monkeypatch):

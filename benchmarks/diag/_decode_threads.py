@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -12,14 +13,18 @@ import torch
 
 
 def time_decoders(decoders: list, plans: list[list], decode, device: torch.device,
-                  batch: int = 256) -> tuple[float, list[float]]:
-    """Each decoder on a thread and CUDA stream of its own decodes its list of ``plans``
-    (``decode(decoder, plan)``, each batch synchronised, its output kept until then; the
-    first plan once more before the clock starts). Returns images/s over all threads from a
-    common start to the last thread's end, and each thread's own pace."""
+                  seconds: float = 3.0, batch: int = 256) -> tuple[float, list[float]]:
+    """Each decoder on a thread and CUDA stream of its own decodes its ``plans`` in turn,
+    over and over (``decode(decoder, plan)``, each batch synchronised, its output kept until
+    then; the first plan once before the clock starts), until ``seconds`` after a common
+    start; a batch under way then is finished and counted. Returns images/s summed over the
+    threads, and each thread's own pace: threads that do not slow each other add up. An error
+    on a thread stops the others and is raised here."""
     streams = [torch.cuda.Stream(device) for _ in decoders]
     barrier = threading.Barrier(len(decoders) + 1)
-    seconds = [0.0] * len(decoders)
+    stop = threading.Event()
+    counts = [0] * len(decoders)
+    errors: list[BaseException] = []
 
     def work(k):
         def once(plan):
@@ -27,28 +32,42 @@ def time_decoders(decoders: list, plans: list[list], decode, device: torch.devic
             streams[k].synchronize()
             return out
 
-        with torch.cuda.stream(streams[k]):
-            once(plans[k][0])  # warm-up
-            barrier.wait()
-            t0 = time.perf_counter()
-            for plan in plans[k]:
-                once(plan)
-            seconds[k] = time.perf_counter() - t0
+        try:
+            with torch.cuda.stream(streams[k]):
+                once(plans[k][0])  # warm-up
+                barrier.wait()
+                n = 0
+                while not stop.is_set():
+                    once(plans[k][n % len(plans[k])])
+                    n += 1
+                counts[k] = n
+        except threading.BrokenBarrierError:
+            pass  # another thread failed first
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            errors.append(exc)
+            stop.set()
+            barrier.abort()
 
     pool = [threading.Thread(target=work, args=(k,)) for k in range(len(decoders))]
     for t in pool:
         t.start()
-    barrier.wait()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a thread failed: raised below
+        barrier.wait()
     t0 = time.perf_counter()
+    stop.wait(seconds)
+    stop.set()
     for t in pool:
         t.join()
-    total = sum(len(p) for p in plans) * batch / (time.perf_counter() - t0)
-    return total, [len(p) * batch / s for p, s in zip(plans, seconds)]
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return sum(counts) * batch / elapsed, [n * batch / elapsed for n in counts]
 
 
 def probe_folder(default_images: int = 4000, default_batches: int = 30,
                  root: str = "/tmp/jpeg-ab-x1") -> tuple:
-    """The probes' arguments (``[images] [batches]``), their generated JPEG folder (500x375,
+    """The probes' arguments (``[images] [batches]``: batches drawn per thread, decoded in
+    turn for the timed seconds), their generated JPEG folder (500x375,
     10 classes; kept between runs) indexed, and every file's bytes read beforehand."""
     from vidloader.images import ImageFolder
     from vidloader.images._synthetic import write_image_folder

@@ -14,11 +14,14 @@ from ._jpeg_ends import TAIL_BYTES, jpeg_cut_short, read_file_ends
 from ._packed import PackedImages
 
 #: Share of JPEGs offered to the hardware decoder first (DALI's ``hw_decoder_load``); the rest
-#: go to CUDA decoding at the same time. 1.0 was DALI's fastest on the H200 (issue 15).
+#: go to the next backends (nvImageCodec's nvJPEG CUDA decoder is its ``HYBRID_CPU_GPU``
+#: backend: Huffman decoding on the CPU below its ``hybrid_huffman_threshold``, 1e6 pixels,
+#: CUDA above). 1.0 was DALI's fastest on the H200 (issue 15).
 DEFAULT_HW_LOAD = 1.0
 
-#: nvImageCodec's backends, in the order it tries them: the hardware JPEG decoder, CUDA
-#: decoding, hybrid CPU/GPU, then the CPU (PNG, CMYK JPEG).
+#: nvImageCodec's backends, in the order it tries them: the hardware JPEG decoder, GPU-only
+#: decoders (none for JPEG in 0.9), nvJPEG's CUDA decoder (hybrid CPU/GPU), then the CPU
+#: (PNG, CMYK JPEG).
 BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
 
 #: CPU threads of each decoder's own pool (nvImageCodec's ``max_num_cpu_threads``; 0: one per

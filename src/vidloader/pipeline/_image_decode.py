@@ -144,6 +144,12 @@ PACKED_DECODE = True
 READER_PROCESSES = 2
 
 
+def _in_daemonic_process() -> bool:
+    """Whether this process is daemonic (a DataLoader's or a ``multiprocessing.Pool``'s
+    worker), which may not have children."""
+    return multiprocessing.current_process().daemon
+
+
 def _index_flags(dataset):
     """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
     it has none or not one per image (a subclass that filtered its files, say): the decoder
@@ -211,8 +217,7 @@ class BatchDecodePool(BatchPool):
         self._phased = (PHASED_DECODE and self._opens_files
                         and getattr(self.decoder, "decodes_in_phases", False))
         self._packed = (PACKED_DECODE and not ROI_DECODE
-                        and getattr(self.decoder, "decodes_packed", False)
-                        and getattr(config.dataset, "sizes", None) is not None)
+                        and getattr(self.decoder, "decodes_packed", False))
         self._cut_short = _index_flags(config.dataset)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
@@ -230,7 +235,7 @@ class BatchDecodePool(BatchPool):
         (a warning says why; the lanes then open the files themselves)."""
         if not (READER_PROCESSES > 0 and self._packed and self._opens_files):
             return None
-        if multiprocessing.current_process().daemon:
+        if _in_daemonic_process():
             return None
         from . import _image_readers
 

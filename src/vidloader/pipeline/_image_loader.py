@@ -342,10 +342,23 @@ def _resolve_decoder(dataset: ImageDataset, decoder: str, device) -> str:
         return "memory"
     if decoder == "memory":
         raise ConfigError(f"{dataset!r} is not in memory; use decoder='pillow' or 'nvimgcodec'")
+    _check_file_dataset(dataset)
     if decoder == "nvimgcodec" and (device is None or torch.device(device).type != "cuda"):
         raise ConfigError(f"decoder='nvimgcodec' decodes on a GPU: pass device='cuda' (got "
                           f"device={device!r}), or use decoder='pillow'")
     return "pillow" if decoder == "auto" else decoder
+
+
+def _check_file_dataset(dataset: ImageDataset) -> None:
+    """A dataset of files must name them (``path(i)``) and give each image's upright size
+    (``sizes``, int ``[N, 2]``): the crop windows are drawn from the sizes before decoding."""
+    sizes = getattr(dataset, "sizes", None)
+    shape = getattr(sizes, "shape", None)
+    if not callable(getattr(dataset, "path", None)) or shape != (len(dataset), 2):
+        raise ConfigError(f"{dataset!r} is neither in memory nor a dataset of files: a dataset "
+                          "of files needs path(i) and sizes, an int array [N, 2] of each image's "
+                          f"upright (height, width) (got sizes of shape {shape}); subclass "
+                          "vidloader.images.ImageFolder, which indexes both")
 
 
 def _default_workers(backend: str) -> int:
