@@ -1095,3 +1095,34 @@ def test_image_bench_counts_every_kind_of_batch():
     assert _count([{"data": torch.zeros(7, 3, 4, 4)}]) == 7
     assert _count({"images": torch.zeros(3, 4, 4, 3)}) == 3
     assert _count((torch.zeros(6, 3, 4, 4), torch.zeros(6))) == 6
+
+
+def test_image_bench_rounds_alternate_and_take_ratios_within_each_round(capsys):
+    """``--rounds``: contenders in order, then reversed; each keeps its rates and their
+    median; the ratio to DALI is taken within each round; a failed round is kept as its
+    error and left out of the median."""
+    from vidloader.bench._images import _in_rounds
+
+    calls = []
+    rates = {"vidloader nvimgcodec": iter([100.0, 120.0, 90.0]),
+             "DALI pipeline": iter([200.0, 200.0, 300.0])}
+
+    def contender(name):
+        def call():
+            calls.append(name)
+            rate = next(rates[name])
+            if rate == 90.0:
+                raise RuntimeError("lost the GPU")
+            return {"images_per_s": rate, "images": 1, "seconds": 1 / rate}
+        return call
+
+    out = _in_rounds({name: contender(name) for name in rates}, 3)
+    assert calls == ["vidloader nvimgcodec", "DALI pipeline", "DALI pipeline",
+                     "vidloader nvimgcodec", "vidloader nvimgcodec", "DALI pipeline"]
+    assert out["vidloader nvimgcodec"]["rounds"] == [100.0, 120.0, "RuntimeError: lost the GPU"]
+    assert out["vidloader nvimgcodec"]["images_per_s"] == 110.0
+    assert out["DALI pipeline"]["images_per_s"] == 200.0
+    assert out["ratio_to_dali"] == {"rounds": [0.5, 0.6], "median": 0.55}
+    assert "(round 3)" in capsys.readouterr().out
+    single = _in_rounds({"vidloader nvimgcodec": lambda: {"images_per_s": 5.0}}, 1)
+    assert single == {"vidloader nvimgcodec": {"images_per_s": 5.0}}

@@ -225,6 +225,10 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
                    help="hard links per generated JPEG, for epochs longer than the files "
                         "generated (default 1: none)")
     p.add_argument("--workers", type=int, default=None, help="Pillow workers (default: cores)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="jpeg: run the GPU contenders this many times, the order reversed every "
+                        "other round; each keeps its rates and their median, and the ratio to "
+                        "DALI is taken within each round (default 1)")
     p.add_argument("--data-dir", default=None, help="default ~/.cache/vidloader/bench-images")
     p.add_argument("--resize-reps", type=int, default=5, help="timed batches per resize method")
     p.add_argument("--threads", type=int, default=None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -287,15 +288,52 @@ def _jpeg(args, data: Path, device: str) -> dict:
     _attempt(results, "vidloader pillow (all cores)",
              lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
     if torch.cuda.is_available():
-        # Worker processes (the default), and the in-process pool it replaced (session 18).
-        _attempt(results, "vidloader nvimgcodec",
-                 lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", None))
-        _attempt(results, "vidloader nvimgcodec, one process",
-                 lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", 0))
-        _attempt(results, "nvimgcodec decode alone", lambda: _decode_nvimgcodec(folder, b, n))
-        _attempt(results, "torchvision decode_jpeg cuda", lambda: _decode_torchvision(folder, b, n))
-        _attempt(results, "DALI pipeline", lambda: _dali(str(root), b, n))
+        contenders = {  # worker processes (the default), and the in-process pool
+            "vidloader nvimgcodec": lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", None),
+            "vidloader nvimgcodec, one process":
+                lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", 0),
+            "nvimgcodec decode alone": lambda: _decode_nvimgcodec(folder, b, n),
+            "torchvision decode_jpeg cuda": lambda: _decode_torchvision(folder, b, n),
+            "DALI pipeline": lambda: _dali(str(root), b, n),
+        }
+        results.update(_in_rounds(contenders, max(1, getattr(args, "rounds", 1))))
     return results
+
+
+def _in_rounds(contenders: dict, rounds: int) -> dict:
+    """Each contender ``rounds`` times, in order and then in reverse, alternately (a machine
+    that drifts during the call favours no one). One round: each contender's result as it
+    comes. Several: its first successful result with ``images_per_s`` the median over the
+    rounds and ``rounds`` every rate (or error); and ``ratio_to_dali``, the default loader's
+    rate over DALI's within each round where both ran, with its median."""
+    runs: dict = {name: [] for name in contenders}
+    for r in range(rounds):
+        order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
+        for name in order:
+            one: dict = {}
+            _attempt(one, name if rounds == 1 else f"{name} (round {r + 1})", contenders[name])
+            runs[name].append(next(iter(one.values())))
+    if rounds == 1:
+        return {name: got[0] for name, got in runs.items()}
+    out: dict = {name: _summary(got) for name, got in runs.items()}
+    ours, dali = runs["vidloader nvimgcodec"], runs.get("DALI pipeline", [])
+    ratios = [a["images_per_s"] / d["images_per_s"] for a, d in zip(ours, dali)
+              if "images_per_s" in a and "images_per_s" in d]
+    if ratios:
+        out["ratio_to_dali"] = {"rounds": ratios, "median": statistics.median(ratios)}
+        print(f"vidloader / DALI, by round: {', '.join(f'{x:.2f}' for x in ratios)} "
+              f"(median {statistics.median(ratios):.2f})", flush=True)
+    return out
+
+
+def _summary(got: list[dict]) -> dict:
+    """A contender's rounds: its first successful result, the median rate and every round's."""
+    rates = [g["images_per_s"] for g in got if "images_per_s" in g]
+    if not rates:
+        return got[0]
+    first = next(g for g in got if "images_per_s" in g)
+    return {**first, "images_per_s": statistics.median(rates),
+            "rounds": [g.get("images_per_s", g.get("error")) for g in got]}
 
 
 def _resize(args, data: Path, device: str) -> dict:
