@@ -5,7 +5,8 @@ augmentation thread with a stream of its own.
 A lane decodes a batch: gives nvImageCodec the plan's files as read into shared memory by
 reader processes (:data:`READER_PROCESSES`, where the batch is decoded packed), or else has
 it open them (a ``CodeStream`` from a path is read in C++, without the GIL; a batch-decoder
-object given bytes gets them from reader threads instead), optionally decoding only each row's crop window (:data:`ROI_DECODE`), and
+object given bytes gets them from reader threads instead), optionally decoding only each
+row's crop window (:data:`ROI_DECODE`), and
 records an event. A lane takes the GIL as few times as it can (:data:`PHASED_DECODE`): which
 JPEGs are cut short comes from the dataset's index rather than from reading each file's ends,
 and where the index has every image's size the batch is decoded straight into one flat buffer
