@@ -1126,3 +1126,76 @@ def test_image_bench_rounds_alternate_and_take_ratios_within_each_round(capsys):
     assert "(round 3)" in capsys.readouterr().out
     single = _in_rounds({"vidloader nvimgcodec": lambda: {"images_per_s": 5.0}}, 1)
     assert single == {"vidloader nvimgcodec": {"images_per_s": 5.0}}
+
+
+def test_image_files_index_a_list_of_files_with_their_labels(folder, tmp_path):
+    """``ImageFiles``: the files of ``folder`` named one by one with labels of our choosing
+    (ImageNet's validation layout): the same sizes, orientations and cut-short flags as
+    ``ImageFolder`` gives them, the unreadable file rejected, and the loader pixel-exact."""
+    from vidloader.images import ImageFiles
+
+    by_folder = ImageFolder(folder, num_workers=0, progress=False)
+    names = sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*.*"))
+    labels = [len(name) % 3 for name in names]
+    ds = ImageFiles(names, labels, root=folder, num_workers=0, progress=False)
+    assert ds.classes == ["0", "1", "2"] and len(ds) == len(names) - 1
+    assert [os.path.basename(p) for p, _ in ds.rejected] == ["7_not_an_image.jpg"]
+    kept = [n for n in names if "not_an_image" not in n]
+    assert ds.labels.tolist() == [len(n) % 3 for n in kept]
+    assert [ds.path(i) for i in range(len(ds))] == [by_folder.path(i) for i in range(len(by_folder))]
+    assert np.array_equal(ds.sizes, by_folder.sizes)
+    assert np.array_equal(ds.orientations, by_folder.orientations)
+    assert np.array_equal(ds.cut_short, by_folder.cut_short)
+    assert repr(ds).startswith("ImageFiles(") and "1 rejected" in repr(ds)
+    loader = ImageLoader(ds, batch_size=3, sampler=SequentialFrames(), num_workers=0,
+                         on_error="skip")
+    seen = 0
+    for batch in loader:
+        for image, i, label in zip(batch["images"], batch["sample_index"].tolist(),
+                                   batch["label"].tolist()):
+            assert np.array_equal(image.numpy(), _reference(ds.path(i))), ds.path(i)
+            assert label == ds.labels[i]
+            seen += 1
+    assert seen == 6  # the truncated file skipped by the loader, as for ImageFolder
+
+
+def test_image_files_from_a_list_file(folder, tmp_path):
+    """``ImageFiles.from_list``: ``<path> <label>`` lines, space- or tab-separated, comments
+    and blank lines skipped, paths relative to the list's folder (or ``root``), a path with a
+    space kept whole; a malformed line is refused naming the file and the line."""
+    import shutil
+
+    from vidloader.images import ImageFiles
+
+    val = tmp_path / "val"
+    val.mkdir()
+    shutil.copy(Path(folder) / "apple" / "0_baseline.jpg", val / "a b.jpg")
+    shutil.copy(Path(folder) / "banana" / "4_exif.jpg", val / "c.jpg")
+    listing = val / "labels.txt"
+    listing.write_text("# ImageNet-style validation list\n\na b.jpg 2\nc.jpg\t0\n")
+    ds = ImageFiles.from_list(listing, classes=["x", "y", "z"], num_workers=0, progress=False)
+    assert [os.path.basename(ds.path(i)) for i in range(len(ds))] == ["a b.jpg", "c.jpg"]
+    assert ds.labels.tolist() == [2, 0] and ds.classes == ["x", "y", "z"]
+    assert ds.sizes.tolist() == [list(SIZE), list(SIZE)]  # the EXIF-rotated one upright
+    moved = tmp_path / "lists"
+    moved.mkdir()
+    (moved / "labels.txt").write_text(listing.read_text())
+    assert len(ImageFiles.from_list(moved / "labels.txt", root=val, num_workers=0,
+                                    progress=False)) == 2
+    listing.write_text("a b.jpg 2\nc.jpg zero\n")
+    with pytest.raises(vidloader.DatasetFormatError, match=r"labels.txt.*line 2 is 'c.jpg zero'"):
+        ImageFiles.from_list(listing, num_workers=0, progress=False)
+
+
+def test_image_files_refuse_labels_that_do_not_fit(folder):
+    from vidloader.images import ImageFiles
+
+    names = ["apple/0_baseline.jpg", "apple/2_gray.jpg"]
+    with pytest.raises(vidloader.ConfigError, match="2 files but 1 labels"):
+        ImageFiles(names, [0], root=folder, num_workers=0, progress=False)
+    with pytest.raises(vidloader.ConfigError, match="label 3 is outside the 2 classes"):
+        ImageFiles(names, [0, 3], classes=["a", "b"], root=folder, num_workers=0, progress=False)
+    with pytest.raises(vidloader.ConfigError, match="label -1"):
+        ImageFiles(names, [0, -1], root=folder, num_workers=0, progress=False)
+    with pytest.raises(vidloader.ConfigError, match="no files"):
+        ImageFiles([], [], root=folder)

@@ -76,57 +76,21 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[str],
     return classes, files, labels
 
 
-class ImageFolder(ImageDataset):
-    """Images laid out ``root/<class>/**/<file>``, labelled by class folder (sorted names).
+class IndexedFiles(ImageDataset):
+    """Image files with one label each, indexed by probing: what :class:`ImageFolder` and
+    :class:`ImageFiles` share. Paths are stored relative to :attr:`root`."""
 
-    Every file's header is read once (size and EXIF orientation), and its last bytes (is the
-    JPEG cut short?), in spawned processes with a progress bar; pixels are decoded by the
-    loader. Files Pillow cannot open are listed in :attr:`rejected` (``on_error="skip"``, the
-    default) or raise. Truncated files open fine and fail when decoded: the loader's
-    ``on_error`` handles those. The index describes the files as they were when it was made:
-    build it again after changing them.
-
-    Args:
-        root (str | PathLike): the dataset folder.
-        extensions (sequence of str): file endings to take (case-insensitive); default
-            ``.jpg``, ``.jpeg``, ``.png``.
-        num_workers (int | None): probing processes; ``None``: one per core (in-process below
-            512 files); ``0``: in this process. Scripts need the ``__main__`` guard.
-        on_error ("skip" | "raise"): what a file that cannot be opened does.
-        progress (bool): show a tqdm bar (only on a terminal).
-
-    Attributes:
-        root (str), classes (list[str]), labels (np.ndarray int64 ``[N]``), sizes
-        (np.ndarray int64 ``[N, 2]``: upright height, width), orientations (np.ndarray int8
-        ``[N]``: EXIF orientation 1-8, 1 for files without one, 0 for a tag that holds no
-        such number), cut_short (np.ndarray bool ``[N]``: JPEGs whose last bytes are not their
-        end-of-image marker, truncated or followed by other bytes; the GPU decoder hands
-        those to Pillow), rejected (list of ``(path, reason)``).
-
-    Raises:
-        ConfigError: ``root`` is not a folder, has no class folder or no image.
-        CorruptImageError: with ``on_error="raise"``, the first file that cannot be opened.
-    """
-
-    def __init__(self, root: str | os.PathLike, *, extensions: Sequence[str] = DEFAULT_IMAGE_EXTENSIONS,
-                 num_workers: int | None = None, on_error: Literal["skip", "raise"] = "skip",
-                 progress: bool = True) -> None:
-        self.root = os.path.abspath(os.fspath(root))
+    def _index(self, root: str, files: list[str], labels: list[int], classes: list[str],
+               num_workers: int | None, on_error: str, progress: bool) -> None:
+        """Probe ``files`` (relative to ``root``) and keep those that open; see the
+        subclasses' docstrings for the attributes this sets."""
         if on_error not in ("skip", "raise"):
             raise ConfigError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
-        if not os.path.isdir(self.root):
-            raise ConfigError(f"ImageFolder: {self.root} is not a folder; give the folder that "
-                              "holds one sub-folder per class")
-        exts = tuple(e.lower() for e in extensions)
-        self.classes, files, labels = _scan(self.root, exts)
-        if not files:
-            raise ConfigError(f"ImageFolder: no {'/'.join(exts)} files in class folders under "
-                              f"{self.root} (found {len(self.classes)} class folders); the "
-                              "layout is root/<class>/<image>")
+        self.root, self.classes = root, classes
         workers = _workers(num_workers, len(files))
-        results = _probe_all([os.path.join(self.root, f) for f in files], workers, progress)
+        results = _probe_all([os.path.join(root, f) for f in files], workers, progress)
         keep = [i for i, r in enumerate(results) if not isinstance(r, str)]
-        self.rejected = [(os.path.join(self.root, files[i]), r)
+        self.rejected = [(os.path.join(root, files[i]), r)
                          for i, r in enumerate(results) if isinstance(r, str)]
         if self.rejected and on_error == "raise":
             from ..errors import CorruptImageError
@@ -134,8 +98,8 @@ class ImageFolder(ImageDataset):
             path, reason = self.rejected[0]
             raise CorruptImageError(path, f"{reason} ({len(self.rejected)} bad files in all)")
         if self.rejected:
-            log.warning("ImageFolder: %d of %d files skipped (see .rejected)", len(self.rejected),
-                        len(files))
+            log.warning("%s: %d of %d files skipped (see .rejected)", type(self).__name__,
+                        len(self.rejected), len(files))
         self._paths = np.array([files[i].encode() for i in keep], dtype=np.bytes_)
         self.labels = np.array([labels[i] for i in keep], dtype=np.int64)
         header = np.array([results[i] for i in keep], dtype=np.int64).reshape(-1, 4)
@@ -151,8 +115,143 @@ class ImageFolder(ImageDataset):
         return self.path(i)
 
     def __repr__(self) -> str:
-        return (f"ImageFolder({self.root}: {len(self)} images, {len(self.classes)} classes, "
-                f"{len(self.rejected)} rejected)")
+        return (f"{type(self).__name__}({self.root}: {len(self)} images, {len(self.classes)} "
+                f"classes, {len(self.rejected)} rejected)")
+
+
+_ATTRIBUTES = """root (str), classes (list[str]), labels (np.ndarray int64 ``[N]``), sizes
+        (np.ndarray int64 ``[N, 2]``: upright height, width), orientations (np.ndarray int8
+        ``[N]``: EXIF orientation 1-8, 1 for files without one, 0 for a tag that holds no
+        such number), cut_short (np.ndarray bool ``[N]``: JPEGs whose last bytes are not their
+        end-of-image marker, truncated or followed by other bytes; the GPU decoder hands
+        those to Pillow), rejected (list of ``(path, reason)``)."""
+
+
+class ImageFolder(IndexedFiles):
+    """Images laid out ``root/<class>/**/<file>``, labelled by class folder (sorted names).
+
+    Every file's header is read once (size and EXIF orientation), and its last bytes (is the
+    JPEG cut short?), in spawned processes with a progress bar; pixels are decoded by the
+    loader. Files Pillow cannot open are listed in :attr:`rejected` (``on_error="skip"``, the
+    default) or raise. Truncated files open fine and fail when decoded: the loader's
+    ``on_error`` handles those. The index describes the files as they were when it was made:
+    build it again after changing them. For files listed with their labels instead (ImageNet's
+    validation set, DALI's ``file_list``), see :class:`ImageFiles`.
+
+    Args:
+        root (str | PathLike): the dataset folder.
+        extensions (sequence of str): file endings to take (case-insensitive); default
+            ``.jpg``, ``.jpeg``, ``.png``.
+        num_workers (int | None): probing processes; ``None``: one per core (in-process below
+            512 files); ``0``: in this process. Scripts need the ``__main__`` guard.
+        on_error ("skip" | "raise"): what a file that cannot be opened does.
+        progress (bool): show a tqdm bar (only on a terminal).
+
+    Attributes:
+        {attributes}
+
+    Raises:
+        ConfigError: ``root`` is not a folder, has no class folder or no image.
+        CorruptImageError: with ``on_error="raise"``, the first file that cannot be opened.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, extensions: Sequence[str] = DEFAULT_IMAGE_EXTENSIONS,
+                 num_workers: int | None = None, on_error: Literal["skip", "raise"] = "skip",
+                 progress: bool = True) -> None:
+        root = os.path.abspath(os.fspath(root))
+        if not os.path.isdir(root):
+            raise ConfigError(f"ImageFolder: {root} is not a folder; give the folder that "
+                              "holds one sub-folder per class")
+        exts = tuple(e.lower() for e in extensions)
+        classes, files, labels = _scan(root, exts)
+        if not files:
+            raise ConfigError(f"ImageFolder: no {'/'.join(exts)} files in class folders under "
+                              f"{root} (found {len(classes)} class folders); the "
+                              "layout is root/<class>/<image>")
+        self._index(root, files, labels, classes, num_workers, on_error, progress)
+
+
+ImageFolder.__doc__ = ImageFolder.__doc__.format(attributes=_ATTRIBUTES)
+
+
+class ImageFiles(IndexedFiles):
+    """Image files named in a list, each with its label: ImageNet's validation set (one
+    folder, labels in a separate file), a CSV of paths, DALI's ``file_list``. Indexed as
+    :class:`ImageFolder` indexes its files (same attributes, same loader paths).
+
+    Args:
+        files (sequence of str | PathLike): the images; relative ones are taken under
+            ``root``.
+        labels (sequence of int): one label per file, ``0 <= label``.
+        classes (sequence of str | None): class names, ``labels`` indexing them; default
+            ``"0"``, ``"1"``, ... up to the largest label.
+        root (str | PathLike | None): the folder relative paths start from; default the
+            current directory.
+        num_workers, on_error, progress: as :class:`ImageFolder`'s.
+
+    Attributes:
+        {attributes}
+
+    Raises:
+        ConfigError: no files, as many labels as files not given, a negative label or one
+            past ``classes``.
+        CorruptImageError: with ``on_error="raise"``, the first file that cannot be opened.
+    """
+
+    def __init__(self, files: Sequence[str | os.PathLike], labels: Sequence[int], *,
+                 classes: Sequence[str] | None = None, root: str | os.PathLike | None = None,
+                 num_workers: int | None = None, on_error: Literal["skip", "raise"] = "skip",
+                 progress: bool = True) -> None:
+        root = os.path.abspath(os.fspath(root) if root is not None else os.getcwd())
+        files = [os.path.relpath(os.path.join(root, os.fspath(f)), root) for f in files]
+        labels = [int(x) for x in labels]
+        if not files:
+            raise ConfigError("ImageFiles: no files given")
+        if len(labels) != len(files):
+            raise ConfigError(f"ImageFiles: {len(files)} files but {len(labels)} labels; give "
+                              "one label per file")
+        top = max(labels)
+        classes = [str(k) for k in range(top + 1)] if classes is None else [str(c) for c in classes]
+        if min(labels) < 0 or top >= len(classes):
+            bad = min(labels) if min(labels) < 0 else top
+            raise ConfigError(f"ImageFiles: label {bad} is outside the {len(classes)} classes "
+                              f"(0 to {len(classes) - 1}); labels index classes")
+        self._index(root, files, labels, classes, num_workers, on_error, progress)
+
+    @classmethod
+    def from_list(cls, list_file: str | os.PathLike, *, root: str | os.PathLike | None = None,
+                  classes: Sequence[str] | None = None, **options) -> ImageFiles:
+        """Files and labels from a text file of ``<path> <label>`` lines (DALI's
+        ``file_list`` format, space- or tab-separated; blank lines and lines starting with
+        ``#`` are skipped; a path may hold spaces, the label is the last field). Relative
+        paths are taken under ``root``, by default the list file's folder. ``options``: as
+        the constructor's.
+
+        Raises:
+            DatasetFormatError: a line that is not a path and an integer label (naming the
+                file and the line).
+        """
+        from ..errors import DatasetFormatError
+
+        list_file = os.fspath(list_file)
+        files, labels = [], []
+        with open(list_file, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                text = line.strip()
+                if not text or text.startswith("#"):
+                    continue
+                path, label = (text.rsplit(None, 1) + [""])[:2]
+                if not label or not label.lstrip("-").isdigit():
+                    raise DatasetFormatError(list_file, f"line {number} is {text!r}, not "
+                                             "'<path> <integer label>'; fix or remove it")
+                files.append(path.strip())
+                labels.append(int(label))
+        if root is None:
+            root = os.path.dirname(os.path.abspath(list_file))
+        return cls(files, labels, classes=classes, root=root, **options)
+
+
+ImageFiles.__doc__ = ImageFiles.__doc__.format(attributes=_ATTRIBUTES)
 
 
 def _workers(num_workers: int | None, num_files: int) -> int:
