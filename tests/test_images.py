@@ -1120,6 +1120,7 @@ def test_image_bench_rounds_alternate_and_take_ratios_within_each_round(capsys):
     assert calls == ["vidloader nvimgcodec", "DALI pipeline", "DALI pipeline",
                      "vidloader nvimgcodec", "vidloader nvimgcodec", "DALI pipeline"]
     assert out["vidloader nvimgcodec"]["rounds"] == [100.0, 120.0, "RuntimeError: lost the GPU"]
+    assert "images" not in out["vidloader nvimgcodec"]  # one round's count: not beside a median
     assert out["vidloader nvimgcodec"]["images_per_s"] == 110.0
     assert out["DALI pipeline"]["images_per_s"] == 200.0
     assert out["ratio_to_dali"] == {"rounds": [0.5, 0.6], "median": 0.55}
@@ -1128,7 +1129,7 @@ def test_image_bench_rounds_alternate_and_take_ratios_within_each_round(capsys):
     assert single == {"vidloader nvimgcodec": {"images_per_s": 5.0}}
 
 
-def test_image_files_index_a_list_of_files_with_their_labels(folder, tmp_path):
+def test_image_files_index_a_list_of_files_with_their_labels(folder):
     """``ImageFiles``: the files of ``folder`` named one by one with labels of our choosing
     (ImageNet's validation layout): the same sizes, orientations and cut-short flags as
     ``ImageFolder`` gives them, the unreadable file rejected, and the loader pixel-exact."""
@@ -1199,3 +1200,72 @@ def test_image_files_refuse_labels_that_do_not_fit(folder):
         ImageFiles(names, [0, -1], root=folder, num_workers=0, progress=False)
     with pytest.raises(vidloader.ConfigError, match="no files"):
         ImageFiles([], [], root=folder)
+
+
+def test_image_bench_rounds_argument_is_wired_and_positive(capsys):
+    """``vidloader bench images --rounds``: parsed into the namespace the bench reads, and
+    refused below 1."""
+    import argparse
+
+    from vidloader.bench import _cli
+
+    parser = argparse.ArgumentParser()
+    _cli._images_arguments(parser)
+    assert parser.parse_args(["--rounds", "3"]).rounds == 3
+    assert parser.parse_args([]).rounds == 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--rounds", "0"])
+    assert "positive integer" in capsys.readouterr().err
+
+
+def test_image_files_paths_absolute_symlinked_root_and_default_root(folder, tmp_path, monkeypatch):
+    """Absolute paths are kept as given; relative ones are joined to ``root`` unnormalised
+    (a symlinked root still finds them); without ``root``, the current directory."""
+    from vidloader.images import ImageFiles
+
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    absolute = str(Path(folder) / "apple" / "0_baseline.jpg")
+    ds = ImageFiles([absolute, "banana/4_exif.jpg"], [0, 1], root=link, num_workers=0,
+                    progress=False)
+    assert ds.rejected == [] and ds.path(0) == absolute
+    assert ds.path(1) == os.path.join(str(link), "banana/4_exif.jpg")
+    monkeypatch.chdir(folder)
+    here = ImageFiles(["apple/2_gray.jpg"], [0], num_workers=0, progress=False)
+    assert here.root == os.path.abspath(folder) and here.rejected == []
+
+
+def test_image_files_refuse_what_porting_trips_on(folder, tmp_path):
+    """A path string instead of a list, float or string labels, a list where no file opens
+    (a wrong root, a comma-separated CSV), a BOM, a bad ``on_error`` before any probing."""
+    from vidloader.images import ImageFiles
+
+    with pytest.raises(vidloader.ConfigError, match="from_list"):
+        ImageFiles("val.txt", [0])
+    with pytest.raises(vidloader.ConfigError, match="label 0.9 is not an integer"):
+        ImageFiles(["apple/2_gray.jpg"], [0.9], root=folder)
+    with pytest.raises(vidloader.ConfigError, match="label 'cat' is not an integer.*classes="):
+        ImageFiles(["apple/2_gray.jpg"], ["cat"], root=folder)
+    with pytest.raises(vidloader.ConfigError, match=r"none of the 1 files opens.*0_baseline.jpg"):
+        ImageFiles(["0_baseline.jpg"], [0], root=tmp_path, num_workers=0, progress=False)
+    with pytest.raises(vidloader.ConfigError, match="on_error"):
+        ImageFiles(["apple/2_gray.jpg"], [0], root=folder, on_error="ignore")
+    csv = tmp_path / "val.csv"
+    csv.write_text(f"{Path(folder) / 'apple' / '2_gray.jpg'}, 0\n")
+    with pytest.raises(vidloader.ConfigError, match="none of the 1 files opens"):
+        ImageFiles.from_list(csv, num_workers=0, progress=False)
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufeffapple/2_gray.jpg 1\n".encode("utf-8"))
+    ds = ImageFiles.from_list(bom, root=folder, num_workers=0, progress=False)
+    assert ds.rejected == [] and ds.labels.tolist() == [1]
+    bom.write_text("apple/2_gray.jpg -1\n")
+    with pytest.raises(vidloader.DatasetFormatError, match="line 1 .*label >= 0"):
+        ImageFiles.from_list(bom, root=folder)
+
+
+def test_images_module_imports_without_docstrings():
+    """Under ``python -OO`` docstrings are gone; the image datasets still import."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-OO", "-c", "import vidloader.images._folder"], check=True)

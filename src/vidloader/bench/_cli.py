@@ -208,6 +208,13 @@ def _gop_cost_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--note", default="", help="free text stored with the environment")
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 #: (name, module holding ``run(args)``, options, one line): the subcommands of ``bench``.
 def _images_arguments(p: argparse.ArgumentParser) -> None:
     """CIFAR-10 epoch (vidloader on --device against the seed's torchvision-style CPU
@@ -225,8 +232,8 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
                    help="hard links per generated JPEG, for epochs longer than the files "
                         "generated (default 1: none)")
     p.add_argument("--workers", type=int, default=None, help="Pillow workers (default: cores)")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="jpeg: run the GPU contenders this many times, the order reversed every "
+    p.add_argument("--rounds", type=_positive, default=1,
+                   help="jpeg on a GPU: run the GPU contenders this many times, the order reversed every "
                         "other round; each keeps its rates and their median, and the ratio to "
                         "DALI is taken within each round (default 1)")
     p.add_argument("--data-dir", default=None, help="default ~/.cache/vidloader/bench-images")

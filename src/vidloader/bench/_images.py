@@ -296,7 +296,7 @@ def _jpeg(args, data: Path, device: str) -> dict:
             "torchvision decode_jpeg cuda": lambda: _decode_torchvision(folder, b, n),
             "DALI pipeline": lambda: _dali(str(root), b, n),
         }
-        results.update(_in_rounds(contenders, max(1, getattr(args, "rounds", 1))))
+        results.update(_in_rounds(contenders, args.rounds))
     return results
 
 
@@ -327,12 +327,14 @@ def _in_rounds(contenders: dict, rounds: int) -> dict:
 
 
 def _summary(got: list[dict]) -> dict:
-    """A contender's rounds: its first successful result, the median rate and every round's."""
+    """A contender's rounds: its first successful result's settings (not its image count or
+    seconds, which are one round's), the median rate and every round's."""
     rates = [g["images_per_s"] for g in got if "images_per_s" in g]
     if not rates:
         return got[0]
     first = next(g for g in got if "images_per_s" in g)
-    return {**first, "images_per_s": statistics.median(rates),
+    settings = {k: v for k, v in first.items() if k not in ("images", "seconds")}  # per round
+    return {**settings, "images_per_s": statistics.median(rates),
             "rounds": [g.get("images_per_s", g.get("error")) for g in got]}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import operator
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -76,16 +77,27 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[str],
     return classes, files, labels
 
 
+def _label(value) -> int:
+    """An integer label (``operator.index``: no float truncated, no string parsed)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ConfigError(f"ImageFiles: label {value!r} is not an integer; map class names to "
+                          "numbers and pass the names as classes=") from None
+
+
 class IndexedFiles(ImageDataset):
     """Image files with one label each, indexed by probing: what :class:`ImageFolder` and
     :class:`ImageFiles` share. Paths are stored relative to :attr:`root`."""
 
     def _index(self, root: str, files: list[str], labels: list[int], classes: list[str],
                num_workers: int | None, on_error: str, progress: bool) -> None:
-        """Probe ``files`` (relative to ``root``) and keep those that open; see the
-        subclasses' docstrings for the attributes this sets."""
-        if on_error not in ("skip", "raise"):
-            raise ConfigError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+        """Probe ``files`` (relative to ``root``, or absolute) and keep those that open; see
+        the subclasses' docstrings for the attributes this sets.
+
+        Raises:
+            ConfigError: not one file opens (a wrong root or list, named by its first file).
+        """
         self.root, self.classes = root, classes
         workers = _workers(num_workers, len(files))
         results = _probe_all([os.path.join(root, f) for f in files], workers, progress)
@@ -97,6 +109,11 @@ class IndexedFiles(ImageDataset):
 
             path, reason = self.rejected[0]
             raise CorruptImageError(path, f"{reason} ({len(self.rejected)} bad files in all)")
+        if not keep:
+            path, reason = self.rejected[0]
+            raise ConfigError(f"{type(self).__name__}: none of the {len(files)} files opens as an "
+                              f"image (the first, {path}: {reason}); check the root folder and "
+                              "the paths")
         if self.rejected:
             log.warning("%s: %d of %d files skipped (see .rejected)", type(self).__name__,
                         len(self.rejected), len(files))
@@ -117,6 +134,11 @@ class IndexedFiles(ImageDataset):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.root}: {len(self)} images, {len(self.classes)} "
                 f"classes, {len(self.rejected)} rejected)")
+
+
+def _check_on_error(on_error: str) -> None:
+    if on_error not in ("skip", "raise"):
+        raise ConfigError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
 
 
 _ATTRIBUTES = """root (str), classes (list[str]), labels (np.ndarray int64 ``[N]``), sizes
@@ -158,6 +180,7 @@ class ImageFolder(IndexedFiles):
     def __init__(self, root: str | os.PathLike, *, extensions: Sequence[str] = DEFAULT_IMAGE_EXTENSIONS,
                  num_workers: int | None = None, on_error: Literal["skip", "raise"] = "skip",
                  progress: bool = True) -> None:
+        _check_on_error(on_error)
         root = os.path.abspath(os.fspath(root))
         if not os.path.isdir(root):
             raise ConfigError(f"ImageFolder: {root} is not a folder; give the folder that "
@@ -171,7 +194,8 @@ class ImageFolder(IndexedFiles):
         self._index(root, files, labels, classes, num_workers, on_error, progress)
 
 
-ImageFolder.__doc__ = ImageFolder.__doc__.format(attributes=_ATTRIBUTES)
+if ImageFolder.__doc__:  # None under python -OO
+    ImageFolder.__doc__ = ImageFolder.__doc__.format(attributes=_ATTRIBUTES)
 
 
 class ImageFiles(IndexedFiles):
@@ -182,7 +206,8 @@ class ImageFiles(IndexedFiles):
     Args:
         files (sequence of str | PathLike): the images; relative ones are taken under
             ``root``.
-        labels (sequence of int): one label per file, ``0 <= label``.
+        labels (sequence of int): one label per file, ``0 <= label`` (integers only: map class
+            names to numbers and give the names as ``classes``).
         classes (sequence of str | None): class names, ``labels`` indexing them; default
             ``"0"``, ``"1"``, ... up to the largest label.
         root (str | PathLike | None): the folder relative paths start from; default the
@@ -202,9 +227,14 @@ class ImageFiles(IndexedFiles):
                  classes: Sequence[str] | None = None, root: str | os.PathLike | None = None,
                  num_workers: int | None = None, on_error: Literal["skip", "raise"] = "skip",
                  progress: bool = True) -> None:
+        _check_on_error(on_error)
+        if isinstance(files, (str, bytes, os.PathLike)):
+            raise ConfigError(f"ImageFiles: files is one path ({os.fspath(files)!r}), not a list "
+                              "of them; for a file of '<path> <label>' lines use "
+                              "ImageFiles.from_list")
         root = os.path.abspath(os.fspath(root) if root is not None else os.getcwd())
-        files = [os.path.relpath(os.path.join(root, os.fspath(f)), root) for f in files]
-        labels = [int(x) for x in labels]
+        files = [os.fspath(f) for f in files]  # joined to root when read: absolute ones stay
+        labels = [_label(x) for x in labels]
         if not files:
             raise ConfigError("ImageFiles: no files given")
         if len(labels) != len(files):
@@ -223,9 +253,9 @@ class ImageFiles(IndexedFiles):
                   classes: Sequence[str] | None = None, **options) -> ImageFiles:
         """Files and labels from a text file of ``<path> <label>`` lines (DALI's
         ``file_list`` format, space- or tab-separated; blank lines and lines starting with
-        ``#`` are skipped; a path may hold spaces, the label is the last field). Relative
-        paths are taken under ``root``, by default the list file's folder. ``options``: as
-        the constructor's.
+        ``#`` are skipped; a path may hold spaces inside it, not at its ends, and the label is
+        the last field; a path cannot start with ``#``). Relative paths are taken under
+        ``root``, by default the list file's folder. ``options``: as the constructor's.
 
         Raises:
             DatasetFormatError: a line that is not a path and an integer label (naming the
@@ -235,23 +265,29 @@ class ImageFiles(IndexedFiles):
 
         list_file = os.fspath(list_file)
         files, labels = [], []
-        with open(list_file, encoding="utf-8") as f:
+        with open(list_file, encoding="utf-8-sig") as f:  # -sig: a BOM is not a path
             for number, line in enumerate(f, 1):
                 text = line.strip()
                 if not text or text.startswith("#"):
                     continue
                 path, label = (text.rsplit(None, 1) + [""])[:2]
-                if not label or not label.lstrip("-").isdigit():
+                try:
+                    value = int(label)
+                except ValueError:
+                    value = -1
+                if not label or value < 0:
                     raise DatasetFormatError(list_file, f"line {number} is {text!r}, not "
-                                             "'<path> <integer label>'; fix or remove it")
-                files.append(path.strip())
-                labels.append(int(label))
+                                             "'<path> <label>' with a label >= 0; fix or "
+                                             "remove it")
+                files.append(path)
+                labels.append(value)
         if root is None:
             root = os.path.dirname(os.path.abspath(list_file))
         return cls(files, labels, classes=classes, root=root, **options)
 
 
-ImageFiles.__doc__ = ImageFiles.__doc__.format(attributes=_ATTRIBUTES)
+if ImageFiles.__doc__:
+    ImageFiles.__doc__ = ImageFiles.__doc__.format(attributes=_ATTRIBUTES)
 
 
 def _workers(num_workers: int | None, num_files: int) -> int:
