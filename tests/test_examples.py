@@ -58,3 +58,9 @@ def test_superres_trains_on_input_and_target_from_one_processing_dict(tmp_path, 
     losses = _main("superres/train.py")(["--tiny", "--data", str(tmp_path)])
     assert len(losses) == 3
     assert "input (8, 3, 3, 12, 16) -> target (8, 3, 48, 64)" in capsys.readouterr().out
+
+
+def test_images_trains_on_cifar_format_batches_in_dalis_shape(tmp_path, capsys):
+    out = _main("images/train.py")(["--tiny", "--data", str(tmp_path)])
+    assert 0 <= out["accuracy"] <= 1 and out["test_images"] == 256 and out["images_per_s"] > 0
+    assert "held-out accuracy" in capsys.readouterr().out

@@ -15,10 +15,20 @@ _CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "fro
                     "ship", "truck"]
 
 
-def cifar_like_pixels(count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """uint8 ``[count, 32, 32, 3]`` smooth random images and int64 labels in 0..9."""
+def cifar_like_pixels(count: int, seed: int = 0, *, learnable: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 ``[count, 32, 32, 3]`` smooth random images and int64 labels in 0..9. With
+    ``learnable``, each class has its own colour (a third of every block's value), so a model
+    can learn the labels; otherwise labels and pixels are independent."""
     rng = np.random.default_rng(seed)
     coarse = rng.integers(0, 256, size=(count, 4, 4, 3)).astype(np.float32)
+    if learnable:
+        labels = rng.integers(0, 10, size=count).astype(np.int64)
+        colours = np.random.default_rng(10).integers(0, 256, size=(10, 3)).astype(np.float32)
+        coarse = (2 * coarse + 3 * colours[labels][:, None, None, :]) / 5
+        pixels = np.repeat(np.repeat(coarse, 8, axis=1), 8, axis=2)
+        pixels += rng.normal(0, 8, size=pixels.shape)
+        return pixels.clip(0, 255).astype(np.uint8), labels
     # Nearest 8x upsampling plus noise: distinct blocks make crops and flips easy to check.
     pixels = np.repeat(np.repeat(coarse, 8, axis=1), 8, axis=2)
     pixels += rng.normal(0, 8, size=pixels.shape)
@@ -30,13 +40,14 @@ def _planar(pixels: np.ndarray) -> np.ndarray:
 
 
 def write_cifar10(root: str | os.PathLike, *, num_train: int = 500, num_test: int = 100,
-                  fmt: str = "py", seed: int = 0) -> Path:
+                  fmt: str = "py", seed: int = 0, learnable: bool = False) -> Path:
     """Write ``root/cifar-10-batches-py/`` (``fmt="py"``: five training pickles, a test
     pickle, ``batches.meta``, protocol 2 with bytes keys as the official files) or
-    ``root/cifar-10-batches-bin/`` (``fmt="bin"``). Returns that folder."""
+    ``root/cifar-10-batches-bin/`` (``fmt="bin"``), of :func:`cifar_like_pixels` (with
+    ``learnable``: labels a model can learn). Returns that folder."""
     folder = Path(root) / ("cifar-10-batches-py" if fmt == "py" else "cifar-10-batches-bin")
     folder.mkdir(parents=True, exist_ok=True)
-    pixels, labels = cifar_like_pixels(num_train + num_test, seed)
+    pixels, labels = cifar_like_pixels(num_train + num_test, seed, learnable=learnable)
     train = np.array_split(np.arange(num_train), 5)
     parts = {f"data_batch_{i + 1}": idx for i, idx in enumerate(train)}
     parts["test_batch"] = np.arange(num_train, num_train + num_test)
