@@ -64,3 +64,10 @@ def test_images_trains_on_cifar_format_batches_in_dalis_shape(tmp_path, capsys):
     out = _main("images/train.py")(["--tiny", "--data", str(tmp_path)])
     assert 0 <= out["accuracy"] <= 1 and out["test_images"] == 256 and out["images_per_s"] > 0
     assert "held-out accuracy" in capsys.readouterr().out
+
+
+def test_imagenet_layout_trains_and_validates_from_a_list(tmp_path, capsys):
+    out = _main("images/imagenet.py")(["--tiny", "--data", str(tmp_path)])
+    assert out["validation_set"] == "ImageFiles" and out["validation_images"] == 6
+    assert out["steps"] == 3 and 0 <= out["accuracy"] <= 1
+    assert "validation accuracy" in capsys.readouterr().out
