@@ -73,9 +73,9 @@ def train_and_test(train_set, test_set, args) -> dict:
     seen, start = 0, time.perf_counter()
     for epoch in range(epochs):
         loader.set_epoch(epoch)
-        for data in loader:  # the seed's loop (its .cuda(): the batches are on device already)
+        for data in loader:  # the seed's loop, less its .cuda(): the batches are on device
             images = data[0]["data"]
-            labels = data[0]["label"].squeeze().long()
+            labels = data[0]["label"].view(-1).long()  # the seed's squeeze(): 0-d for a batch of 1
             loss = nn.functional.cross_entropy(net(images), labels)
             opt.zero_grad()
             loss.backward()

@@ -18,7 +18,7 @@ _CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "fro
 def cifar_like_pixels(count: int, seed: int = 0, *, learnable: bool = False
                       ) -> tuple[np.ndarray, np.ndarray]:
     """uint8 ``[count, 32, 32, 3]`` smooth random images and int64 labels in 0..9. With
-    ``learnable``, each class has its own colour (a third of every block's value), so a model
+    ``learnable``, each class has its own colour (three fifths of every block's value), so a model
     can learn the labels; otherwise labels and pixels are independent."""
     rng = np.random.default_rng(seed)
     coarse = rng.integers(0, 256, size=(count, 4, 4, 3)).astype(np.float32)
