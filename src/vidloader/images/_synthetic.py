@@ -26,13 +26,12 @@ def cifar_like_pixels(count: int, seed: int = 0, *, learnable: bool = False
         labels = rng.integers(0, 10, size=count).astype(np.int64)
         colours = np.random.default_rng(10).integers(0, 256, size=(10, 3)).astype(np.float32)
         coarse = (2 * coarse + 3 * colours[labels][:, None, None, :]) / 5
-        pixels = np.repeat(np.repeat(coarse, 8, axis=1), 8, axis=2)
-        pixels += rng.normal(0, 8, size=pixels.shape)
-        return pixels.clip(0, 255).astype(np.uint8), labels
     # Nearest 8x upsampling plus noise: distinct blocks make crops and flips easy to check.
     pixels = np.repeat(np.repeat(coarse, 8, axis=1), 8, axis=2)
     pixels += rng.normal(0, 8, size=pixels.shape)
-    return pixels.clip(0, 255).astype(np.uint8), rng.integers(0, 10, size=count).astype(np.int64)
+    if not learnable:  # drawn after the pixels, as before learnable existed: same values
+        labels = rng.integers(0, 10, size=count).astype(np.int64)
+    return pixels.clip(0, 255).astype(np.uint8), labels
 
 
 def _planar(pixels: np.ndarray) -> np.ndarray:
