@@ -5,6 +5,7 @@ same pool runs with Pillow standing in for nvImageCodec and shared-memory slots;
 
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
@@ -103,61 +104,39 @@ def _record_reads() -> None:
     workers.read_file = read_file
 
 
-def _reading_ahead() -> None:
-    assert _READS and set(_READS) == {"vidloader-read-ahead"}, f"files read on {set(_READS)}"
+def _check_reads(read_ahead: bool) -> None:
+    """In a worker, before a decode: every file so far read on the read-ahead thread
+    (``read_ahead``), or none of them there."""
+    threads = set(_READS)
+    ahead = threads == {"vidloader-read-ahead"} if read_ahead else "vidloader-read-ahead" not in threads
+    assert _READS and ahead, f"files read on {threads}"
 
 
-class _PackedReadAhead(_PillowPacked):
-    """:class:`_PillowPacked` that fails unless its worker read every file on its read-ahead
-    thread."""
+class _PackedReads(_PillowPacked):
+    """:class:`_PillowPacked` that fails unless its worker read the files where ``read_ahead``
+    says: all on its read-ahead thread, or none there."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, device=None, *, read_ahead: bool):
+        super().__init__(device)
         _record_reads()
+        self.read_ahead = read_ahead
 
     def decode_packed(self, blobs, sizes):
-        _reading_ahead()
+        _check_reads(self.read_ahead)
         return super().decode_packed(blobs, sizes)
 
 
-class _BytesReadAhead(_PillowBytes):
-    """:class:`_PillowBytes` that fails unless its worker read every file on its read-ahead
-    thread."""
+class _BytesReads(_PillowBytes):
+    """:class:`_PillowBytes` that fails unless its worker read the files where ``read_ahead``
+    says."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, device=None, *, read_ahead: bool):
+        super().__init__(device)
         _record_reads()
+        self.read_ahead = read_ahead
 
     def decode(self, blobs):
-        _reading_ahead()
-        return super().decode(blobs)
-
-
-def _not_reading_ahead() -> None:
-    assert _READS and "vidloader-read-ahead" not in set(_READS), f"files read on {set(_READS)}"
-
-
-class _PackedNoReadAhead(_PillowPacked):
-    """:class:`_PillowPacked` that fails if its worker read any file on a read-ahead thread."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _record_reads()
-
-    def decode_packed(self, blobs, sizes):
-        _not_reading_ahead()
-        return super().decode_packed(blobs, sizes)
-
-
-class _BytesNoReadAhead(_PillowBytes):
-    """:class:`_PillowBytes` that fails if its worker read any file on a read-ahead thread."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _record_reads()
-
-    def decode(self, blobs):
-        _not_reading_ahead()
+        _check_reads(self.read_ahead)
         return super().decode(blobs)
 
 
@@ -227,10 +206,9 @@ def test_workers_decode_packed_batches_where_the_decoder_can(folder, monkeypatch
     assert loader.stats["skipped_samples"] == 1
 
 
-@pytest.mark.parametrize(("make_decoder", "read_ahead"), [
-    (_PackedReadAhead, True), (_BytesReadAhead, True), (_PackedNoReadAhead, False),
-    (_BytesNoReadAhead, False)])
-def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, make_decoder, read_ahead):
+@pytest.mark.parametrize("read_ahead", [True, False])
+@pytest.mark.parametrize("decoder", [_PackedReads, _BytesReads])
+def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, decoder, read_ahead):
     """With ``WORKERS_READ_AHEAD`` (the default), a worker reads its next task's files on a
     thread while it fills the current one; without, just before. The batches, the skipped
     file and the order are the same either way."""
@@ -241,7 +219,7 @@ def test_workers_reading_ahead_give_the_same_batches(folder, monkeypatch, make_d
     reference = list(ImageLoader(ds, batch_size=4, processing=proc, num_workers=0,
                                  on_error="skip", sampler=RandomFrames(seed=5)))
     monkeypatch.setattr(_image_gpu_workers, "WORKERS_READ_AHEAD", read_ahead)
-    _process_pool(monkeypatch, make_decoder=make_decoder)
+    _process_pool(monkeypatch, make_decoder=functools.partial(decoder, read_ahead=read_ahead))
     loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=2, on_error="skip",
                          sampler=RandomFrames(seed=5), prefetch=3, persistent_workers=True)
     for x, y in zip(reference, list(loader), strict=True):
