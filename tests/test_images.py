@@ -1041,13 +1041,35 @@ def test_gpu_pool_lanes_decode_packed_batches(folder, monkeypatch):
     assert not asked
 
 
-def test_batched_augmentation_reads_packed_images_as_it_reads_tensors():
+@pytest.mark.parametrize("align", [1, 64, 4096])
+def test_packed_places_are_aligned_apart_and_end_with_the_zero_pixel(monkeypatch, align):
+    """Each image's first byte lies at a multiple of ``ALIGN_BYTES`` from the buffer's start,
+    places do not overlap, and the zero pixel comes after the last one."""
+    from vidloader.images import _packed
+
+    monkeypatch.setattr(_packed, "ALIGN_BYTES", align)
+    sizes = np.array([(30, 40), (17, 23), (1, 1), (25, 25)])
+    packed = _packed.PackedImages.allocate(sizes, torch.device("cpu"))
+    base = packed.pixels.data_ptr()
+    ends = packed.starts + sizes[:, 0] * sizes[:, 1]
+    assert all((packed.pointer(row) - base) % align == 0 for row in range(len(sizes)))
+    assert (packed.starts[1:] >= ends[:-1]).all() and packed.zero_pixel == ends[-1]
+    assert not packed.pixels[packed.zero_pixel].any()
+    if align == 1:  # back to back
+        assert (packed.starts[1:] == ends[:-1]).all()
+    assert len(_packed.PackedImages.allocate(np.zeros((0, 2), np.int64), torch.device("cpu"))) == 0
+
+
+@pytest.mark.parametrize("align", [1, 4096])
+def test_batched_augmentation_reads_packed_images_as_it_reads_tensors(monkeypatch, align):
     """``crop_resize_matmul`` on packed images (some rows selected, in another order) equals
-    the same images as a list of tensors, groups or not."""
+    the same images as a list of tensors, groups or not, with places back to back or aligned."""
+    from vidloader.images import _packed
     from vidloader.images._augment import Windows
     from vidloader.images._batched import crop_resize_matmul
     from vidloader.images._packed import PackedImages
 
+    monkeypatch.setattr(_packed, "ALIGN_BYTES", align)
     rng = np.random.default_rng(5)
     sizes = np.array([(30, 40), (17, 23), (40, 31), (25, 25), (33, 19)])
     packed = PackedImages.allocate(sizes, torch.device("cpu"))

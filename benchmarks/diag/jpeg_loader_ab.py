@@ -61,6 +61,11 @@ def _session25_switches(results: dict, folder) -> None:
     if os.environ.get("AB_LANE_FLAGS"):  # each lane's decoder its own nvJPEG handle (session 26)
         _own_handles(os.environ["AB_LANE_FLAGS"].split(","))
         results["lane_nvjpeg_flags"] = os.environ["AB_LANE_FLAGS"]
+    if os.environ.get("AB_ALIGN"):  # each packed image's first byte aligned (session 27)
+        from vidloader.images import _packed
+
+        _packed.ALIGN_BYTES = int(os.environ["AB_ALIGN"])
+        results["packed_align_bytes"] = _packed.ALIGN_BYTES
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True

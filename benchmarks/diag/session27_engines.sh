@@ -1,5 +1,5 @@
 #!/bin/bash
-# WRITTEN IN SESSION 26, NOT YET RUN. Issue 15, one call (~350 s; carry .imgwhl; kind
+# Written in session 26, run as session 27's call 1 (benchmarks/results/gpu/session27-1). Issue 15, one call (~350 s; carry .imgwhl; kind
 # nvidia-h200). (1) the image cuda tests, among them
 # test_nvimgcodec_default_upsampling_is_closer_to_pillow_than_simple (restated in session 26
 # after call 4; not yet run in that form), with the session 26 defaults (reader processes,

@@ -1,0 +1,157 @@
+"""Where the one-process GPU JPEG loader's time goes, batch by batch (issue 15; session 27).
+
+Session 27 (``session27-2``, ``-6``, H200) put nvImageCodec's hardware decode alone at
+16,600-21,900 images/s with aligned places, and the one-process loader (2 lanes, 2 reader
+processes) at 12,000-14,300 on the same files: the loader leaves the decoder idle part of
+the time. Session 26's profile had the lanes waiting for work 19-25% of the time, yet more
+batches in flight (prefetch 4) was slower (``session27-1``). This records, for every batch,
+when it was submitted, when its lane job and its decode call ran, and when its augmentation
+ran (``fill_from_images``) on which thread, then reports over the timed batches:
+
+- each lane's share of time in a job and in nvImageCodec's decode call;
+- the share of time with at least one decode call under way (the decoder's demand), and
+  with two at once;
+- the augmentation thread's share of busy time;
+- mean durations: a decode call, a lane job, the wait from submit to the lane starting,
+  from the decode's end to its augmentation starting.
+
+Variants (lanes, prefetch), two rounds alternated: (2, 2) as shipped, (2, 4), (1, 2), (1, 4).
+
+Usage (on the device): ``python3 benchmarks/diag/jpeg_loader_timeline.py [images] [batches]``;
+prints a block per run and writes ``$OUT/jpeg_loader_timeline.json`` after each.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vidloader.bench import _images as bench
+from vidloader.images import ImageFolder, _nvimgcodec
+from vidloader.images._synthetic import write_image_folder
+from vidloader.pipeline import ImageLoader, _image_decode
+
+VARIANTS = {"2 lanes, prefetch 2": (2, 2), "2 lanes, prefetch 4": (2, 4),
+            "1 lane, prefetch 2": (1, 2), "1 lane, prefetch 4": (1, 4)}
+EVENTS: list = []  # (kind, thread name, start, end)
+
+
+def timed(kind: str, fn):
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            EVENTS.append((kind, threading.current_thread().name, t0, time.perf_counter()))
+    return run
+
+
+def instrument() -> None:
+    pool = _image_decode.BatchDecodePool
+    pool.submit = timed("submit", pool.submit)
+    pool._decode = timed("lane job", pool._decode)
+    _image_decode.fill_from_images = timed("augment", _image_decode.fill_from_images)
+    dec = _nvimgcodec.NvImageCodecDecoder
+    dec.decode_packed = timed("decode call", dec.decode_packed)
+
+
+def busy(intervals: list, t0: float, t1: float) -> tuple[float, float]:
+    """Shares of [t0, t1] with at least one and with at least two intervals under way."""
+    marks = sorted([(max(a, t0), 1) for a, b in intervals if b > t0 and a < t1]
+                   + [(min(b, t1), -1) for a, b in intervals if b > t0 and a < t1])
+    one = two = 0.0
+    depth, last = 0, t0
+    for t, step in marks:
+        if depth >= 1:
+            one += t - last
+        if depth >= 2:
+            two += t - last
+        depth, last = depth + step, t
+    span = t1 - t0
+    return one / span, two / span
+
+
+def summarise(t0: float, t1: float) -> dict:
+    kinds: dict = {}
+    for kind, thread, a, b in EVENTS:
+        if a >= t0 and b <= t1:
+            kinds.setdefault(kind, {}).setdefault(thread, []).append((a, b))
+    out: dict = {"seconds": round(t1 - t0, 3)}
+    for kind in ("lane job", "decode call", "augment"):
+        threads = kinds.get(kind, {})
+        every = [iv for ivs in threads.values() for iv in ivs]
+        out[kind] = {
+            "count": len(every),
+            "mean_ms": round(1e3 * float(np.mean([b - a for a, b in every])), 2) if every else None,
+            "share_by_thread": {t: round(busy(ivs, t0, t1)[0], 3) for t, ivs in sorted(threads.items())},
+            "share_any, share_two": [round(x, 3) for x in busy(every, t0, t1)],
+        }
+    # decode end -> augment start, matched in order (both in submission order)
+    ends = sorted(b for k, _, a, b in EVENTS if k == "decode call" and a >= t0 and b <= t1)
+    starts = sorted(a for k, _, a, b in EVENTS if k == "augment" and a >= t0 and b <= t1)
+    gaps = [s - e for e, s in zip(ends, starts) if s >= e]
+    out["decode end to augment start, mean ms"] = round(1e3 * float(np.mean(gaps)), 2) if gaps else None
+    return out
+
+
+def run(folder, label: str, lanes: int, prefetch: int, batches: int) -> dict:
+    _image_decode.NVIMGCODEC_LANES = lanes
+    ImageLoader.__init__.__kwdefaults__["prefetch"] = prefetch
+    EVENTS.clear()
+    marks = {}
+    real = bench._time_batches
+
+    def timing(batches_, limit, warmup=2):
+        it = iter(batches_)
+
+        def counted():
+            for n, batch in enumerate(it, 1):
+                if n == warmup + 10:  # the timeline skips the first ten timed batches
+                    marks["t0"] = time.perf_counter()
+                yield batch
+        result = real(counted(), limit, warmup)
+        marks["t1"] = time.perf_counter()
+        return result
+    bench._time_batches = timing
+    try:
+        row = bench._jpeg_vidloader(folder, "cuda", 256, batches, "nvimgcodec", 0)
+    finally:
+        bench._time_batches = real
+    row["timeline"] = summarise(marks["t0"], marks["t1"])
+    return row
+
+
+def main() -> int:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 150
+    folder = ImageFolder(write_image_folder("/tmp/jpeg-ab-x1", num_classes=10, per_class=count // 10),
+                         progress=False)
+    instrument()
+    results: dict = {"files": len(folder), "batch": 256, "batches": batches}
+    out = Path(os.environ.get("OUT", ".")) / "jpeg_loader_timeline.json"
+    for round_ in (1, 2):
+        order = list(VARIANTS.items()) if round_ == 1 else list(VARIANTS.items())[::-1]
+        for label, (lanes, prefetch) in order:
+            try:
+                row = run(folder, label, lanes, prefetch, batches)
+            except Exception as exc:  # noqa: BLE001 - say what failed, go on
+                results[f"{label}, round {round_}"] = {"error": repr(exc)}
+                print(f"{label}, round {round_}: {exc!r}", flush=True)
+                continue
+            results[f"{label}, round {round_}"] = row
+            out.write_text(json.dumps(results, indent=1))
+            print(f"{label}, round {round_}: {row['images_per_s']:,.0f} images/s", flush=True)
+            print(json.dumps(row["timeline"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
