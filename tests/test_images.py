@@ -1240,6 +1240,56 @@ def test_image_bench_rounds_argument_is_wired_and_positive(capsys):
     assert "positive integer" in capsys.readouterr().err
 
 
+def test_image_bench_consumer_host_work_is_timed_and_wired(monkeypatch, tmp_path, capsys):
+    """``--host-ms``: parsed (refused below 0), the consumer works that long after each batch
+    inside the timed span, the JSON states the bound it sets, and it is reset afterwards even
+    when the workload fails."""
+    import argparse
+
+    from vidloader.bench import _cli
+    from vidloader.bench import _images as bench
+
+    parser = argparse.ArgumentParser()
+    _cli._images_arguments(parser)
+    assert parser.parse_args(["--host-ms", "7.5"]).host_ms == 7.5
+    assert parser.parse_args([]).host_ms == 0.0
+    for bad in ("-1", "nan"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--host-ms", bad])
+    batches = ({"images": torch.zeros(4, 2, 2, 3)} for _ in range(7))
+    monkeypatch.setattr(bench, "HOST_MS", 30.0)
+    images, seconds = bench._time_batches(batches, 5)
+    assert images == 20 and seconds >= 5 * 0.030
+    monkeypatch.setattr(bench, "HOST_MS", 0.0)
+    images, seconds = bench._time_batches(({"images": torch.zeros(4, 2, 2, 3)} for _ in range(7)), 5)
+    assert seconds < 5 * 0.030
+
+    seen = {}
+
+    def contenders(args, data, device):
+        seen["host_ms"] = bench.HOST_MS
+        raise RuntimeError("no GPU")
+    monkeypatch.setattr(bench, "_jpeg_contenders", contenders)
+    with pytest.raises(RuntimeError):
+        bench._jpeg(argparse.Namespace(host_ms=12.0), tmp_path, "cpu")
+    assert seen["host_ms"] == 12.0 and bench.HOST_MS == 0.0
+
+
+def test_image_bench_jpeg_on_the_cpu_beside_host_work(tmp_path, capsys):
+    """The JPEG workload end to end on the CPU (the Pillow contender, no GPU ones) with the
+    consumer's host work: the result states the bound and stays under it."""
+    import argparse
+
+    from vidloader.bench import _images as bench
+
+    args = argparse.Namespace(images=20, copies=1, batch_size=4, batches=3, workers=1, rounds=1,
+                              host_ms=20.0)
+    results = bench._jpeg(args, tmp_path, "cpu")
+    assert results["host_ms"] == {"per_batch": 20.0, "bound_images_per_s": 200.0}
+    assert 0 < results["vidloader pillow (all cores)"]["images_per_s"] <= 200.0
+    assert "at most 200 images/s" in capsys.readouterr().out
+
+
 def test_image_files_paths_absolute_symlinked_root_and_default_root(folder, tmp_path, monkeypatch):
     """Absolute paths are kept as given; relative ones are joined to ``root`` unnormalised
     (a symlinked root still finds them); without ``root``, the current directory."""

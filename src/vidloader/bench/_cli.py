@@ -215,7 +215,13 @@ def _positive(text: str) -> int:
     return value
 
 
-#: (name, module holding ``run(args)``, options, one line): the subcommands of ``bench``.
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
 def _images_arguments(p: argparse.ArgumentParser) -> None:
     """CIFAR-10 epoch (vidloader on --device against the seed's torchvision-style CPU
     pipeline) and a generated JPEG folder at 224² (Pillow workers, nvImageCodec, decode-only
@@ -236,6 +242,10 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
                    help="jpeg on a GPU: run the GPU contenders this many times, the order reversed every "
                         "other round; each keeps its rates and their median, and the ratio to "
                         "DALI is taken within each round (default 1)")
+    p.add_argument("--host-ms", type=_non_negative_float, default=0.0,
+                   help="jpeg: milliseconds of pure-Python work after each batch, as a training "
+                        "step's host side holds the GIL; every contender runs beside it "
+                        "(default 0: the consumer only counts)")
     p.add_argument("--data-dir", default=None, help="default ~/.cache/vidloader/bench-images")
     p.add_argument("--resize-reps", type=int, default=5, help="timed batches per resize method")
     p.add_argument("--threads", type=int, default=None,
@@ -243,6 +253,7 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="benchmarks/results/images")
 
 
+#: (name, module holding ``run(args)``, options, one line): the subcommands of ``bench``.
 _COMMANDS = [
     ("run", "_run", add_arguments,
      "vidloader against its peers on the same files, frames and batch shapes"),

@@ -37,8 +37,25 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+#: Milliseconds of pure-Python work the consumer does after each batch (``--host-ms``): a
+#: training step's host side (the Python that dispatches its kernels), which holds the GIL.
+#: A loader whose threads retake the GIL in this process waits on it; one whose work runs
+#: in other processes or in C++ threads does not. 0: the consumer only counts.
+HOST_MS = 0.0
+
+
+def hold_the_gil(ms: float) -> int:
+    """Busy pure-Python work for ``ms`` milliseconds (switching the GIL as Python code does);
+    returns the loop count, so the work is not optimised away."""
+    end, n = time.perf_counter() + ms / 1e3, 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
 def _time_batches(batches, limit: int | None, warmup: int = 2) -> tuple[int, float]:
-    """Images and seconds over the batches after ``warmup`` (start-up excluded)."""
+    """Images and seconds over the batches after ``warmup`` (start-up excluded); after each
+    batch the consumer works :data:`HOST_MS` on the host."""
     images, start = 0, None
     for n, batch in enumerate(batches, 1):
         if n == warmup:
@@ -46,6 +63,8 @@ def _time_batches(batches, limit: int | None, warmup: int = 2) -> tuple[int, flo
             start = time.perf_counter()
         elif n > warmup:
             images += _count(batch)
+        if HOST_MS > 0:
+            hold_the_gil(HOST_MS)
         if limit is not None and n >= warmup + limit:
             break
     _sync()
@@ -273,6 +292,15 @@ def _cifar(args, data: Path, device: str) -> dict:
 
 
 def _jpeg(args, data: Path, device: str) -> dict:
+    global HOST_MS
+    HOST_MS = float(getattr(args, "host_ms", 0.0) or 0.0)
+    try:
+        return _jpeg_contenders(args, data, device)
+    finally:
+        HOST_MS = 0.0
+
+
+def _jpeg_contenders(args, data: Path, device: str) -> dict:
     import torch
 
     from ..images import ImageFolder
@@ -285,6 +313,11 @@ def _jpeg(args, data: Path, device: str) -> dict:
     folder = ImageFolder(root)
     b, n = args.batch_size, args.batches
     results: dict = {"files": len(folder)}
+    if HOST_MS > 0:
+        bound = 1e3 * b / HOST_MS
+        results["host_ms"] = {"per_batch": HOST_MS, "bound_images_per_s": bound}
+        print(f"the consumer works {HOST_MS:g} ms on the host after each batch "
+              f"(at most {bound:,.0f} images/s)", flush=True)
     _attempt(results, "vidloader pillow (all cores)",
              lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
     if torch.cuda.is_available():
