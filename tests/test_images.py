@@ -1043,16 +1043,15 @@ def test_gpu_pool_lanes_decode_packed_batches(folder, monkeypatch):
 
 @pytest.mark.parametrize("align", [1, 64, 4096])
 def test_packed_places_are_aligned_apart_and_end_with_the_zero_pixel(monkeypatch, align):
-    """Each image's first byte lies at a multiple of ``ALIGN_BYTES`` from the buffer's start,
+    """Each image's first byte lies at an address that is a multiple of ``ALIGN_BYTES``,
     places do not overlap, and the zero pixel comes after the last one."""
     from vidloader.images import _packed
 
     monkeypatch.setattr(_packed, "ALIGN_BYTES", align)
     sizes = np.array([(30, 40), (17, 23), (1, 1), (25, 25)])
     packed = _packed.PackedImages.allocate(sizes, torch.device("cpu"))
-    base = packed.pixels.data_ptr()
     ends = packed.starts + sizes[:, 0] * sizes[:, 1]
-    assert all((packed.pointer(row) - base) % align == 0 for row in range(len(sizes)))
+    assert all(packed.pointer(row) % align == 0 for row in range(len(sizes)))
     assert (packed.starts[1:] >= ends[:-1]).all() and packed.zero_pixel == ends[-1]
     assert not packed.pixels[packed.zero_pixel].any()
     if align == 1:  # back to back
@@ -1240,10 +1239,11 @@ def test_image_bench_rounds_argument_is_wired_and_positive(capsys):
     assert "positive integer" in capsys.readouterr().err
 
 
-def test_image_bench_consumer_host_work_is_timed_and_wired(monkeypatch, tmp_path, capsys):
-    """``--host-ms``: parsed (refused below 0), the consumer works that long after each batch
-    inside the timed span, the JSON states the bound it sets, and it is reset afterwards even
-    when the workload fails."""
+@pytest.mark.parametrize("work", ["python", "torch"])
+def test_image_bench_consumer_host_work_is_timed_and_wired(monkeypatch, tmp_path, work):
+    """``--host-ms`` / ``--host-work``: parsed (refused below 0, nan, inf, an unknown kind),
+    the consumer works that long after each batch inside the timed span, and both are reset
+    afterwards even when the workload fails."""
     import argparse
 
     from vidloader.bench import _cli
@@ -1252,40 +1252,77 @@ def test_image_bench_consumer_host_work_is_timed_and_wired(monkeypatch, tmp_path
     parser = argparse.ArgumentParser()
     _cli._images_arguments(parser)
     assert parser.parse_args(["--host-ms", "7.5"]).host_ms == 7.5
-    assert parser.parse_args([]).host_ms == 0.0
-    for bad in ("-1", "nan"):
+    assert parser.parse_args([]).host_ms == 0.0 and parser.parse_args([]).host_work == "torch"
+    assert parser.parse_args(["--host-work", "python"]).host_work == "python"
+    for bad in (["--host-ms", "-1"], ["--host-ms", "nan"], ["--host-ms", "inf"], ["--host-work", "sleep"]):
         with pytest.raises(SystemExit):
-            parser.parse_args(["--host-ms", bad])
-    batches = ({"images": torch.zeros(4, 2, 2, 3)} for _ in range(7))
+            parser.parse_args(bad)
+
+    def batches():
+        return ({"images": torch.zeros(4, 2, 2, 3)} for _ in range(7))
+    monkeypatch.setattr(bench, "HOST_WORK", work)
     monkeypatch.setattr(bench, "HOST_MS", 30.0)
-    images, seconds = bench._time_batches(batches, 5)
+    images, seconds = bench._time_batches(batches(), 5)
     assert images == 20 and seconds >= 5 * 0.030
     monkeypatch.setattr(bench, "HOST_MS", 0.0)
-    images, seconds = bench._time_batches(({"images": torch.zeros(4, 2, 2, 3)} for _ in range(7)), 5)
-    assert seconds < 5 * 0.030
+    assert bench._time_batches(batches(), 5)[1] < 5 * 0.030
 
     seen = {}
 
     def contenders(args, data, device):
-        seen["host_ms"] = bench.HOST_MS
+        seen.update(ms=bench.HOST_MS, work=bench.HOST_WORK)
         raise RuntimeError("no GPU")
     monkeypatch.setattr(bench, "_jpeg_contenders", contenders)
     with pytest.raises(RuntimeError):
-        bench._jpeg(argparse.Namespace(host_ms=12.0), tmp_path, "cpu")
-    assert seen["host_ms"] == 12.0 and bench.HOST_MS == 0.0
+        bench._jpeg(argparse.Namespace(host_ms=12.0, host_work=work), tmp_path, "cpu")
+    assert seen == {"ms": 12.0, "work": work}
+    assert bench.HOST_MS == 0.0 and bench.HOST_WORK == "torch"
 
 
-def test_image_bench_jpeg_on_the_cpu_beside_host_work(tmp_path, capsys):
-    """The JPEG workload end to end on the CPU (the Pillow contender, no GPU ones) with the
-    consumer's host work: the result states the bound and stays under it."""
+def test_image_bench_host_work_kinds_do_what_they_say():
+    """Both kinds work for the time asked; between the torch kind's ops another thread gets
+    the GIL far more often than beside the pure-Python spin, which gives it up only at the
+    switch interval (here ~1,200-3,200 turns against 20 in 100 ms)."""
+    import time
+
+    from vidloader.bench import _images as bench
+
+    t0 = time.perf_counter()
+    assert bench.dispatch_small_ops(20.0, "cpu") > 10 and bench.hold_the_gil(20.0) > 10
+    assert time.perf_counter() - t0 >= 0.040
+
+    def turns_beside(work) -> int:
+        turns, stop = [0], threading.Event()
+
+        def other():
+            while not stop.is_set():
+                turns[0] += 1
+                time.sleep(0)
+        thread = threading.Thread(target=other)
+        thread.start()
+        try:
+            work()
+        finally:
+            stop.set()
+            thread.join()
+        return turns[0]
+    torch_turns = turns_beside(lambda: bench.dispatch_small_ops(100.0, "cpu"))
+    python_turns = turns_beside(lambda: bench.hold_the_gil(100.0))
+    assert torch_turns > 3 * max(python_turns, 1)
+
+
+def test_image_bench_jpeg_on_the_cpu_beside_host_work(tmp_path, capsys, monkeypatch):
+    """The JPEG workload end to end with the consumer's host work, the GPU contenders kept
+    out: the result states the bound and the Pillow loader stays under it."""
     import argparse
 
     from vidloader.bench import _images as bench
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     args = argparse.Namespace(images=20, copies=1, batch_size=4, batches=3, workers=1, rounds=1,
-                              host_ms=20.0)
+                              host_ms=20.0, host_work="python")
     results = bench._jpeg(args, tmp_path, "cpu")
-    assert results["host_ms"] == {"per_batch": 20.0, "bound_images_per_s": 200.0}
+    assert results["host_ms"] == {"per_batch": 20.0, "work": "python", "bound_images_per_s": 200.0}
     assert 0 < results["vidloader pillow (all cores)"]["images_per_s"] <= 200.0
     assert "at most 200 images/s" in capsys.readouterr().out
 

@@ -13,14 +13,15 @@ import torch
 
 
 def time_decoders(decoders: list, plans: list[list], decode, device: torch.device,
-                  seconds: float = 3.0, batch: int = 256) -> tuple[float, list[float]]:
+                  seconds: float = 3.0, batch: int = 256, priority: int = 0) -> tuple[float, list[float]]:
     """Each decoder on a thread and CUDA stream of its own decodes its ``plans`` in turn,
     over and over (``decode(decoder, plan)``, each batch synchronised, its output kept until
     then; the first plan once before the clock starts), until ``seconds`` after a common
     start; a batch under way then is finished and counted. Returns images/s summed over the
     threads, and each thread's own pace: threads that do not slow each other add up. An error
-    on a thread stops the others and is raised here."""
-    streams = [torch.cuda.Stream(device) for _ in decoders]
+    on a thread stops the others and is raised here. ``priority``: the threads' CUDA streams'
+    (lower is sooner; 0 the default)."""
+    streams = [torch.cuda.Stream(device, priority=priority) for _ in decoders]
     barrier = threading.Barrier(len(decoders) + 1)
     stop = threading.Event()
     counts = [0] * len(decoders)

@@ -139,7 +139,7 @@ def main() -> int:
                     rate, load = time_decoders([dec], [plan], decode, DEV)[0], None
                 elif label == "augment at low priority":
                     step = augment_load(packed, priority=0)  # CUDA: 0 is the lowest priority
-                    measure = lambda: time_decoders_priority(dec, plan, decode, high)  # noqa: E731
+                    measure = lambda: time_decoders([dec], [plan], decode, DEV, priority=high)[0]  # noqa: E731
                     rate, load = beside(step, measure)
                 else:
                     rate, load = beside(step, lambda: time_decoders([dec], [plan], decode, DEV)[0])
@@ -152,18 +152,6 @@ def main() -> int:
             extra = f"  (load {load:,.1f} steps/s)" if load is not None else ""
             print(f"{label + ', round ' + str(round_):36s} {rate:8,.0f} images/s{extra}", flush=True)
     return 0
-
-
-def time_decoders_priority(dec, plan, decode, priority: int) -> float:
-    """``time_decoders`` with the decode on a stream of ``priority``."""
-    import _decode_threads
-
-    real = torch.cuda.Stream
-    try:
-        _decode_threads.torch.cuda.Stream = lambda device, **kw: real(device, priority=priority, **kw)
-        return time_decoders([dec], [plan], decode, DEV)[0]
-    finally:
-        _decode_threads.torch.cuda.Stream = real
 
 
 if __name__ == "__main__":

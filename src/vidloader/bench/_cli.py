@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import math
 import sys
 from collections.abc import Callable
 
@@ -217,8 +218,8 @@ def _positive(text: str) -> int:
 
 def _non_negative_float(text: str) -> float:
     value = float(text)
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 
@@ -243,9 +244,14 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
                         "other round; each keeps its rates and their median, and the ratio to "
                         "DALI is taken within each round (default 1)")
     p.add_argument("--host-ms", type=_non_negative_float, default=0.0,
-                   help="jpeg: milliseconds of pure-Python work after each batch, as a training "
-                        "step's host side holds the GIL; every contender runs beside it "
-                        "(default 0: the consumer only counts)")
+                   help="jpeg: milliseconds the consumer works on the host after each batch, "
+                        "standing in for a training step's host side (default 0: it only "
+                        "counts). The loaders run beside it; the decode-alone rows decode on "
+                        "the consumer's thread, so for them it follows each decode")
+    p.add_argument("--host-work", choices=("torch", "python"), default="torch",
+                   help="with --host-ms: small torch ops one after another (each lets go of the "
+                        "GIL, as a model's do; default) or a pure-Python loop (the GIL given up "
+                        "only at Python's switch interval: the worst case)")
     p.add_argument("--data-dir", default=None, help="default ~/.cache/vidloader/bench-images")
     p.add_argument("--resize-reps", type=int, default=5, help="timed batches per resize method")
     p.add_argument("--threads", type=int, default=None,

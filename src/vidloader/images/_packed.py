@@ -16,13 +16,25 @@ import dataclasses
 import numpy as np
 import torch
 
-#: Each image's first byte in ``pixels`` is placed at a multiple of this many bytes (a power
-#: of two; 1: images back to back). nvJPEG's hardware decoder writes straight into the places
-#: given, and pays for unaligned ones: on the H200, 256 batches of 500x375 JPEGs back to back
-#: (each place 4-byte aligned) decoded at 11,679 / 12,089 / 19,593 images/s in three rounds,
-#: aligned to 256 bytes at 16,589 / 18,395 / 18,421 and to 4,096 at 17,892 / 19,409 / 20,988
-#: (``benchmarks/results/gpu/session27-2``). The padding is under 4,096 pixels an image.
+#: Each image's first byte in ``pixels`` lies at an address that is a multiple of this many
+#: bytes (a power of two; 1: images back to back). nvJPEG's hardware decoder writes straight
+#: into the places given. On the H200, 256 batches of 500x375 JPEGs back to back (each place
+#: 4-byte aligned) decoded at 11,679 / 12,089 / 19,593 images/s in three rounds, aligned to
+#: 256 bytes at 16,589 / 18,395 / 18,421 and to 4,096 at 17,892 / 19,409 / 20,988
+#: (``benchmarks/results/gpu/session27-2``; aligned from the start of a buffer that torch's
+#: allocator had aligned to 512 bytes): faster aligned in two rounds of three. The loader's
+#: pace did not change with it (``session27-6``). The padding is under ``ALIGN_BYTES`` pixels
+#: an image, and the buffer ``ALIGN_BYTES`` bytes longer.
 ALIGN_BYTES = 4096
+
+
+def _aligned_pixels(count: int, device: torch.device) -> torch.Tensor:
+    """uint8 ``[count, 3]`` whose first byte's address is a multiple of :data:`ALIGN_BYTES`
+    (torch's allocators align less: 512 bytes on CUDA, 64 on the CPU)."""
+    spare = ALIGN_BYTES - 1
+    flat = torch.empty(3 * count + spare, dtype=torch.uint8, device=device)
+    offset = -flat.data_ptr() % ALIGN_BYTES
+    return flat[offset:offset + 3 * count].view(count, 3)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -56,7 +68,7 @@ class PackedImages:
         room = -(-counts // ALIGN_BYTES) * ALIGN_BYTES
         starts = np.cumsum(room) - room
         total = int(starts[-1] + counts[-1]) if len(counts) else 0
-        pixels = torch.empty((total + 1, 3), dtype=torch.uint8, device=device)
+        pixels = _aligned_pixels(total + 1, device)
         pixels[total].zero_()
         return cls(pixels, starts, sizes[:, 0].copy(), sizes[:, 1].copy(),
                    np.zeros(len(sizes), bool))
