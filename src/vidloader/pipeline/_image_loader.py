@@ -275,6 +275,30 @@ class ImageLoader(VideoLoader):
         """Not kept for images (no GOPs or seeks); see ``stats["rows_by_executor"]``."""
         return None
 
+    @property
+    def memory_plan(self) -> dict:
+        """What the loader holds, by component: ``staging_slots`` of ``slot_bytes`` and where
+        (``slots_on``: the device for the GPU pools, which stage the finished output; host
+        memory, shared with the workers, for Pillow); an in-memory dataset's copy on the
+        device (``dataset_on_device_bytes``) and the output of a unit of batches
+        (``unit_output_bytes``); for ``decoder="nvimgcodec"`` the buffers batches are decoded
+        into (``decode_buffers_at_most`` of ``decode_buffer_bytes_estimate``, from the
+        index's mean image size) and, in one process, the reader processes' slabs of shared
+        host memory (``reader_slabs`` of ``reader_slab_bytes``); then ``device_bytes`` and
+        ``host_shared_bytes`` in all. Before the first batch it says what the pool will
+        allocate; after, the reader slabs are the running pool's."""
+        from ._image_memory import image_memory_plan
+
+        return image_memory_plan(self)
+
+    @property
+    def gpu_staging_buffers(self) -> int:
+        """Staging slots that hold GPU memory: all of them for the GPU pools, none for Pillow
+        (host slots, copied out per batch) or an in-memory dataset (no slots)."""
+        from ._image_memory import gpu_staging_slots
+
+        return gpu_staging_slots(self)
+
     def _units_in_flight(self) -> int:
         """One batch per worker (Pillow) or decode lane (nvImageCodec) plus the prefetch."""
         from ._image_decode import NVIMGCODEC_LANES
