@@ -1,6 +1,6 @@
 """``ImageLoader.memory_plan`` and ``gpu_staging_buffers``: what the image pools hold, checked
 against what they allocate (CPU only; the GPU pools run with a packing stand-in for
-nvImageCodec)."""
+nvImageCodec, and a GPU configuration is set by hand where only the plan is read)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,21 @@ from vidloader.pipeline import ImageLoader
 from .test_image_readers import _packing_pools
 from .test_images import folder  # noqa: F401 - the fixture
 
+KEYS = {"backend", "device", "staging_slots", "slot_bytes", "slots_on", "dataset_on_device_bytes",
+        "unit_output_bytes", "units_alive", "decode_buffers", "decode_buffer_bytes",
+        "augment_workspace_bytes", "reader_slabs", "reader_slab_bytes", "device_bytes",
+        "host_bytes", "host_shared_bytes", "not_counted"}
+
 
 def _public_properties_work(loader) -> None:
     for name in dir(loader):
         if not name.startswith("_"):
             getattr(loader, name)  # none may raise (two did: AttributeError on the config)
+
+
+def _on_gpu(loader, **changes) -> None:
+    """The loader's config as on a GPU (only the plan is read afterwards)."""
+    loader.config = dataclasses.replace(loader.config, device=torch.device("cuda", 0), **changes)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -32,24 +42,27 @@ def test_pillow_plan_is_what_the_pool_allocates(folder, workers):  # noqa: F811
     try:
         _public_properties_work(loader)
         plan = loader.memory_plan
+        assert set(plan) == KEYS and plan["not_counted"] == []
         batches = iter(loader)
         next(batches)  # the pool runs while the epoch is under way
         slots = loader._pool.slots
         assert plan["staging_slots"] == len(slots) == loader.staging_slots
         assert plan["slot_bytes"] == slots[0]["images"].nbytes == 4 * 20 * 24 * 3
-        assert plan["slots_on"] == ("host (shared)" if workers else "host")
+        assert plan["slots_on"] == ("shared host" if workers else "host")
         assert plan["host_bytes"] == sum(s["images"].nbytes for s in slots)
         assert plan["host_shared_bytes"] == (plan["host_bytes"] if workers else 0)
         assert plan["device_bytes"] == 0 and loader.gpu_staging_buffers == 0
-        assert "reader_slabs" not in plan and "decode_buffers_at_most" not in plan
+        assert plan["reader_slabs"] == plan["decode_buffers"] == plan["augment_workspace_bytes"] == 0
     finally:
         loader.shutdown()
 
 
-def test_in_memory_plan_counts_a_unit_of_output(tmp_path):
+@pytest.mark.parametrize("batch_size", [64, 8])  # a unit of one batch, and of several
+def test_in_memory_plan_counts_two_units_of_output(tmp_path, batch_size):
     ds = CIFAR10(write_cifar10(tmp_path, num_train=64, num_test=8))
     proc = ImageProcess(crop="random", padding=4, random_flip=True, dtype="float32", normalized=True)
-    loader = ImageLoader(ds, batch_size=8, processing=proc)
+    loader = ImageLoader(ds, batch_size=batch_size, processing=proc)
+    loader.config = dataclasses.replace(loader.config, lookahead=64 // batch_size)
     _public_properties_work(loader)
     plan = loader.memory_plan
     assert plan["staging_slots"] == 0 and loader.gpu_staging_buffers == 0
@@ -58,62 +71,79 @@ def test_in_memory_plan_counts_a_unit_of_output(tmp_path):
     next(batches)
     unit = [loader._epoch_plan(0).batch(b) for b in range(loader.lookahead)]
     assert plan["unit_output_bytes"] == loader._pool.augment(unit).nbytes
-    assert plan["host_bytes"] == plan["unit_output_bytes"]
+    assert plan["units_alive"] == 2 and plan["host_bytes"] == 2 * plan["unit_output_bytes"]
+    _on_gpu(loader)
+    on_gpu = loader.memory_plan
+    assert on_gpu["dataset_on_device_bytes"] == ds.pixels.numel() == 64 * 32 * 32 * 3
+    assert on_gpu["device_bytes"] == ds.pixels.numel() + 2 * plan["unit_output_bytes"]
+    assert on_gpu["host_bytes"] == 0 and on_gpu["not_counted"]
 
 
-def test_gpu_pool_plan_counts_the_running_readers_slabs(folder, monkeypatch):  # noqa: F811
-    """The in-process GPU pool (packing stand-in, reader processes): its slots and, once it
-    runs, its readers' slabs, as allocated."""
+def test_gpu_pool_plan_predicts_the_readers_it_starts(folder, monkeypatch):  # noqa: F811
+    """The in-process GPU pool (packing stand-in, reader processes): the plan made before it
+    starts names the slabs and slots it then allocates."""
+    from vidloader.images import _nvimgcodec
     from vidloader.pipeline import _image_decode
 
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
+    monkeypatch.setattr(_nvimgcodec, "decodes_packed_here", lambda: True)  # as nvImageCodec 0.9
     pillow, made, _ = _packing_pools(folder, monkeypatch)
     try:
+        before = made.memory_plan
         batches = iter(made)
         next(batches)
-        plan = made.memory_plan
+        after = made.memory_plan
         readers, slots = made._pool.file_readers, made._pool.slots
-        assert plan["reader_slabs"] == readers.num_slabs == len(readers.views)
-        assert plan["reader_slab_bytes"] == readers.slab_bytes == readers.views[0].nbytes
-        assert plan["reader_slabs"] == len(slots) + len(made._pool.lanes) + 1
-        assert plan["slot_bytes"] == slots[0]["images"].nbytes
-        assert plan["host_shared_bytes"] == readers.num_slabs * readers.slab_bytes
-        assert plan["host_bytes"] == plan["host_shared_bytes"] + len(slots) * plan["slot_bytes"]
+        assert before == after
+        assert after["reader_slabs"] == readers.num_slabs == len(readers.views)
+        assert after["reader_slab_bytes"] == readers.bytes_per_slab == readers.views[0].nbytes
+        assert after["staging_slots"] == len(slots)
+        assert after["slot_bytes"] == slots[0]["images"].nbytes
+        assert after["host_shared_bytes"] == readers.num_slabs * readers.bytes_per_slab
     finally:
         made.shutdown()
         pillow.shutdown()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_nvimgcodec_plan_before_the_first_batch(folder, monkeypatch, workers):  # noqa: F811
-    """For ``decoder="nvimgcodec"`` on a GPU (its config, set by hand here): slots on the
-    device in the output's dtype, a decode buffer per slot in one process or per worker,
-    estimated from the index's mean size, no less than a real buffer of that size; reader
-    slabs in one process only, (slots + lanes + 1) of ``slab_bytes``."""
-    from vidloader.images import _packed
+@pytest.mark.parametrize("packed", [True, False])
+def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed):  # noqa: F811
+    """``decoder="nvimgcodec"`` on a GPU: slots on the device in the output's dtype; decode
+    buffers one per slot and one more in one process, one per worker, plus one per
+    augmentation where images are decoded separately, each no smaller than a real packed
+    buffer of the mean size; the augmentation's workspace per augmentation; reader slabs in
+    one process only, and only where the batches are decoded packed and not in a daemonic
+    process."""
+    from vidloader.images import _nvimgcodec, _packed
     from vidloader.pipeline import _image_decode, _image_readers
 
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
+    monkeypatch.setattr(_nvimgcodec, "decodes_packed_here", lambda: packed)
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=(16, 16), crop="random_resized", dtype="float16")
     loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0)
-    loader.config = dataclasses.replace(loader.config, backend="nvimgcodec", num_workers=workers,
-                                        device=torch.device("cuda", 0))
-    plan = loader.memory_plan
-    slots = loader.staging_slots
-    assert plan["slots_on"] == "cuda:0" and plan["slot_bytes"] == 4 * 16 * 16 * 3 * 2
+    _on_gpu(loader, backend="nvimgcodec", num_workers=workers)
+    plan, slots = loader.memory_plan, loader.staging_slots
+    assert plan["slots_on"] == "device" and plan["slot_bytes"] == 4 * 16 * 16 * 3 * 2
     assert loader.gpu_staging_buffers == slots
-    assert plan["decode_buffers_at_most"] == (workers or slots)
+    augmenters = workers or 1
+    assert plan["decode_buffers"] == (workers or slots + 1) + (0 if packed else augmenters)
     sizes = np.repeat(np.round(ds.sizes.mean(0)).astype(np.int64)[None], 4, axis=0)
     real = _packed.PackedImages.allocate(sizes, torch.device("cpu")).pixels.untyped_storage().nbytes()
-    assert real <= plan["decode_buffer_bytes_estimate"] <= real + 4 * 3 * _packed.ALIGN_BYTES
-    if workers:
-        assert "reader_slabs" not in plan
+    if packed:
+        assert real <= plan["decode_buffer_bytes"] <= real + 4 * 3 * _packed.ALIGN_BYTES
+    else:
+        assert plan["decode_buffer_bytes"] == 4 * 48 * 64 * 3  # the test images are all 48x64
+    largest = int(ds.sizes[:, 0].max()) * int(ds.sizes[:, 1].max())
+    assert plan["augment_workspace_bytes"] > augmenters * 4 * largest * 12
+    if workers or not packed:
+        assert plan["reader_slabs"] == 0
     else:
         assert plan["reader_slabs"] == slots + _image_decode.NVIMGCODEC_LANES + 1
         assert plan["reader_slab_bytes"] == _image_readers.slab_bytes(ds, 4)
-    assert plan["device_bytes"] == (slots * plan["slot_bytes"]
-                                    + plan["decode_buffers_at_most"] * plan["decode_buffer_bytes_estimate"])
-    assert plan["host_shared_bytes"] == plan.get("reader_slabs", 0) * plan.get("reader_slab_bytes", 0)
-    monkeypatch.setattr(_image_decode, "READER_PROCESSES", 0)
-    assert "reader_slabs" not in loader.memory_plan
+    assert plan["device_bytes"] == (slots * plan["slot_bytes"] + plan["augment_workspace_bytes"]
+                                    + plan["decode_buffers"] * plan["decode_buffer_bytes"])
+    assert plan["host_shared_bytes"] == plan["host_bytes"] == plan["reader_slabs"] * plan["reader_slab_bytes"]
+    assert any("CUDA context" in line for line in plan["not_counted"])
+    monkeypatch.setattr(_image_decode, "_in_daemonic_process", lambda: True)
+    assert loader.memory_plan["reader_slabs"] == 0

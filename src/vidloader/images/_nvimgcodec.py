@@ -83,18 +83,9 @@ class NvImageCodecDecoder:
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=True, color_spec=spec,
                                                allow_any_depth=False)
         self._as_images = getattr(nvimgcodec, "as_images", None)
-        formats = getattr(nvimgcodec, "SampleFormat", None)
         self._stale_sizes_warned = False
-        if packed and self._as_images is not None and formats is not None:
-            # Three channels whatever the file (a gray JPEG's one is repeated, as Pillow's
-            # convert("RGB") does): each image's bytes then follow from its size alone.
-            try:
-                self._packed_params = nvimgcodec.DecodeParams(
-                    apply_exif_orientation=True, color_spec=spec, allow_any_depth=False,
-                    sample_format=formats.I_RGB)
-                self.decodes_packed = True
-            except TypeError:  # 0.7 and 0.8 have as_images and SampleFormat, not this
-                pass
+        self._packed_params = _packed_params(nvimgcodec) if packed else None
+        self.decodes_packed = self._packed_params is not None
 
     def decode(self, blobs: list[bytes | None]) -> list[torch.Tensor | None]:
         """One tensor per blob on :attr:`device`, ``None`` where a blob is ``None`` or could
@@ -273,6 +264,33 @@ class NvImageCodecDecoder:
         except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
             return None
 
+
+
+def _packed_params(nvimgcodec):
+    """nvImageCodec's ``DecodeParams`` for :meth:`NvImageCodecDecoder.decode_packed`, or
+    ``None`` where this version cannot decode into given places (before 0.9)."""
+    formats = getattr(nvimgcodec, "SampleFormat", None)
+    if getattr(nvimgcodec, "as_images", None) is None or formats is None:
+        return None
+    colors = nvimgcodec.ColorSpec
+    spec = colors.SRGB if hasattr(colors, "SRGB") else colors.RGB
+    # Three channels whatever the file (a gray JPEG's one is repeated, as Pillow's
+    # convert("RGB") does): each image's bytes then follow from its size alone.
+    try:
+        return nvimgcodec.DecodeParams(apply_exif_orientation=True, color_spec=spec,
+                                       allow_any_depth=False, sample_format=formats.I_RGB)
+    except TypeError:  # 0.7 and 0.8 have as_images and SampleFormat, not this
+        return None
+
+
+def decodes_packed_here() -> bool:
+    """Whether :class:`NvImageCodecDecoder` decodes packed with the nvImageCodec installed
+    here (0.9 and later); ``False`` where none is installed."""
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        return False
+    return _packed_params(nvimgcodec) is not None
 
 
 class _BufferPart:

@@ -151,6 +151,15 @@ def _in_daemonic_process() -> bool:
     return multiprocessing.current_process().daemon
 
 
+def starts_reader_processes(decodes_packed: bool, opens_files: bool) -> bool:
+    """Whether the in-process GPU pool starts :data:`READER_PROCESSES` file readers: where its
+    lanes decode packed (:data:`PACKED_DECODE`, not :data:`ROI_DECODE`, a decoder that
+    ``decodes_packed``) from files (a decoder with ``decode_files``), outside a daemonic
+    process (a DataLoader's or a ``multiprocessing.Pool``'s worker may not have children)."""
+    return (READER_PROCESSES > 0 and PACKED_DECODE and not ROI_DECODE and decodes_packed
+            and opens_files and not _in_daemonic_process())
+
+
 def _index_flags(dataset):
     """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
     it has none or not one per image (a subclass that filtered its files, say): the decoder
@@ -234,9 +243,8 @@ class BatchDecodePool(BatchPool):
         ``None``: none asked for, or in a daemonic process (a DataLoader's or a
         ``multiprocessing.Pool``'s worker may not have children), or they could not start
         (a warning says why; the lanes then open the files themselves)."""
-        if not (READER_PROCESSES > 0 and self._packed and self._opens_files):
-            return None
-        if _in_daemonic_process():
+        if not starts_reader_processes(getattr(self.decoder, "decodes_packed", False),
+                                       self._opens_files):
             return None
         from . import _image_readers
 

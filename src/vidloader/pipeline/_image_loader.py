@@ -277,16 +277,28 @@ class ImageLoader(VideoLoader):
 
     @property
     def memory_plan(self) -> dict:
-        """What the loader holds, by component: ``staging_slots`` of ``slot_bytes`` and where
-        (``slots_on``: the device for the GPU pools, which stage the finished output; host
-        memory, shared with the workers, for Pillow); an in-memory dataset's copy on the
-        device (``dataset_on_device_bytes``) and the output of a unit of batches
-        (``unit_output_bytes``); for ``decoder="nvimgcodec"`` the buffers batches are decoded
-        into (``decode_buffers_at_most`` of ``decode_buffer_bytes_estimate``, from the
-        index's mean image size) and, in one process, the reader processes' slabs of shared
-        host memory (``reader_slabs`` of ``reader_slab_bytes``); then ``device_bytes`` and
-        ``host_shared_bytes`` in all. Before the first batch it says what the pool will
-        allocate; after, the reader slabs are the running pool's."""
+        """What the loader holds, by component, in bytes; every key is always there (0 or
+        ``None`` where it does not apply):
+
+        - ``backend``, ``device``;
+        - ``staging_slots`` of ``slot_bytes``, ``slots_on`` ``"device"`` (the GPU pools,
+          which stage the finished output), ``"shared host"`` (Pillow's workers) or
+          ``"host"``;
+        - an in-memory dataset: ``dataset_on_device_bytes`` (its copy on a GPU, kept by the
+          dataset and shared by its loaders) and ``units_alive`` units of
+          ``unit_output_bytes`` (a unit's output; the next is made while a batch of the
+          last is held);
+        - ``decoder="nvimgcodec"``: ``decode_buffers`` of ``decode_buffer_bytes`` (a batch of
+          images of the index's mean size; an estimate), ``augment_workspace_bytes`` (the
+          batched augmentation's intermediates for windows as large as the largest image, per
+          augmentation thread or worker: an upper bound), and in one process the reader
+          processes' ``reader_slabs`` of ``reader_slab_bytes`` in shared host memory (those
+          of the running pool, or those it would start; readers that fail to start give a
+          warning and none);
+        - ``device_bytes``, ``host_bytes`` (shared included) and ``host_shared_bytes``;
+        - ``not_counted``: what the loader also holds and the plan leaves out (a GPU
+          process's CUDA context and allocator cache, with the one measurement there is).
+        """
         from ._image_memory import image_memory_plan
 
         return image_memory_plan(self)

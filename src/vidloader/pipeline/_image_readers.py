@@ -127,7 +127,7 @@ class FileReaders:
         self.slabs = SharedSlots({"bytes": (int(slab_bytes),)}, num_slabs)
         self.views = [slot["bytes"] for slot in self.slabs.arrays()]
         #: The slabs' count and size, for the loader's memory plan.
-        self.num_slabs, self.slab_bytes = num_slabs, int(slab_bytes)
+        self.num_slabs, self.bytes_per_slab = num_slabs, int(slab_bytes)
         self._free: queue.Queue = queue.Queue()
         for slab in range(num_slabs):
             self._free.put(slab)
