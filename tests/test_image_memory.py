@@ -147,3 +147,50 @@ def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed):  # noqa
     assert any("CUDA context" in line for line in plan["not_counted"])
     monkeypatch.setattr(_image_decode, "_in_daemonic_process", lambda: True)
     assert loader.memory_plan["reader_slabs"] == 0
+
+
+def test_packed_decode_support_follows_the_installed_nvimgcodec(monkeypatch):
+    """``decodes_packed_here`` and the decoder's packed parameters: none without nvImageCodec,
+    none before 0.9 (no ``as_images``, or a ``DecodeParams`` without ``sample_format``), and
+    interleaved RGB with EXIF orientation from 0.9 on. Checked with stand-in modules: the
+    CPU machine has no nvImageCodec."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from vidloader.images import _nvimgcodec
+
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)  # not installed
+    assert _nvimgcodec.decodes_packed_here() is False
+
+    def module(*, as_images=True, sample_format=True):
+        def params(**kw):
+            if "sample_format" in kw and not sample_format:
+                raise TypeError("unexpected keyword argument 'sample_format'")
+            return kw
+        fake = ModuleType("nvidia.nvimgcodec")
+        fake.ColorSpec = SimpleNamespace(SRGB="srgb")
+        fake.SampleFormat = SimpleNamespace(I_RGB="i_rgb")
+        fake.DecodeParams = params
+        if as_images:
+            fake.as_images = lambda places, cuda_stream=0: places
+        return fake
+    assert _nvimgcodec._packed_params(module(as_images=False)) is None
+    assert _nvimgcodec._packed_params(module(sample_format=False)) is None
+    assert _nvimgcodec._packed_params(module()) == {
+        "apply_exif_orientation": True, "color_spec": "srgb", "allow_any_depth": False,
+        "sample_format": "i_rgb"}
+    nvidia = ModuleType("nvidia")
+    nvidia.nvimgcodec = module()
+    monkeypatch.setitem(sys.modules, "nvidia", nvidia)
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", nvidia.nvimgcodec)
+    assert _nvimgcodec.decodes_packed_here() is True
+    for fake, packs in ((module(), True), (module(sample_format=False), False)):  # the decoder too
+        fake.CodeStream = fake.Region = object
+        fake.Backend = lambda kind, load_hint=1.0: (kind, load_hint)
+        fake.BackendKind = SimpleNamespace(**{kind: kind for kind in _nvimgcodec.BACKENDS})
+        fake.Decoder = lambda **kw: kw
+        monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", fake)
+        nvidia.nvimgcodec = fake
+        decoder = _nvimgcodec.NvImageCodecDecoder(torch.device("cpu"))
+        assert decoder.decodes_packed is packs and (decoder._packed_params is not None) is packs
+        assert _nvimgcodec.NvImageCodecDecoder(torch.device("cpu"), packed=False).decodes_packed is False
