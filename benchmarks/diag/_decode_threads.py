@@ -79,3 +79,16 @@ def probe_folder(default_images: int = 4000, default_batches: int = 30,
                          progress=False)
     blobs = {i: Path(folder.path(i)).read_bytes() for i in range(len(folder))}
     return folder, blobs, batches
+
+
+def hw_decoder(device: torch.device):
+    """An ``NvImageCodecDecoder`` offering nvImageCodec's hardware backend only (the
+    constructor reads the module's ``BACKENDS``)."""
+    from vidloader.images import _nvimgcodec
+
+    saved = _nvimgcodec.BACKENDS
+    _nvimgcodec.BACKENDS = ("HW_GPU_ONLY",)
+    try:
+        return _nvimgcodec.NvImageCodecDecoder(device)
+    finally:
+        _nvimgcodec.BACKENDS = saved

@@ -36,24 +36,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _decode_threads import probe_folder, time_decoders
+from _decode_threads import hw_decoder, probe_folder, time_decoders
 
 from vidloader.bench._images import _rrc_proc
-from vidloader.images import _nvimgcodec
 from vidloader.images._augment import sample_windows
 from vidloader.images._batched import crop_resize_matmul
 
 DEV = torch.device("cuda", 0)
 ROUNDS = int(os.environ.get("PROBE_ROUNDS", "3"))
-
-
-def hw_decoder():
-    saved = _nvimgcodec.BACKENDS
-    _nvimgcodec.BACKENDS = ("HW_GPU_ONLY",)
-    try:
-        return _nvimgcodec.NvImageCodecDecoder(DEV)
-    finally:
-        _nvimgcodec.BACKENDS = saved
 
 
 def augment_load(packed, priority: int = 0):
@@ -114,7 +104,7 @@ def main() -> int:
     folder, blobs, batches = probe_folder()
     rng = np.random.default_rng(7)
     plan = [rng.choice(len(folder), 256, replace=False) for _ in range(batches)]
-    dec = hw_decoder()
+    dec = hw_decoder(DEV)
     decode = lambda d, idx: d.decode_packed([blobs[i] for i in idx.tolist()], folder.sizes[idx])  # noqa: E731
     packed = dec.decode_packed([blobs[i] for i in plan[0].tolist()], folder.sizes[plan[0]])
     torch.cuda.synchronize(DEV)

@@ -29,24 +29,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _decode_threads import probe_folder, time_decoders
+from _decode_threads import hw_decoder, probe_folder, time_decoders
 
-from vidloader.images import _nvimgcodec, _packed
+from vidloader.images import _packed
 from vidloader.images._nvimgcodec import _BufferPart
 from vidloader.images._packed import PackedImages
 
 DEV = torch.device("cuda", 0)
 ROUNDS = 3
 STAGE_BATCHES = 40
-
-
-def hw_decoder():
-    saved = _nvimgcodec.BACKENDS
-    _nvimgcodec.BACKENDS = ("HW_GPU_ONLY",)
-    try:
-        return _nvimgcodec.NvImageCodecDecoder(DEV)
-    finally:
-        _nvimgcodec.BACKENDS = saved
 
 
 def aligned(align: int, fn):
@@ -86,15 +77,15 @@ def rows(folder, blobs):
         return dec.decode_packed([blobs[i] for i in idx.tolist()], folder.sizes[idx])
 
     return {"raw, own allocations": (raw, raw_own),
-            "decode_packed, back to back": (hw_decoder(), aligned(1, packed)),
-            "decode_packed, aligned 256 B": (hw_decoder(), aligned(256, packed)),
-            "decode_packed, aligned 4096 B": (hw_decoder(), aligned(4096, packed)),
+            "decode_packed, back to back": (hw_decoder(DEV), aligned(1, packed)),
+            "decode_packed, aligned 256 B": (hw_decoder(DEV), aligned(256, packed)),
+            "decode_packed, aligned 4096 B": (hw_decoder(DEV), aligned(4096, packed)),
             "raw into places (256 B), no checks": (raw, raw_places)}
 
 
 def stages(folder, blobs, align: int) -> dict:
     """Mean ms a batch in each stage of ``decode_packed`` (its code, step by step)."""
-    dec = hw_decoder()
+    dec = hw_decoder(DEV)
     rng = np.random.default_rng(11)
     spent = dict.fromkeys(("streams", "allocate", "places", "decode", "fits", "wait"), 0.0)
     saved = _packed.ALIGN_BYTES
