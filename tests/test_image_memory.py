@@ -194,3 +194,35 @@ def test_packed_decode_support_follows_the_installed_nvimgcodec(monkeypatch):
         decoder = _nvimgcodec.NvImageCodecDecoder(torch.device("cpu"))
         assert decoder.decodes_packed is packs and (decoder._packed_params is not None) is packs
         assert _nvimgcodec.NvImageCodecDecoder(torch.device("cpu"), packed=False).decodes_packed is False
+
+
+@pytest.mark.cuda
+def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder):  # noqa: F811
+    """On a GPU, the one-process pool (2 lanes, reader processes, packed decode): the most
+    torch held over two epochs lies between the slots alone and the plan's device bytes
+    (nvImageCodec's own allocations and the CUDA context are not torch's, and not counted)."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    from vidloader.images import _nvimgcodec
+
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(32, 32), crop="random_resized", random_flip=True, dtype="float32",
+                        normalized=True)
+    loader = ImageLoader(ds, batch_size=4, processing=proc, decoder="nvimgcodec", device="cuda",
+                         num_workers=0, on_error="skip", persistent_workers=True)
+    try:
+        plan = loader.memory_plan
+        assert plan["decode_buffers"] == loader.staging_slots + 1 + (0 if _nvimgcodec.decodes_packed_here() else 1)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        for _ in range(2):
+            for _batch in loader:
+                pass
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        print(f"torch's peak {peak:,} bytes; plan {plan['device_bytes']:,} "
+              f"(slots {plan['staging_slots'] * plan['slot_bytes']:,})")
+        assert plan["staging_slots"] * plan["slot_bytes"] <= peak <= plan["device_bytes"]
+        assert loader.memory_plan["reader_slabs"] == plan["reader_slabs"]
+    finally:
+        loader.shutdown()

@@ -1,6 +1,7 @@
 #!/bin/bash
 # WRITTEN IN SESSION 27, NOT YET RUN. Issue 15 (carry .imgwhl; DALI unpacked to $HOME/dalisite
-# by three calls just before on the same warm machine, as session 27's calls 3-5 did; ~500 s).
+# by three calls just before on the same warm machine, as session 27's calls 3-5 did; ~550 s;
+# the image cuda tests first).
 # Session 27 found nvImageCodec's decode retaking the GIL about 2.6 times an image: beside a
 # pure-Python thread it fell from ~15,000 to 67-83 images/s (5 ms switch interval) and 773-809
 # (0.5 ms) (session27-8, -9). A pure-Python loop is the worst case; a training step's host
@@ -16,9 +17,15 @@ export LD_LIBRARY_PATH=$PWD/.site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 export PYTHONPATH=${PYTHONPATH:-}:$HOME/dalisite
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > $OUT/gpu.txt
 python3 -c "import nvidia.dali as d; print('DALI', d.__version__)" 2>&1 | tail -1 | tee $OUT/dali.txt
+# First the image cuda tests: session 27 changed the packed buffer (aligned in memory), the
+# decoder's constructor (packed support checked once) and added the memory plan's GPU test.
+VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 120 python3 -m pytest -q -s -p no:cacheprovider -m cuda \
+  tests/test_images.py tests/test_images_workers.py tests/test_images_batched.py \
+  tests/test_image_memory.py 2>&1 | grep -v -i "nvjpeg2k\|nvtiff" > "$OUT/cuda_tests.log"
+grep -E "passed|failed|^FAILED|^ERROR" "$OUT/cuda_tests.log" | tail -6
 bench() {  # label, then bench options
   local label=$1; shift
-  [ $SECONDS -lt 430 ] || { echo "$label: skipped at ${SECONDS} s"; return; }
+  [ $SECONDS -lt 400 ] || { echo "$label: skipped at ${SECONDS} s"; return; }
   timeout $(( 580 - SECONDS )) python3 -m vidloader.bench images --workload jpeg --images 4000 \
     --copies 10 --batches 200 --data-dir /tmp/bench-images --out $OUT/$label "$@" 2>&1 \
     | grep -v -i "nvjpeg2k\|nvtiff\|^\[" > $OUT/bench_images_$label.log

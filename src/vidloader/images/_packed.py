@@ -24,7 +24,7 @@ import torch
 #: (``benchmarks/results/gpu/session27-2``; aligned from the start of a buffer that torch's
 #: allocator had aligned to 512 bytes): faster aligned in two rounds of three. The loader's
 #: pace did not change with it (``session27-6``). The padding is under ``ALIGN_BYTES`` pixels
-#: an image, and the buffer ``ALIGN_BYTES`` bytes longer.
+#: an image, and the buffer up to ``ALIGN_BYTES`` bytes longer.
 ALIGN_BYTES = 4096
 
 
