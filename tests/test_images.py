@@ -1378,3 +1378,57 @@ def test_images_module_imports_without_docstrings():
     import sys
 
     subprocess.run([sys.executable, "-OO", "-c", "import vidloader.images._folder"], check=True)
+
+
+def _fake_smi(folder: Path, *, jpeg: bool = True) -> None:
+    """An ``nvidia-smi`` on ``folder`` that answers the query once, or every 50 ms with
+    ``-lms`` (memory 1,000 MiB for the first three lines, then 3,000); without ``jpeg`` it
+    refuses ``utilization.jpeg``, as older drivers do."""
+    script = folder / "nvidia-smi"
+    refuse = "" if jpeg else 'case "$*" in *utilization.jpeg*) echo "Field not valid" >&2; exit 2;; esac\n'
+    script.write_text("#!/bin/sh\n" + refuse + '''case "$*" in
+  *-lms*) i=0; while true; do
+      if [ $i -lt 3 ]; then m=1000; else m=3000; fi
+      echo "0, 50, 80, $m"; i=$((i+1)); sleep 0.05; done ;;
+  *) echo "0, 50, 80, 1000" ;;
+esac
+''')
+    script.chmod(0o755)
+
+
+def test_image_bench_samples_the_gpu_during_each_contender(tmp_path, monkeypatch, capsys):
+    """With an ``nvidia-smi`` that reports the JPEG decoder, each GPU contender's row gains
+    the GPU's and the JPEG decoder's utilisation over its timed span and the memory added at
+    its peak; rounds keep them per round; without that field, or without ``nvidia-smi``, rows
+    stay as they were."""
+    import time
+
+    from vidloader.bench import _images as bench
+    from vidloader.bench import _monitor
+
+    _fake_smi(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    query = _monitor.jpeg_query()
+    assert query is not None and "utilization.jpeg" in query
+
+    def contender():
+        def slow():
+            for _ in range(6):
+                time.sleep(0.1)
+                yield {"images": torch.zeros(2, 1, 1, 3)}
+        images, seconds = bench._time_batches(slow(), 3)
+        return {"images": images, "seconds": seconds, "images_per_s": images / seconds}
+
+    row = bench._sampled(contender, query)()
+    assert row["jpeg_util_pct"] == 80 and row["gpu_util_pct"] == 50
+    assert row["gpu_mem_added_bytes"] == 2000 * 2**20
+    out = bench._in_rounds({"vidloader nvimgcodec": bench._sampled(contender, query)}, 2)
+    assert [r["jpeg_util_pct"] for r in out["vidloader nvimgcodec"]["sampled_rounds"]] == [80, 80]
+    assert "jpeg_util_pct" not in out["vidloader nvimgcodec"]  # one round's, not beside a median
+    assert "JPEG decoder 80%, GPU 50%, +2.0 GiB" in capsys.readouterr().out
+
+    _fake_smi(tmp_path, jpeg=False)
+    assert _monitor.jpeg_query() is None
+    assert "jpeg_util_pct" not in bench._sampled(contender, None)()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert _monitor.jpeg_query() is None

@@ -10,7 +10,9 @@
 # ops (--host-work torch), idle, then with a pure-Python loop, then torch again (drift): does
 # the default loader (2 GPU worker processes) keep its pace, how far does the one-process
 # pool fall, and does DALI? (The decode-alone rows decode on the consumer's thread: the work
-# follows each decode there, their JSON says so.)
+# follows each decode there, their JSON says so.) Each GPU row also gives, from nvidia-smi,
+# the JPEG decoder's and the GPU's utilisation over its timed span and the memory it added
+# (new in session 27): is the hardware decoder saturated under DALI and not under vidloader?
 set -u
 export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$PWD/.site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}

@@ -80,21 +80,28 @@ def _host_work(device: str) -> None:
         dispatch_small_ops(HOST_MS, device)
 
 
+#: The last timed span of :func:`_time_batches`, in ``time.monotonic`` seconds (the GPU
+#: sampler's clock), for the sampled contenders' utilisation.
+_LAST_SPAN: tuple[float, float] | None = None
+
+
 def _time_batches(batches, limit: int | None, warmup: int = 2) -> tuple[int, float]:
     """Images and seconds over the batches after ``warmup`` (start-up excluded); after each
     batch the consumer works :data:`HOST_MS` on the host (:data:`HOST_WORK`), inside the
     timed span."""
-    images, start = 0, None
+    global _LAST_SPAN
+    images, start, span_start = 0, None, None
     for n, batch in enumerate(batches, 1):
         if n == warmup:
             _sync()
-            start = time.perf_counter()
+            start, span_start = time.perf_counter(), time.monotonic()
         elif n > warmup:
             images += _count(batch)
         _host_work(_HOST_DEVICE)
         if limit is not None and n >= warmup + limit:
             break
     _sync()
+    _LAST_SPAN = (span_start, time.monotonic())
     return images, time.perf_counter() - start
 
 
@@ -215,6 +222,35 @@ def _jpeg_vidloader(folder, device, batch_size, batches, decoder, workers) -> di
             "workers": loader.num_workers, **settings}
 
 
+def _sampled(call, query: str | None):
+    """``call`` (a contender) with the GPU sampled by ``nvidia-smi`` while it runs: its row
+    gains the GPU's and the JPEG decoder's mean utilisation over the timed span, and the
+    device memory in use at its peak during the run above what was in use just before it
+    (device-wide, worker processes included; memory an earlier contender left cached in
+    this process is not counted again). ``query``: :func:`~._monitor.jpeg_query`'s; without
+    one the row is left as it is."""
+    from ._monitor import GpuSampler
+
+    def run() -> dict:
+        global _LAST_SPAN
+        if query is None:
+            return call()
+        sampler, _LAST_SPAN = GpuSampler(query), None
+        time.sleep(0.5)  # a baseline sample or two before the contender starts
+        try:
+            row = call()
+        finally:
+            sampler.stop()
+        span = _LAST_SPAN or (0.0, time.monotonic())
+        summary = sampler.summary(*span)
+        if summary:
+            row.update(gpu_util_pct=summary["gpu_util_pct"],
+                       jpeg_util_pct=summary["nvdec_util_pct"],  # the query's third field
+                       gpu_mem_added_bytes=summary["gpu_mem_peak_bytes"] - summary["gpu_mem_baseline_bytes"])
+        return row
+    return run
+
+
 def _pool_settings(pool) -> dict:
     """How the GPU image pool ran, for the record: the in-process pool's reader processes and
     whether it decoded into one buffer, the GPU workers' read-ahead."""
@@ -297,6 +333,9 @@ def _attempt(results: dict, name: str, call) -> None:
         results[name] = {"error": f"{type(exc).__name__}: {exc}"}
     shown = results[name]
     rate = f"{shown['images_per_s']:>12,.0f} images/s" if "images_per_s" in shown else shown["error"]
+    if "jpeg_util_pct" in shown:  # sampled by nvidia-smi (_sampled)
+        rate += (f"  (JPEG decoder {shown['jpeg_util_pct']:.0f}%, GPU {shown['gpu_util_pct']:.0f}%, "
+                 f"+{shown['gpu_mem_added_bytes'] / 2**30:.1f} GiB)")
     print(f"{name:<28} {rate}", flush=True)
 
 
@@ -361,6 +400,10 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
             "torchvision decode_jpeg cuda": lambda: _decode_torchvision(folder, b, n),
             "DALI pipeline": lambda: _dali(str(root), b, n),
         }
+        from ._monitor import jpeg_query
+
+        query = jpeg_query()
+        contenders = {name: _sampled(call, query) for name, call in contenders.items()}
         results.update(_in_rounds(contenders, args.rounds))
         if HOST_MS > 0:  # their decode runs on the consumer's thread: the work follows it
             for name in ("nvimgcodec decode alone", "torchvision decode_jpeg cuda"):
@@ -395,16 +438,24 @@ def _in_rounds(contenders: dict, rounds: int) -> dict:
     return out
 
 
+#: A round's own measurements, kept per round rather than taken from the first.
+_SAMPLED = ("gpu_util_pct", "jpeg_util_pct", "gpu_mem_added_bytes")
+
+
 def _summary(got: list[dict]) -> dict:
-    """A contender's rounds: its first successful result's settings (not its image count or
-    seconds, which are one round's), the median rate and every round's."""
+    """A contender's rounds: its first successful result's settings (not its image count,
+    seconds or sampled GPU figures, which are one round's), the median rate and every
+    round's, and the sampled figures by round where there are any."""
     rates = [g["images_per_s"] for g in got if "images_per_s" in g]
     if not rates:
         return got[0]
     first = next(g for g in got if "images_per_s" in g)
-    settings = {k: v for k, v in first.items() if k not in ("images", "seconds")}  # per round
-    return {**settings, "images_per_s": statistics.median(rates),
-            "rounds": [g.get("images_per_s", g.get("error")) for g in got]}
+    settings = {k: v for k, v in first.items() if k not in ("images", "seconds", *_SAMPLED)}
+    out = {**settings, "images_per_s": statistics.median(rates),
+           "rounds": [g.get("images_per_s", g.get("error")) for g in got]}
+    if any(key in g for g in got for key in _SAMPLED):
+        out["sampled_rounds"] = [{key: g.get(key) for key in _SAMPLED} for g in got]
+    return out
 
 
 def _resize(args, data: Path, device: str) -> dict:

@@ -190,14 +190,18 @@ def process_tree(pid: int):
 
 
 class GpuSampler:
-    """``nvidia-smi ... -lms 200`` in a background subprocess; lines kept with their time."""
+    """``nvidia-smi ... -lms 200`` in a background subprocess; lines kept with their time.
 
-    def __init__(self) -> None:
+    ``query``: its four fields, GPU index, GPU utilisation, an engine's utilisation (NVDEC's
+    by default; the image bench asks for the JPEG decoder's, see :func:`jpeg_query`) and
+    memory used."""
+
+    def __init__(self, query: str = _SMI_QUERY) -> None:
         self.samples: list[tuple[float, int, float, float, float]] = []
         exe = shutil.which("nvidia-smi")
         self.proc = None
         if exe:
-            cmd = [exe, f"--query-gpu={_SMI_QUERY}", "--format=csv,noheader,nounits",
+            cmd = [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits",
                    "-lms", str(int(SAMPLE_SECONDS * 1000))]
             try:
                 self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
@@ -247,6 +251,22 @@ class GpuSampler:
 
 def _num(text: str) -> float:
     return float(text)
+
+
+def jpeg_query() -> str | None:
+    """:class:`GpuSampler`'s query with the hardware JPEG decoder's utilisation in NVDEC's
+    place, where this ``nvidia-smi`` reports it (``utilization.jpeg``, recent drivers);
+    ``None`` where it does not, or there is no ``nvidia-smi``."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    query = _SMI_QUERY.replace("utilization.decoder", "utilization.jpeg")
+    try:
+        done = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return query if done.returncode == 0 and done.stdout.strip() else None
 
 
 #: Seconds between two memory readings of the process tree. PSS comes from each process's
