@@ -1399,8 +1399,8 @@ esac
 def test_image_bench_samples_the_gpu_during_each_contender(tmp_path, monkeypatch, capsys):
     """With an ``nvidia-smi`` that reports the JPEG decoder, each GPU contender's row gains
     the GPU's and the JPEG decoder's utilisation over its timed span and the memory added at
-    its peak; rounds keep them per round; without that field, or without ``nvidia-smi``, rows
-    stay as they were."""
+    its peak; rounds keep them per round; without that field the rest is still sampled, and
+    without ``nvidia-smi`` rows stay as they were."""
     import time
 
     from vidloader.bench import _images as bench
@@ -1427,8 +1427,11 @@ def test_image_bench_samples_the_gpu_during_each_contender(tmp_path, monkeypatch
     assert "jpeg_util_pct" not in out["vidloader nvimgcodec"]  # one round's, not beside a median
     assert "JPEG decoder 80%, GPU 50%, +2.0 GiB" in capsys.readouterr().out
 
-    _fake_smi(tmp_path, jpeg=False)
-    assert _monitor.jpeg_query() is None
-    assert "jpeg_util_pct" not in bench._sampled(contender, None)()
+    _fake_smi(tmp_path, jpeg=False)  # an older driver: the usual query, no JPEG figure
+    older = _monitor.jpeg_query()
+    assert older is not None and "utilization.jpeg" not in older
+    row = bench._sampled(contender, older)()
+    assert "jpeg_util_pct" not in row and row["gpu_util_pct"] == 50
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert _monitor.jpeg_query() is None
+    assert set(bench._sampled(contender, None)()) == {"images", "seconds", "images_per_s"}

@@ -224,11 +224,11 @@ def _jpeg_vidloader(folder, device, batch_size, batches, decoder, workers) -> di
 
 def _sampled(call, query: str | None):
     """``call`` (a contender) with the GPU sampled by ``nvidia-smi`` while it runs: its row
-    gains the GPU's and the JPEG decoder's mean utilisation over the timed span, and the
-    device memory in use at its peak during the run above what was in use just before it
-    (device-wide, worker processes included; memory an earlier contender left cached in
-    this process is not counted again). ``query``: :func:`~._monitor.jpeg_query`'s; without
-    one the row is left as it is."""
+    gains the GPU's (and, where the query has it, the JPEG decoder's) mean utilisation over
+    the timed span, and the device memory in use at its peak during the run above what was
+    in use just before it (device-wide, worker processes included; memory an earlier
+    contender left cached in this process is not counted again). ``query``:
+    :func:`~._monitor.jpeg_query`'s; without one the row is left as it is."""
     from ._monitor import GpuSampler
 
     def run() -> dict:
@@ -245,8 +245,9 @@ def _sampled(call, query: str | None):
         summary = sampler.summary(*span)
         if summary:
             row.update(gpu_util_pct=summary["gpu_util_pct"],
-                       jpeg_util_pct=summary["nvdec_util_pct"],  # the query's third field
                        gpu_mem_added_bytes=summary["gpu_mem_peak_bytes"] - summary["gpu_mem_baseline_bytes"])
+            if "utilization.jpeg" in query:  # the query's third field
+                row["jpeg_util_pct"] = summary["nvdec_util_pct"]
         return row
     return run
 
@@ -333,9 +334,9 @@ def _attempt(results: dict, name: str, call) -> None:
         results[name] = {"error": f"{type(exc).__name__}: {exc}"}
     shown = results[name]
     rate = f"{shown['images_per_s']:>12,.0f} images/s" if "images_per_s" in shown else shown["error"]
-    if "jpeg_util_pct" in shown:  # sampled by nvidia-smi (_sampled)
-        rate += (f"  (JPEG decoder {shown['jpeg_util_pct']:.0f}%, GPU {shown['gpu_util_pct']:.0f}%, "
-                 f"+{shown['gpu_mem_added_bytes'] / 2**30:.1f} GiB)")
+    if "gpu_util_pct" in shown:  # sampled by nvidia-smi (_sampled)
+        jpeg = f"JPEG decoder {shown['jpeg_util_pct']:.0f}%, " if "jpeg_util_pct" in shown else ""
+        rate += f"  ({jpeg}GPU {shown['gpu_util_pct']:.0f}%, +{shown['gpu_mem_added_bytes'] / 2**30:.1f} GiB)"
     print(f"{name:<28} {rate}", flush=True)
 
 

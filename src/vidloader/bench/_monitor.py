@@ -255,18 +255,21 @@ def _num(text: str) -> float:
 
 def jpeg_query() -> str | None:
     """:class:`GpuSampler`'s query with the hardware JPEG decoder's utilisation in NVDEC's
-    place, where this ``nvidia-smi`` reports it (``utilization.jpeg``, recent drivers);
-    ``None`` where it does not, or there is no ``nvidia-smi``."""
+    place, where this ``nvidia-smi`` reports it as a number (``utilization.jpeg``, recent
+    drivers); else its usual query where ``nvidia-smi`` answers that; ``None`` without one."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
-    query = _SMI_QUERY.replace("utilization.decoder", "utilization.jpeg")
-    try:
-        done = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return query if done.returncode == 0 and done.stdout.strip() else None
+    for query in (_SMI_QUERY.replace("utilization.decoder", "utilization.jpeg"), _SMI_QUERY):
+        try:
+            done = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                                  capture_output=True, text=True, timeout=10)
+            _num(done.stdout.splitlines()[0].split(",")[2])  # "[N/A]" where not reported
+        except (OSError, subprocess.TimeoutExpired, IndexError, ValueError):
+            continue
+        if done.returncode == 0:
+            return query
+    return None
 
 
 #: Seconds between two memory readings of the process tree. PSS comes from each process's
