@@ -121,15 +121,23 @@ def run(folder, label: str, lanes: int, prefetch: int, batches: int) -> dict:
         marks["t1"] = time.perf_counter()
         return result
     bench._time_batches = timing
-    try:
-        row = bench._jpeg_vidloader(folder, "cuda", 256, batches, "nvimgcodec", 0)
+    try:  # nvidia-smi sampled too: the JPEG decoder's utilisation, where the driver has it
+        row = bench._sampled(lambda: bench._jpeg_vidloader(folder, "cuda", 256, batches,
+                                                           "nvimgcodec", 0), SMI_QUERY)()
     finally:
         bench._time_batches = real
     row["timeline"] = summarise(marks["t0"], marks["t1"])
     return row
 
 
+SMI_QUERY = None  # set in main: _monitor.jpeg_query()
+
+
 def main() -> int:
+    global SMI_QUERY
+    from vidloader.bench._monitor import jpeg_query
+
+    SMI_QUERY = jpeg_query()
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     batches = int(sys.argv[2]) if len(sys.argv) > 2 else 150
     folder = ImageFolder(write_image_folder("/tmp/jpeg-ab-x1", num_classes=10, per_class=count // 10),
@@ -140,6 +148,8 @@ def main() -> int:
     for round_ in (1, 2):
         order = list(VARIANTS.items()) if round_ == 1 else list(VARIANTS.items())[::-1]
         for label, (lanes, prefetch) in order:
+            if os.environ.get("TIMELINE_ONLY") and label not in os.environ["TIMELINE_ONLY"].split(";"):
+                continue  # TIMELINE_ONLY: the labels to run, separated by ";"
             try:
                 row = run(folder, label, lanes, prefetch, batches)
             except Exception as exc:  # noqa: BLE001 - say what failed, go on
@@ -148,7 +158,8 @@ def main() -> int:
                 continue
             results[f"{label}, round {round_}"] = row
             out.write_text(json.dumps(results, indent=1))
-            print(f"{label}, round {round_}: {row['images_per_s']:,.0f} images/s", flush=True)
+            util = f" (JPEG decoder {row['jpeg_util_pct']:.0f}%)" if "jpeg_util_pct" in row else ""
+            print(f"{label}, round {round_}: {row['images_per_s']:,.0f} images/s{util}", flush=True)
             print(json.dumps(row["timeline"]), flush=True)
     return 0
 
