@@ -42,7 +42,7 @@ def test_pillow_plan_is_what_the_pool_allocates(folder, workers):  # noqa: F811
     try:
         _public_properties_work(loader)
         plan = loader.memory_plan
-        assert set(plan) == KEYS and plan["not_counted"] == []
+        assert set(plan) == KEYS and plan["not_counted"] == ["the batches the training loop still holds"]
         batches = iter(loader)
         next(batches)  # the pool runs while the epoch is under way
         slots = loader._pool.slots
@@ -71,12 +71,16 @@ def test_in_memory_plan_counts_two_units_of_output(tmp_path, batch_size):
     next(batches)
     unit = [loader._epoch_plan(0).batch(b) for b in range(loader.lookahead)]
     assert plan["unit_output_bytes"] == loader._pool.augment(unit).nbytes
-    assert plan["units_alive"] == 2 and plan["host_bytes"] == 2 * plan["unit_output_bytes"]
+    # a unit's intermediates: at least its gathered images, staged samples and float32 copy
+    assert plan["augment_workspace_bytes"] >= 64 * (32 * 32 * 3 + 32 * 32 * 3 * (1 + 4))
+    assert plan["units_alive"] == 2
+    assert plan["host_bytes"] == 2 * plan["unit_output_bytes"] + plan["augment_workspace_bytes"]
     _on_gpu(loader)
     on_gpu = loader.memory_plan
     assert on_gpu["dataset_on_device_bytes"] == ds.pixels.numel() == 64 * 32 * 32 * 3
-    assert on_gpu["device_bytes"] == ds.pixels.numel() + 2 * plan["unit_output_bytes"]
-    assert on_gpu["host_bytes"] == 0 and on_gpu["not_counted"]
+    assert on_gpu["device_bytes"] == (ds.pixels.numel() + 2 * plan["unit_output_bytes"]
+                                      + on_gpu["augment_workspace_bytes"])
+    assert on_gpu["host_bytes"] == 0 and any("CUDA context" in x for x in on_gpu["not_counted"])
 
 
 def test_gpu_pool_plan_predicts_the_readers_it_starts(folder, monkeypatch):  # noqa: F811
@@ -103,6 +107,36 @@ def test_gpu_pool_plan_predicts_the_readers_it_starts(folder, monkeypatch):  # n
     finally:
         made.shutdown()
         pillow.shutdown()
+
+
+def test_decoder_object_plan_predicts_its_readers_and_buffers(folder, monkeypatch):  # noqa: F811
+    """A decoder object that decodes packed from files (the packing stand-in, given as an
+    object): one lane in this process, reader processes, decode buffers and the
+    augmentation's workspace; the plan made before the pool starts matches what it starts.
+    With ``PACKED_DECODE`` off, no readers and one buffer more for the packing copy."""
+    from vidloader.pipeline import _image_decode
+
+    from .test_images import install_packing_decoder
+
+    monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
+    Packing = install_packing_decoder(monkeypatch, lambda *args: None)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    proc = ImageProcess(size=(40, 40), crop="random_resized")
+    loader = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"),
+                         persistent_workers=True)
+    try:
+        before = loader.memory_plan
+        batches = iter(loader)
+        next(batches)
+        after, readers = loader.memory_plan, loader._pool.file_readers
+        assert before == after and after["reader_slabs"] == readers.num_slabs > 0
+        assert after["decode_buffers"] == loader.staging_slots + 1 and after["augment_workspace_bytes"] > 0
+        assert any("decoder object" in x for x in after["not_counted"])
+    finally:
+        loader.shutdown()
+    monkeypatch.setattr(_image_decode, "PACKED_DECODE", False)
+    unpacked = ImageLoader(ds, batch_size=4, processing=proc, decoder=Packing("cpu")).memory_plan
+    assert unpacked["reader_slabs"] == 0 and unpacked["decode_buffers"] == 1  # the packing copy
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -197,7 +231,8 @@ def test_packed_decode_support_follows_the_installed_nvimgcodec(monkeypatch):
 
 
 @pytest.mark.cuda
-def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder):  # noqa: F811
+@pytest.mark.parametrize("size", [32, 224])  # smaller than the 48x64 images, and larger
+def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder, size):  # noqa: F811
     """On a GPU, the one-process pool (2 lanes, reader processes, packed decode): the most
     torch held over two epochs lies between the slots alone and the plan's device bytes
     (nvImageCodec's own allocations and the CUDA context are not torch's, and not counted)."""
@@ -205,7 +240,7 @@ def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder):  # 
     from vidloader.images import _nvimgcodec
 
     ds = ImageFolder(folder, num_workers=0, progress=False)
-    proc = ImageProcess(size=(32, 32), crop="random_resized", random_flip=True, dtype="float32",
+    proc = ImageProcess(size=(size, size), crop="random_resized", random_flip=True, dtype="float32",
                         normalized=True)
     loader = ImageLoader(ds, batch_size=4, processing=proc, decoder="nvimgcodec", device="cuda",
                          num_workers=0, on_error="skip", persistent_workers=True)

@@ -1382,14 +1382,14 @@ def test_images_module_imports_without_docstrings():
 
 def _fake_smi(folder: Path, *, jpeg: bool = True) -> None:
     """An ``nvidia-smi`` on ``folder`` that answers the query once, or every 50 ms with
-    ``-lms`` (memory 1,000 MiB for the first three lines, then 3,000); without ``jpeg`` it
-    refuses ``utilization.jpeg``, as older drivers do."""
+    ``-lms`` (GPU utilisation 0 and memory 1,000 MiB for the first three lines, then 50 and
+    3,000); without ``jpeg`` it refuses ``utilization.jpeg``, as older drivers do."""
     script = folder / "nvidia-smi"
     refuse = "" if jpeg else 'case "$*" in *utilization.jpeg*) echo "Field not valid" >&2; exit 2;; esac\n'
     script.write_text("#!/bin/sh\n" + refuse + '''case "$*" in
   *-lms*) i=0; while true; do
-      if [ $i -lt 3 ]; then m=1000; else m=3000; fi
-      echo "0, 50, 80, $m"; i=$((i+1)); sleep 0.05; done ;;
+      if [ $i -lt 3 ]; then u=0; m=1000; else u=50; m=3000; fi
+      echo "0, $u, 80, $m"; i=$((i+1)); sleep 0.05; done ;;
   *) echo "0, 50, 80, 1000" ;;
 esac
 ''')

@@ -25,16 +25,17 @@ VIDLOADER_FAIL_WITHOUT_CUDA=1 timeout 120 python3 -m pytest -q -s -p no:cachepro
   tests/test_images.py tests/test_images_workers.py tests/test_images_batched.py \
   tests/test_image_memory.py 2>&1 | grep -v -i "nvjpeg2k\|nvtiff" > "$OUT/cuda_tests.log"
 grep -E "passed|failed|^FAILED|^ERROR" "$OUT/cuda_tests.log" | tail -6
-bench() {  # label, then bench options
+bench() {  # label, then bench options; one log and one archive of JSONs ($OUT keeps 8 files)
   local label=$1; shift
-  [ $SECONDS -lt 400 ] || { echo "$label: skipped at ${SECONDS} s"; return; }
+  [ $SECONDS -lt 400 ] || { echo "$label: skipped at ${SECONDS} s" | tee -a $OUT/bench_images.log; return; }
+  echo "== $label: $*" >> $OUT/bench_images.log
   timeout $(( 580 - SECONDS )) python3 -m vidloader.bench images --workload jpeg --images 4000 \
-    --copies 10 --batches 200 --data-dir /tmp/bench-images --out $OUT/$label "$@" 2>&1 \
-    | grep -v -i "nvjpeg2k\|nvtiff\|^\[" > $OUT/bench_images_$label.log
-  sed "s/^/$label: /" $OUT/bench_images_$label.log | tail -9
+    --copies 10 --batches 200 --data-dir /tmp/bench-images --out /tmp/bench-json/$label "$@" 2>&1 \
+    | grep -v -i "nvjpeg2k\|nvtiff\|^\[" | tee -a $OUT/bench_images.log | sed "s/^/$label: /" | tail -9
   echo "$label done at ${SECONDS} s"
 }
 bench torch10 --host-ms 10 --host-work torch
 bench idle
 bench python10 --host-ms 10 --host-work python
 bench torch10-again --host-ms 10 --host-work torch
+tar czf $OUT/bench_json.tgz -C /tmp bench-json

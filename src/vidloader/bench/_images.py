@@ -226,8 +226,8 @@ def _sampled(call, query: str | None):
     """``call`` (a contender) with the GPU sampled by ``nvidia-smi`` while it runs: its row
     gains the GPU's (and, where the query has it, the JPEG decoder's) mean utilisation over
     the timed span, and the device memory in use at its peak during the run above what was
-    in use just before it (device-wide, worker processes included; memory an earlier
-    contender left cached in this process is not counted again). ``query``:
+    in use just before it (device-wide, worker processes included), after this process's
+    allocators gave back what they had cached (torch's, DALI's). ``query``:
     :func:`~._monitor.jpeg_query`'s; without one the row is left as it is."""
     from ._monitor import GpuSampler
 
@@ -235,9 +235,12 @@ def _sampled(call, query: str | None):
         global _LAST_SPAN
         if query is None:
             return call()
+        _release_cached_gpu_memory()  # what earlier contenders keep would hide this one's
         sampler, _LAST_SPAN = GpuSampler(query), None
-        time.sleep(0.5)  # a baseline sample or two before the contender starts
         try:
+            deadline = time.monotonic() + 3.0  # a baseline sample before the contender starts
+            while len(sampler.samples) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
             row = call()
         finally:
             sampler.stop()
@@ -250,6 +253,25 @@ def _sampled(call, query: str | None):
                 row["jpeg_util_pct"] = summary["nvdec_util_pct"]
         return row
     return run
+
+
+def _release_cached_gpu_memory() -> None:
+    """Give back what this process's allocators keep cached (torch's; DALI's pools where DALI
+    is loaded), so a contender's added memory is its own."""
+    import contextlib
+    import gc
+    import sys
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    dali = sys.modules.get("nvidia.dali.backend")
+    release = getattr(dali, "ReleaseUnusedMemory", None)
+    if release is not None:
+        with contextlib.suppress(Exception):  # best effort: the figure says what it measures
+            release()
 
 
 def _pool_settings(pool) -> dict:

@@ -286,8 +286,10 @@ def _packed_params(nvimgcodec):
 def decodes_packed_here() -> bool:
     """Whether :class:`NvImageCodecDecoder` decodes packed with the nvImageCodec installed
     here (0.9 and later); ``False`` where none is installed."""
-    try:
-        from nvidia import nvimgcodec
+    import importlib
+
+    try:  # as require() imports it (``from nvidia import`` would read a stale attribute)
+        nvimgcodec = importlib.import_module("nvidia.nvimgcodec")
     except ImportError:
         return False
     return _packed_params(nvimgcodec) is not None

@@ -285,19 +285,21 @@ class ImageLoader(VideoLoader):
           which stage the finished output), ``"shared host"`` (Pillow's workers) or
           ``"host"``;
         - an in-memory dataset: ``dataset_on_device_bytes`` (its copy on a GPU, kept by the
-          dataset and shared by its loaders) and ``units_alive`` units of
-          ``unit_output_bytes`` (a unit's output; the next is made while a batch of the
-          last is held);
-        - ``decoder="nvimgcodec"``: ``decode_buffers`` of ``decode_buffer_bytes`` (a batch of
-          images of the index's mean size; an estimate), ``augment_workspace_bytes`` (the
-          batched augmentation's intermediates for windows as large as the largest image, per
-          augmentation thread or worker: an upper bound), and in one process the reader
-          processes' ``reader_slabs`` of ``reader_slab_bytes`` in shared host memory (those
-          of the running pool, or those it would start; readers that fail to start give a
-          warning and none);
+          dataset and shared by its loaders), ``units_alive`` units of ``unit_output_bytes``
+          (a unit's output; the next is made while a batch of the last is held) and
+          ``augment_workspace_bytes`` (a unit's intermediates, at most);
+        - ``decoder="nvimgcodec"`` or a decoder object: ``decode_buffers`` of
+          ``decode_buffer_bytes`` (a batch of images of the index's mean size: an estimate;
+          a decoder object's own output is not counted unless it decodes packed),
+          ``augment_workspace_bytes`` (the batched crop/resize's intermediates for windows as
+          large as the largest image, per augmentation thread or worker: at most), and in
+          one process the reader processes' ``reader_slabs`` of ``reader_slab_bytes`` in
+          shared host memory (those of the running pool, or those it would start; readers
+          that fail to start give a warning and none);
         - ``device_bytes``, ``host_bytes`` (shared included) and ``host_shared_bytes``;
-        - ``not_counted``: what the loader also holds and the plan leaves out (a GPU
-          process's CUDA context and allocator cache, with the one measurement there is).
+        - ``not_counted``: what the loader also holds and the plan leaves out (the batches
+          the training loop holds; on a GPU each process's CUDA context and allocator cache,
+          with the one measurement there is).
         """
         from ._image_memory import image_memory_plan
 

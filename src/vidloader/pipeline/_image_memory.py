@@ -6,6 +6,8 @@ counted is named in the plan's ``not_counted``."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -28,19 +30,18 @@ def image_memory_plan(loader) -> dict:
                 decode_buffers=0, decode_buffer_bytes=0, augment_workspace_bytes=0,
                 reader_slabs=0, reader_slab_bytes=0, not_counted=[])
     if config.backend == "memory":
+        unit = loader.lookahead * config.batch_size
         plan.update(dataset_on_device_bytes=config.dataset.pixels.numel() if on_gpu else 0,
-                    unit_output_bytes=loader.lookahead * config.batch_size * _sample_bytes(config),
-                    units_alive=2)  # the next unit is made while a batch of the last is held
+                    unit_output_bytes=unit * _sample_bytes(config),
+                    units_alive=2,  # the next unit is made while a batch of the last is held
+                    augment_workspace_bytes=unit * _memory_workspace_per_sample(config, device))
     else:
         plan.update(staging_slots=loader.staging_slots, slot_bytes=_slot_bytes(config),
                     slots_on=_slots_on(config, on_gpu))
         decoder = _decoder_kind(loader)
         if decoder is not None:
-            _gpu_pool_parts(loader, config, decoder, plan)
-        elif config.backend == "batch":
-            plan["not_counted"].append("the decoder object's own output and working memory")
-    if on_gpu and config.backend != "pillow":
-        plan["not_counted"].append(_GPU_NOT_COUNTED)
+            _gpu_pool_parts(loader, config, decoder, plan, device)
+    plan["not_counted"] += _not_counted(loader, config, on_gpu)
     plan.update(_totals(plan, on_gpu))
     return plan
 
@@ -81,33 +82,61 @@ def _slots_on(config, on_gpu: bool) -> str:
 
 def _decoder_kind(loader):
     """``(decodes_packed, opens_files)`` of the decoders the GPU pool makes or is given, or
-    ``None`` where the plan cannot know its buffers (Pillow; a decoder object of the
-    user's)."""
+    ``None`` for Pillow and in-memory datasets."""
     from ..images import _nvimgcodec
 
-    if loader.config.backend == "nvimgcodec" or (loader.config.backend == "batch"
-                                                  and loader._custom_decoder is None):
+    config, given = loader.config, loader._custom_decoder
+    if config.backend == "nvimgcodec" or (config.backend == "batch" and given is None):
         return _nvimgcodec.decodes_packed_here(), True
+    if config.backend == "batch":
+        return (bool(getattr(given, "decodes_packed", False)),
+                callable(getattr(given, "decode_files", None)))
     return None
 
 
-def _gpu_pool_parts(loader, config, decoder, plan: dict) -> None:
+def _decodes_batches_packed(config, can_pack: bool) -> bool:
+    """Whether the pool decodes each batch into one buffer: the decoder can, and the
+    switches let it (``_image_decode.PACKED_DECODE`` and not ``ROI_DECODE`` in this process,
+    ``_image_gpu_workers.WORKERS_PACKED`` in the workers)."""
+    from . import _image_decode, _image_gpu_workers
+
+    if _in_process(config):
+        return can_pack and _image_decode.PACKED_DECODE and not _image_decode.ROI_DECODE
+    return can_pack and _image_gpu_workers.WORKERS_PACKED
+
+
+def _gpu_pool_parts(loader, config, decoder, plan: dict, device: torch.device) -> None:
     """The decode buffers, the augmentation's working memory and the reader slabs."""
-    packed, opens_files = decoder
+    can_pack, opens_files = decoder
+    packed = _decodes_batches_packed(config, can_pack)
     sizes = np.asarray(config.dataset.sizes, np.int64)
     in_process = _in_process(config)
     # In this process a batch holds its buffer from its decode until the augmentation has
     # passed the next batch (the augmenter lets go one batch late): a slot's worth and one
     # more. A GPU worker decodes and augments one batch at a time. Decoded as separate
-    # images, the augmentation also packs a copy of them.
-    buffers = loader.staging_slots + 1 if in_process else config.num_workers
+    # images, the augmentation also packs a copy of them. A decoder object's own output is
+    # its own (not counted) unless it decodes packed.
     augmenters = 1 if in_process else config.num_workers
+    owned = packed or config.backend == "nvimgcodec"
+    buffers = (loader.staging_slots + 1 if in_process else config.num_workers) if owned else 0
     if not packed:
         buffers += augmenters
     plan.update(decode_buffers=buffers, decode_buffer_bytes=_decode_buffer_bytes(sizes, config, packed),
-                augment_workspace_bytes=augmenters * _augment_workspace_bytes(sizes, config))
-    slabs, each = _reader_slabs(loader, config, packed, opens_files)
+                augment_workspace_bytes=augmenters * _resize_workspace(sizes, config, device))
+    slabs, each = _reader_slabs(loader, config, can_pack, opens_files)
     plan.update(reader_slabs=slabs, reader_slab_bytes=each)
+
+
+def _not_counted(loader, config, on_gpu: bool) -> list[str]:
+    """What the loader also holds that the plan leaves out."""
+    out = ["the batches the training loop still holds"]
+    if config.backend == "batch" and loader._custom_decoder is not None:
+        out.append("the decoder object's own working memory (and its output, unless it decodes packed)")
+    if config.backend == "nvimgcodec" and config.num_workers > 0:
+        out.append("the GPU workers' files read ahead, in host memory (up to about three tasks a worker)")
+    if on_gpu and config.backend != "pillow":
+        out.append(_GPU_NOT_COUNTED)
+    return out
 
 
 def _in_process(config) -> bool:
@@ -127,20 +156,43 @@ def _decode_buffer_bytes(sizes: np.ndarray, config, packed: bool) -> int:
     return int(config.batch_size * (mean_pixels + align - 1) * 3) + 3 + align - 1
 
 
-def _augment_workspace_bytes(sizes: np.ndarray, config) -> int:
-    """At most, the batched augmentation's intermediates for windows as large as the largest
-    image (``images/_batched.py``): the gather's int64 then int32 pixel numbers, the gathered
-    uint8 pixels and the float16 padded batch (``[B, Hm, Wm]`` each), and the rows' product
-    ``[B, 3 oh, Wm]`` in float16. Crops smaller than the image need less."""
+def _resize_workspace(sizes: np.ndarray, config, device: torch.device) -> int:
+    """At most, the batched crop/resize's intermediates for a batch (``images/_batched.py``,
+    one group) whose windows are as large as the largest image (a window's stored part never
+    is larger): the gather's int64 then int32 pixel numbers, the gathered uint8 pixels and the
+    padded batch in the compute dtype (``[B, Hm, Wm]`` each); the row and column weights (in
+    float32, then the compute dtype) and ``resize_weights``' float64 temporaries; the rows'
+    product ``[B, 3 oh, Wm]`` and the result ``[B, 3 oh, ow]``; and one output batch more (a
+    batch with rows missing is finished apart, then copied)."""
+    from ..images._batched import compute_dtype_for
+
     if not len(sizes):
         return 0
     hm, wm = int(sizes[:, 0].max()), int(sizes[:, 1].max())
-    oh, _ = config.out_hw
-    batch = config.batch_size
-    return batch * hm * wm * (8 + 4 + 3 + 3 * 2) + batch * 3 * oh * wm * 2
+    oh, ow = config.out_hw
+    c = compute_dtype_for(device).itemsize
+    taps = int(np.ceil(2 * max(1.0, hm / oh, wm / ow))) + 2
+    per_sample = (hm * wm * (8 + 4 + 3 + 3 * c)
+                  + (oh * hm + ow * wm) * (4 + c)
+                  + 5 * 8 * (oh + ow) * taps
+                  + 3 * oh * wm * c + 3 * oh * ow * c
+                  + _sample_bytes(config))
+    return config.batch_size * per_sample
 
 
-def _reader_slabs(loader, config, packed: bool, opens_files: bool) -> tuple[int, int]:
+def _memory_workspace_per_sample(config, device: torch.device) -> int:
+    """At most, an in-memory unit's intermediates a sample: the gathered image (uint8), the
+    crop/resize's (as :func:`_resize_workspace`, for a resizing crop), an int64 pixel number a
+    staged pixel (the GPU's gather without resizing), the uint8 staged sample and a float32
+    copy before the output's cast."""
+    h, w = (int(x) for x in config.dataset.pixels.shape[1:3])
+    oh, ow = config.out_hw
+    sizes = np.array([[h, w]], np.int64)
+    one = dataclasses.replace(config, batch_size=1)
+    return h * w * 3 + _resize_workspace(sizes, one, device) + oh * ow * (8 + 3 + 3 * 4)
+
+
+def _reader_slabs(loader, config, can_pack: bool, opens_files: bool) -> tuple[int, int]:
     """(count, bytes each) of the in-process GPU pool's reader slabs: the running pool's, or
     those it would start (``_image_decode.starts_reader_processes``)."""
     from . import _image_decode, _image_readers
@@ -149,9 +201,10 @@ def _reader_slabs(loader, config, packed: bool, opens_files: bool) -> tuple[int,
     if pool is not None:
         readers = getattr(pool, "file_readers", None)
         return (0, 0) if readers is None else (readers.num_slabs, readers.bytes_per_slab)
-    if not (_in_process(config) and _image_decode.starts_reader_processes(packed, opens_files)):
+    if not (_in_process(config) and _image_decode.starts_reader_processes(can_pack, opens_files)):
         return 0, 0
-    count = loader.staging_slots + _image_decode.NVIMGCODEC_LANES + 1
+    lanes = 1 if loader._custom_decoder is not None else _image_decode.NVIMGCODEC_LANES
+    count = loader.staging_slots + lanes + 1  # a slab a batch in flight, and one more
     return count, _image_readers.slab_bytes(config.dataset, config.batch_size)
 
 
