@@ -20,9 +20,12 @@ under ``--out``.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -258,10 +261,6 @@ def _sampled(call, query: str | None):
 def _release_cached_gpu_memory() -> None:
     """Give back what this process's allocators keep cached (torch's; DALI's pools where DALI
     is loaded), so a contender's added memory is its own."""
-    import contextlib
-    import gc
-    import sys
-
     import torch
 
     gc.collect()

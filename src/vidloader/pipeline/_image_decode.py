@@ -151,13 +151,27 @@ def _in_daemonic_process() -> bool:
     return multiprocessing.current_process().daemon
 
 
+def packs_batches(decodes_packed: bool) -> bool:
+    """Whether the in-process GPU pool decodes each batch into one buffer: its decoder
+    ``decodes_packed`` and :data:`PACKED_DECODE` is on, :data:`ROI_DECODE` off."""
+    return PACKED_DECODE and not ROI_DECODE and decodes_packed
+
+
 def starts_reader_processes(decodes_packed: bool, opens_files: bool) -> bool:
     """Whether the in-process GPU pool starts :data:`READER_PROCESSES` file readers: where its
-    lanes decode packed (:data:`PACKED_DECODE`, not :data:`ROI_DECODE`, a decoder that
-    ``decodes_packed``) from files (a decoder with ``decode_files``), outside a daemonic
-    process (a DataLoader's or a ``multiprocessing.Pool``'s worker may not have children)."""
-    return (READER_PROCESSES > 0 and PACKED_DECODE and not ROI_DECODE and decodes_packed
-            and opens_files and not _in_daemonic_process())
+    lanes decode packed (:func:`packs_batches`) from files (a decoder with ``decode_files``),
+    outside a daemonic process (a DataLoader's or a ``multiprocessing.Pool``'s worker may not
+    have children)."""
+    return (READER_PROCESSES > 0 and packs_batches(decodes_packed) and opens_files
+            and not _in_daemonic_process())
+
+
+def reader_slabs(dataset, batch_size: int, num_slots: int, lanes: int) -> tuple[int, int]:
+    """(count, bytes each) of the reader processes' slabs: one per batch in flight, and one
+    more (the pool would wait for one otherwise), of :func:`._image_readers.slab_bytes`."""
+    from . import _image_readers
+
+    return num_slots + lanes + 1, _image_readers.slab_bytes(dataset, batch_size)
 
 
 def _index_flags(dataset):
@@ -226,8 +240,7 @@ class BatchDecodePool(BatchPool):
         # Read once: a loader's lanes and augmentation thread must agree for its whole life.
         self._phased = (PHASED_DECODE and self._opens_files
                         and getattr(self.decoder, "decodes_in_phases", False))
-        self._packed = (PACKED_DECODE and not ROI_DECODE
-                        and getattr(self.decoder, "decodes_packed", False))
+        self._packed = packs_batches(getattr(self.decoder, "decodes_packed", False))
         self._cut_short = _index_flags(config.dataset)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
@@ -248,10 +261,10 @@ class BatchDecodePool(BatchPool):
             return None
         from . import _image_readers
 
-        try:  # a slab per batch in flight, and one more: the pool waits for one otherwise
-            return _image_readers.FileReaders(
-                READER_PROCESSES, num_slots + len(self.lanes) + 1,
-                _image_readers.slab_bytes(self.config.dataset, self.config.batch_size))
+        try:
+            count, each = reader_slabs(self.config.dataset, self.config.batch_size, num_slots,
+                                       len(self.lanes))
+            return _image_readers.FileReaders(READER_PROCESSES, count, each)
         except Exception as exc:  # noqa: BLE001 - any start failure: the paths still work
             warnings.warn(f"vidloader: the GPU image pool could not start its {READER_PROCESSES} "
                           f"file reader processes ({exc!r}); nvImageCodec opens the files "

@@ -101,7 +101,7 @@ def _decodes_batches_packed(config, can_pack: bool) -> bool:
     from . import _image_decode, _image_gpu_workers
 
     if _in_process(config):
-        return can_pack and _image_decode.PACKED_DECODE and not _image_decode.ROI_DECODE
+        return _image_decode.packs_batches(can_pack)
     return can_pack and _image_gpu_workers.WORKERS_PACKED
 
 
@@ -195,7 +195,7 @@ def _memory_workspace_per_sample(config, device: torch.device) -> int:
 def _reader_slabs(loader, config, can_pack: bool, opens_files: bool) -> tuple[int, int]:
     """(count, bytes each) of the in-process GPU pool's reader slabs: the running pool's, or
     those it would start (``_image_decode.starts_reader_processes``)."""
-    from . import _image_decode, _image_readers
+    from . import _image_decode
 
     pool = loader._pool
     if pool is not None:
@@ -204,8 +204,7 @@ def _reader_slabs(loader, config, can_pack: bool, opens_files: bool) -> tuple[in
     if not (_in_process(config) and _image_decode.starts_reader_processes(can_pack, opens_files)):
         return 0, 0
     lanes = 1 if loader._custom_decoder is not None else _image_decode.NVIMGCODEC_LANES
-    count = loader.staging_slots + lanes + 1  # a slab a batch in flight, and one more
-    return count, _image_readers.slab_bytes(config.dataset, config.batch_size)
+    return _image_decode.reader_slabs(config.dataset, config.batch_size, loader.staging_slots, lanes)
 
 
 def _totals(plan: dict, on_gpu: bool) -> dict:
