@@ -66,6 +66,9 @@ def _session25_switches(results: dict, folder) -> None:
 
         _packed.ALIGN_BYTES = int(os.environ["AB_ALIGN"])
         results["packed_align_bytes"] = _packed.ALIGN_BYTES
+    if os.environ.get("AB_ENGINE"):  # the packed JPEGs' engine, nvjpeg or nvimgcodec (session 28)
+        _nvimgcodec.PACKED_JPEG_ENGINE = os.environ["AB_ENGINE"]
+        results["packed_jpeg_engine"] = _nvimgcodec.PACKED_JPEG_ENGINE
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True

@@ -33,6 +33,37 @@ CPU_THREADS = 0
 #: without interpolation, which DALI's decoder does by default).
 DECODER_OPTIONS = ""
 
+#: The decoder the GPU image pools make (:func:`gpu_image_decoder`): ``"nvjpeg"``, nvJPEG's
+#: hardware decoder called directly for the packed batches' baseline JPEGs
+#: (:class:`~._nvjpeg.NvJpegDecoder`, nvImageCodec for the rest), or ``"nvimgcodec"``,
+#: nvImageCodec for everything.
+PACKED_JPEG_ENGINE = "nvimgcodec"
+
+_engine_warned = False
+
+
+def gpu_image_decoder(device: torch.device):
+    """The GPU image pools' decoder on ``device``, per :data:`PACKED_JPEG_ENGINE`; where
+    nvJPEG's hardware decoder cannot be used (no libnvjpeg, or a GPU without one), a warning
+    (once) and nvImageCodec's."""
+    global _engine_warned
+    if PACKED_JPEG_ENGINE == "nvjpeg":
+        from ..errors import BackendUnavailableError
+        from ._nvjpeg import NvJpegDecoder
+
+        try:
+            return NvJpegDecoder(device)
+        except BackendUnavailableError as exc:
+            if not _engine_warned:
+                _engine_warned = True
+                warnings.warn(f"vidloader: nvJPEG's hardware decoder is not available ({exc}); "
+                              "images are decoded by nvImageCodec alone", RuntimeWarning,
+                              stacklevel=2)
+    elif PACKED_JPEG_ENGINE != "nvimgcodec":
+        raise ValueError(f"vidloader.images._nvimgcodec.PACKED_JPEG_ENGINE is "
+                         f"{PACKED_JPEG_ENGINE!r}; expected 'nvjpeg' or 'nvimgcodec'")
+    return NvImageCodecDecoder(device)
+
 
 class NvImageCodecDecoder:
     """Decodes a batch of encoded images to upright RGB uint8 ``[H, W, 3]`` CUDA tensors.

@@ -228,13 +228,13 @@ class BatchDecodePool(BatchPool):
     stages_final = True
 
     def __init__(self, config, num_slots: int, decoder=None) -> None:
-        from ..images._nvimgcodec import NvImageCodecDecoder
+        from ..images._nvimgcodec import gpu_image_decoder
 
         device = config.device if config.device is not None else torch.device("cpu")
         self.config = config
         # A decoder object given by the user may not be thread-safe: one lane for it.
         decoders = ([decoder] if decoder is not None else
-                    [NvImageCodecDecoder(device) for _ in range(NVIMGCODEC_LANES)])
+                    [gpu_image_decoder(device) for _ in range(NVIMGCODEC_LANES)])
         self.lanes = [_Lane(d, device, k) for k, d in enumerate(decoders)]
         self.decoder = decoders[0]
         # Read once: a loader's lanes and augmentation thread must agree for its whole life.

@@ -47,18 +47,19 @@ from ._slot_fences import FencedWorkerPool, SlotFences
 
 #: ``images._nvimgcodec``'s module settings that a worker's decoder takes from the loader's
 #: process (a worker's copy of the module may predate a change made there).
-NVIMGCODEC_SETTINGS = ("DECODER_OPTIONS", "DEFAULT_HW_LOAD", "CPU_THREADS", "BACKENDS")
+NVIMGCODEC_SETTINGS = ("DECODER_OPTIONS", "DEFAULT_HW_LOAD", "CPU_THREADS", "BACKENDS",
+                       "PACKED_JPEG_ENGINE")
 
 
 def nvimgcodec_decoder(device: torch.device, settings: dict | None = None):
-    """The workers' default decoder: nvImageCodec on ``device``, with ``settings`` (values of
-    :data:`NVIMGCODEC_SETTINGS` by name) applied to the worker's module first (a module-level
-    function, so it travels to the workers by name)."""
+    """The workers' default decoder on ``device`` (``_nvimgcodec.gpu_image_decoder``), with
+    ``settings`` (values of :data:`NVIMGCODEC_SETTINGS` by name) applied to the worker's
+    module first (a module-level function, so it travels to the workers by name)."""
     from ..images import _nvimgcodec
 
     for name, value in (settings or {}).items():
         setattr(_nvimgcodec, name, value)
-    return _nvimgcodec.NvImageCodecDecoder(device)
+    return _nvimgcodec.gpu_image_decoder(device)
 
 
 def loader_nvimgcodec_decoder():

@@ -1,0 +1,255 @@
+"""nvJPEG's hardware decoder called directly for packed batches (``images/_nvjpeg.py``): the
+header walk that picks what it takes, the batched call's arguments (checked by a stand-in
+library that decodes what it is given into the places it is given), what goes to
+nvImageCodec, the engine setting; on the GPU, pixels within the stated tolerance of Pillow."""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vidloader import ImageLoader, SequentialFrames
+from vidloader.errors import BackendUnavailableError
+from vidloader.images import ImageFolder, _nvimgcodec, _nvjpeg
+from vidloader.images._nvjpeg import NvJpegDecoder, hardware_decodes, jpeg_header
+from vidloader.images._packed import PackedImages
+
+from .test_images import _reference, _stand_in_nvimgcodec, folder, sized_folder  # noqa: F401
+
+
+def _bytes(root, name):
+    return next(Path(root).rglob(name)).read_bytes()
+
+
+def test_jpeg_header_reads_the_frame_and_sees_exif(folder):  # noqa: F811
+    """Frame marker, components, stored height and width, EXIF block: from bytes or a uint8
+    array of them alike; ``None`` for what is not a JPEG."""
+    assert jpeg_header(_bytes(folder, "0_baseline.jpg")) == (0xC0, 3, 48, 64, False)
+    assert jpeg_header(_bytes(folder, "1_progressive.jpg"))[:2] == (0xC2, 3)
+    assert jpeg_header(_bytes(folder, "2_gray.jpg"))[:2] == (0xC0, 1)
+    assert jpeg_header(_bytes(folder, "3_cmyk.jpg"))[:2] == (0xC0, 4)
+    assert jpeg_header(_bytes(folder, "4_exif.jpg")) == (0xC0, 3, 64, 48, True)
+    assert jpeg_header(_bytes(folder, "6_truncated.jpg"))[:4] == (0xC0, 3, 48, 64)  # header intact
+    for name in ("5_plain.png", "7_not_an_image.jpg"):
+        assert jpeg_header(_bytes(folder, name)) is None
+    blob = _bytes(folder, "0_baseline.jpg")
+    assert jpeg_header(np.frombuffer(blob, np.uint8)) == jpeg_header(blob)
+    assert jpeg_header(blob[:20]) is None  # cut inside the header
+
+
+def test_hardware_decodes_baseline_colour_jpegs_of_their_place_only(folder):  # noqa: F811
+    place = (48, 64)
+    assert hardware_decodes(jpeg_header(_bytes(folder, "0_baseline.jpg")), place)
+    assert not hardware_decodes(jpeg_header(_bytes(folder, "0_baseline.jpg")), (47, 64))  # stale index
+    for name in ("1_progressive.jpg", "2_gray.jpg", "3_cmyk.jpg", "4_exif.jpg", "5_plain.png"):
+        assert not hardware_decodes(jpeg_header(_bytes(folder, name)), place), name
+
+
+class StandInNvJpeg:
+    """libnvjpeg's functions as :class:`NvJpegDecoder` calls them, on the CPU: the batched
+    decode reads the bitstream pointers, lengths and ``nvjpegImage_t`` entries it is given
+    and writes Pillow's RGB pixels at each entry's ``channel[0]``, row by row at its
+    ``pitch[0]``; ``status`` is what it returns."""
+
+    def __init__(self, status: int = 0) -> None:
+        self.status, self.count, self.calls = status, 0, []
+
+    def nvjpegDecodeBatchedInitialize(self, handle, state, count, threads, output):
+        assert output == 5  # NVJPEG_OUTPUT_RGBI
+        self.count = count
+        return 0
+
+    def nvjpegDecodeBatched(self, handle, state, data, lengths, images, stream):
+        n = self.count
+        pointers = list((ctypes.c_uint64 * n).from_address(data))
+        sizes = list((ctypes.c_uint64 * n).from_address(lengths))
+        entries = np.array((ctypes.c_uint64 * (8 * n)).from_address(images)).reshape(n, 8)
+        self.calls.append(n)
+        if self.status:
+            return self.status
+        for pointer, size, entry in zip(pointers, sizes, entries):
+            pixels = np.asarray(Image.open(io.BytesIO(ctypes.string_at(pointer, size))).convert("RGB"))
+            h, w, _ = pixels.shape
+            for y in range(h):
+                ctypes.memmove(int(entry[0]) + y * int(entry[4]), pixels[y].tobytes(), 3 * w)
+        return 0
+
+
+def _stand_in_decoder(monkeypatch, status: int = 0) -> NvJpegDecoder:
+    from types import SimpleNamespace
+
+    dec = _stand_in_nvimgcodec(monkeypatch, NvJpegDecoder)
+    dec.decodes_packed, dec._stale_sizes_warned = True, False
+    dec._lib, dec._handle, dec._state = StandInNvJpeg(status), None, None
+    dec.hardware_decoded = dec.handed_on = 0
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
+    return dec
+
+
+def test_baseline_jpegs_go_in_one_batched_call_into_their_places(sized_folder, folder, monkeypatch):  # noqa: F811
+    """The baseline colour JPEGs of a batch go to nvJPEG in one call, each written at its
+    place in the packed buffer (pointer and pitch as ``nvjpegImage_t`` holds them), from
+    paths, bytes or uint8 arrays; gray, EXIF-tagged, progressive and CMYK files go to
+    nvImageCodec and are copied into their places; a file nobody decodes is missing."""
+    dec = _stand_in_decoder(monkeypatch)
+    for root, expect_hw in ((sized_folder, 4), (folder, 1)):
+        ds = ImageFolder(root, num_workers=0, progress=False)
+        paths = [ds.path(i) for i in range(len(ds))]
+        whole = dec.decode_files(paths)
+        blobs = [Path(p).read_bytes() for p in paths]
+        arrays = [np.frombuffer(b, np.uint8) for b in blobs]
+        for sources in (paths, blobs, arrays):
+            calls, hw, on = len(dec._lib.calls), dec.hardware_decoded, dec.handed_on
+            packed = dec.decode_packed(sources, ds.sizes, cut_short=ds.cut_short.tolist())
+            assert isinstance(packed, PackedImages)
+            assert dec._lib.calls[calls:] == [expect_hw]
+            assert dec.hardware_decoded - hw == expect_hw and dec.handed_on - on == len(ds) - expect_hw
+            assert packed.pixels[-1].tolist() == [0, 0, 0]
+            for i, (a, b) in enumerate(zip(whole, packed, strict=True)):
+                assert (a is None and b is None) or torch.equal(a, b), ds.path(i)
+
+
+def test_a_batch_nvjpeg_refuses_goes_to_nvimgcodec(sized_folder, monkeypatch):  # noqa: F811
+    """nvJPEG refusing the call (a corrupt bitstream, say): the whole batch is decoded by
+    nvImageCodec instead, with the same pixels."""
+    dec = _stand_in_decoder(monkeypatch, status=3)  # NVJPEG_STATUS_BAD_JPEG
+    ds = ImageFolder(sized_folder, num_workers=0, progress=False)
+    paths = [ds.path(i) for i in range(len(ds))]
+    whole = dec.decode_files(paths)
+    packed = dec.decode_packed(paths, ds.sizes)
+    assert dec._lib.calls == [4] and dec.hardware_decoded == 0 and dec.handed_on == len(ds)
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(whole, packed, strict=True))
+
+
+def test_a_stale_index_size_is_handed_on_and_the_batch_listed(sized_folder, monkeypatch):  # noqa: F811
+    """A baseline JPEG whose place (the index's size) is not its stored size is not given to
+    nvJPEG; decoded by nvImageCodec, it does not fit, and the batch comes back as a list of
+    the right tensors, as nvImageCodec's own packed decode does."""
+    dec = _stand_in_decoder(monkeypatch)
+    ds = ImageFolder(sized_folder, num_workers=0, progress=False)
+    paths = [ds.path(i) for i in range(len(ds))]
+    whole = dec.decode_files(paths)
+    wrong = ds.sizes.copy()
+    wrong[1] += 5
+    listed = dec.decode_packed(paths, wrong)
+    assert dec._lib.calls == [3] and isinstance(listed, list) and listed[6] is None
+    assert all(torch.equal(a, b) for a, b in zip(whole[:6], listed[:6], strict=True))
+
+
+def test_engine_setting_picks_the_decoder_and_falls_back_with_a_warning(monkeypatch):
+    """``PACKED_JPEG_ENGINE``: ``"nvimgcodec"`` makes nvImageCodec's decoder; ``"nvjpeg"``
+    nvJPEG's, or (no libnvjpeg, no hardware decoder) a warning and nvImageCodec's; anything
+    else is refused naming the setting. The GPU workers take the setting from the loader's
+    process."""
+    from vidloader.pipeline import _image_gpu_workers
+
+    class Plain:
+        def __init__(self, device):
+            self.device = device
+
+    def unavailable(device):
+        raise BackendUnavailableError("no hardware JPEG decoder here")
+
+    monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Plain)
+    monkeypatch.setattr(_nvjpeg, "NvJpegDecoder", unavailable)
+    monkeypatch.setattr(_nvimgcodec, "_engine_warned", False)
+    monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvimgcodec")
+    assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cpu")), Plain)
+    monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvjpeg")
+    with pytest.warns(RuntimeWarning, match="no hardware JPEG decoder here"):
+        assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cpu")), Plain)
+    assert _image_gpu_workers.loader_nvimgcodec_decoder().keywords["settings"]["PACKED_JPEG_ENGINE"] == "nvjpeg"
+    monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvdec")
+    with pytest.raises(ValueError, match="PACKED_JPEG_ENGINE is 'nvdec'"):
+        _nvimgcodec.gpu_image_decoder(torch.device("cpu"))
+
+
+def test_missing_library_names_the_extra(monkeypatch):
+    monkeypatch.setattr(_nvjpeg, "_library", None)
+    monkeypatch.setattr(_nvjpeg, "_library_candidates", lambda: ["/nonexistent/libnvjpeg.so.13"])
+    with pytest.raises(BackendUnavailableError, match=r"vidloader\[images-gpu\]"):
+        _nvjpeg.load_library()
+
+
+# -- on the GPU ------------------------------------------------------------------------------
+
+def _within_tolerance(name: str, ref: np.ndarray, image: torch.Tensor) -> float:
+    diff = np.abs(ref.astype(int) - image.cpu().numpy().astype(int))
+    print(f"nvjpeg vs Pillow {name}: mean {diff.mean():.2f}, p99 {np.quantile(diff, 0.99):.0f}, "
+          f"max {diff.max()}")
+    if "cmyk" not in name:  # CMYK colour conversion differs between libraries
+        assert diff.mean() < 3 and np.quantile(diff, 0.99) < 16, name
+    return float(diff.mean())
+
+
+@pytest.mark.cuda
+def test_nvjpeg_decoder_within_tolerance_of_pillow(folder, sized_folder):  # noqa: F811
+    """The stated tolerance of nvImageCodec's test (per image, of 255: mean absolute
+    difference under 3, 99th percentile under 16; CMYK only printed), for nvJPEG's hardware
+    decoder on the baseline colour files of both folders and nvImageCodec on the rest,
+    through ``decode_packed``; the hardware decoder took the baseline colour files; chroma
+    repeated (``fancy_upsampling=False``) is further from Pillow."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    means = {}
+    for fancy in (True, False):
+        dec = NvJpegDecoder(torch.device("cuda"), fancy_upsampling=fancy)
+        diffs = []
+        for root, expect_hw in ((folder, 1), (sized_folder, 4)):
+            ds = ImageFolder(root, num_workers=0, progress=False)
+            paths = [ds.path(i) for i in range(len(ds))]
+            before = dec.hardware_decoded
+            packed = dec.decode_packed(paths, ds.sizes, cut_short=ds.cut_short.tolist())
+            torch.cuda.synchronize()
+            assert dec.hardware_decoded - before == expect_hw
+            for i, image in enumerate(packed):
+                name = os.path.basename(paths[i])
+                if "truncated" in name or "not_an_image" in name:
+                    assert image is None, name
+                    continue
+                mean = _within_tolerance(f"fancy={fancy} {name}", _reference(paths[i]), image) \
+                    if fancy else float(np.abs(_reference(paths[i]).astype(int)
+                                               - image.cpu().numpy().astype(int)).mean())
+                if jpeg_header(Path(paths[i]).read_bytes()) and hardware_decodes(
+                        jpeg_header(Path(paths[i]).read_bytes()), tuple(ds.sizes[i])):
+                    diffs.append(mean)
+        means[fancy] = float(np.mean(diffs))
+        dec.close()
+    print("mean difference of the hardware-decoded files, fancy / simple:", means)
+    assert means[True] < means[False], means
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("gpu_workers", [None, 0], ids=["gpu-workers", "in-process"])
+def test_loader_on_the_nvjpeg_engine_within_tolerance_of_pillow(folder, gpu_workers, monkeypatch):  # noqa: F811
+    """The loader with ``PACKED_JPEG_ENGINE = "nvjpeg"``, in the GPU worker processes (the
+    setting travels to them) and in the in-process pool: the same files as Pillow's loader,
+    within the stated tolerance."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvjpeg")
+    assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cuda")), NvJpegDecoder)
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+
+    def by_index(**options):
+        loader = ImageLoader(ds, batch_size=3, sampler=SequentialFrames(), on_error="skip", **options)
+        out = {}
+        for batch in loader:
+            out.update(zip(batch["sample_index"].tolist(), batch["images"].cpu()))
+        return out
+
+    cpu = by_index(num_workers=0)
+    gpu = by_index(decoder="nvimgcodec", device="cuda",
+                   **({} if gpu_workers is None else {"num_workers": gpu_workers}))
+    assert set(cpu) == set(gpu)
+    for i, ref in cpu.items():
+        name = os.path.basename(ds.path(i))
+        if name.endswith(".png"):
+            assert torch.equal(ref, gpu[i]), name
+        else:
+            _within_tolerance(name, ref.numpy(), gpu[i])
