@@ -242,14 +242,14 @@ def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder, size
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=(size, size), crop="random_resized", random_flip=True, dtype="float32",
                         normalized=True)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()  # before the loader: its slots count in the peak
     loader = ImageLoader(ds, batch_size=4, processing=proc, decoder="nvimgcodec", device="cuda",
                          num_workers=0, on_error="skip", persistent_workers=True)
     try:
         plan = loader.memory_plan
         assert plan["decode_buffers"] == loader.staging_slots + 1 + (0 if _nvimgcodec.decodes_packed_here() else 1)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
         for _ in range(2):
             for _batch in loader:
                 pass

@@ -139,7 +139,7 @@ def _pool_sources(folder, monkeypatch):  # noqa: F811
 
     settings = _pool_settings(made._pool)  # what the image bench records
     assert settings == {"pool": "BatchDecodePool", "reader_processes": 2 if had_readers else 0,
-                        "packed_decode": True}
+                        "packed_decode": True, "decoder": made._pool.decoder.name}
     made.shutdown()
     return set(given), had_readers
 

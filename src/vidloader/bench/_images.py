@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)  # CIFAR-10's
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -274,8 +276,9 @@ def _release_cached_gpu_memory() -> None:
 
 
 def _pool_settings(pool) -> dict:
-    """How the GPU image pool ran, for the record: the in-process pool's reader processes and
-    whether it decoded into one buffer, the GPU workers' read-ahead."""
+    """How the GPU image pool ran, for the record: the in-process pool's reader processes,
+    whether it decoded into one buffer and its decoder's name (``nvjpeg``, ``nvimgcodec``);
+    the GPU workers' read-ahead and, where they make the default decoder, its engine."""
     settings: dict = {"pool": type(pool).__name__}
     readers = getattr(pool, "file_readers", None)
     if hasattr(pool, "file_readers"):
@@ -283,6 +286,12 @@ def _pool_settings(pool) -> dict:
         settings["packed_decode"] = bool(getattr(pool, "_packed", False))
     if hasattr(pool, "read_ahead"):
         settings["workers_read_ahead"] = pool.read_ahead
+    decoder = getattr(pool, "decoder", None)  # the in-process pool's first lane's
+    made = getattr(getattr(pool, "make_decoder", None), "keywords", {})  # the workers' factory
+    if decoder is not None:
+        settings["decoder"] = decoder.name
+    elif "settings" in made:
+        settings["packed_jpeg_engine"] = made["settings"]["PACKED_JPEG_ENGINE"]
     return settings
 
 
@@ -291,11 +300,15 @@ def _epochs(loader):
         yield from loader
 
 
-def _files(folder, batch_size: int, batches: int):
-    paths = [folder.path(i) for i in range(len(folder))]
+def _batch_rows(folder, batch_size: int, batches: int):
+    """The decode-alone rows' batches, as the folder's indices: in order, round and round."""
     for b in range(batches + 2):
-        chunk = [paths[(b * batch_size + k) % len(paths)] for k in range(batch_size)]
-        yield [Path(p).read_bytes() for p in chunk]
+        yield (b * batch_size + np.arange(batch_size)) % len(folder)
+
+
+def _files(folder, batch_size: int, batches: int):
+    for rows in _batch_rows(folder, batch_size, batches):
+        yield [Path(folder.path(i)).read_bytes() for i in rows.tolist()]
 
 
 def _decode_nvimgcodec(folder, batch_size: int, batches: int) -> dict:
@@ -309,6 +322,26 @@ def _decode_nvimgcodec(folder, batch_size: int, batches: int) -> dict:
                                     batches)
     return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
             "note": "decode only, files read beforehand"}
+
+
+def _decode_nvjpeg(folder, batch_size: int, batches: int) -> dict:
+    import torch
+
+    from ..images._nvjpeg import NvJpegDecoder
+
+    decoder = NvJpegDecoder(torch.device("cuda", 0))
+    rows = list(_batch_rows(folder, batch_size, batches))
+    blobs = list(_files(folder, batch_size, batches))  # read first: decode alone is timed
+    images, seconds = _time_batches((_unpacked(decoder.decode_packed(b, folder.sizes[r]))
+                                     for b, r in zip(blobs, rows)), batches)
+    return {"images": images, "seconds": seconds, "images_per_s": images / seconds,
+            "hardware_share": decoder.hardware_decoded / max(1, decoder.hardware_decoded + decoder.handed_on),
+            "note": "decode only (one thread, into one buffer a batch), files read beforehand"}
+
+
+def _unpacked(decoded) -> list:
+    """A packed decode's images (a list where they did not fit their places), ``None`` left out."""
+    return [x for x in decoded if x is not None]
 
 
 def _decode_torchvision(folder, batch_size: int, batches: int) -> dict:
@@ -419,6 +452,7 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
             "vidloader nvimgcodec, one process":
                 lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", 0),
             "nvimgcodec decode alone": lambda: _decode_nvimgcodec(folder, b, n),
+            "nvjpeg decode alone": lambda: _decode_nvjpeg(folder, b, n),
             "torchvision decode_jpeg cuda": lambda: _decode_torchvision(folder, b, n),
             "DALI pipeline": lambda: _dali(str(root), b, n),
         }
@@ -428,7 +462,7 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
         contenders = {name: _sampled(call, query) for name, call in contenders.items()}
         results.update(_in_rounds(contenders, args.rounds))
         if HOST_MS > 0:  # their decode runs on the consumer's thread: the work follows it
-            for name in ("nvimgcodec decode alone", "torchvision decode_jpeg cuda"):
+            for name in ("nvimgcodec decode alone", "nvjpeg decode alone", "torchvision decode_jpeg cuda"):
                 if isinstance(results.get(name), dict):
                     results[name]["host_work"] = "after each decode, not beside it"
     return results

@@ -234,6 +234,7 @@ class GpuImageProcessPool(FencedWorkerPool):
         self.fences = SlotFences(len(self.slots), device)
         if make_decoder is nvimgcodec_decoder:  # this process's settings, not the workers' copy
             make_decoder = loader_nvimgcodec_decoder()
+        self.make_decoder = make_decoder
         self.read_ahead = WORKERS_READ_AHEAD
         args = [GpuImageWorkerStart(i, config, device, self.slots, self.fences.events, make_decoder,
                                     read_ahead=self.read_ahead)
