@@ -19,7 +19,7 @@ from .test_images import folder  # noqa: F401 - the fixture
 
 KEYS = {"backend", "device", "staging_slots", "slot_bytes", "slots_on", "dataset_on_device_bytes",
         "unit_output_bytes", "units_alive", "decode_buffers", "decode_buffer_bytes",
-        "augment_workspace_bytes", "reader_slabs", "reader_slab_bytes", "device_bytes",
+        "augment_workspace_bytes", "reader_slabs", "reader_slab_bytes", "cublas_workspace_bytes", "device_bytes",
         "host_bytes", "host_shared_bytes", "not_counted"}
 
 
@@ -78,8 +78,9 @@ def test_in_memory_plan_counts_two_units_of_output(tmp_path, batch_size):
     _on_gpu(loader)
     on_gpu = loader.memory_plan
     assert on_gpu["dataset_on_device_bytes"] == ds.pixels.numel() == 64 * 32 * 32 * 3
+    assert on_gpu["cublas_workspace_bytes"] > 0 and plan["cublas_workspace_bytes"] == 0
     assert on_gpu["device_bytes"] == (ds.pixels.numel() + 2 * plan["unit_output_bytes"]
-                                      + on_gpu["augment_workspace_bytes"])
+                                      + on_gpu["augment_workspace_bytes"] + on_gpu["cublas_workspace_bytes"])
     assert on_gpu["host_bytes"] == 0 and any("CUDA context" in x for x in on_gpu["not_counted"])
 
 
@@ -175,12 +176,24 @@ def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed):  # noqa
     else:
         assert plan["reader_slabs"] == slots + _image_decode.NVIMGCODEC_LANES + 1
         assert plan["reader_slab_bytes"] == _image_readers.slab_bytes(ds, 4)
+    assert plan["cublas_workspace_bytes"] == (0 if workers else 32 * 2**20)  # one augmenting stream here
     assert plan["device_bytes"] == (slots * plan["slot_bytes"] + plan["augment_workspace_bytes"]
-                                    + plan["decode_buffers"] * plan["decode_buffer_bytes"])
+                                    + plan["decode_buffers"] * plan["decode_buffer_bytes"]
+                                    + plan["cublas_workspace_bytes"])
     assert plan["host_shared_bytes"] == plan["host_bytes"] == plan["reader_slabs"] * plan["reader_slab_bytes"]
     assert any("CUDA context" in line for line in plan["not_counted"])
     monkeypatch.setattr(_image_decode, "_in_daemonic_process", lambda: True)
     assert loader.memory_plan["reader_slabs"] == 0
+
+
+@pytest.mark.parametrize(("config", "expected"), [(":4096:8", 32 * 2**20),
+                                                  (":4096:2:16:8", (4096 * 2 + 16 * 8) * 1024),
+                                                  (":0:0", 0)])
+def test_cublas_workspace_follows_torch_s_setting(monkeypatch, config, expected):
+    from vidloader.pipeline._image_memory import cublas_workspace_bytes
+
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", config)
+    assert cublas_workspace_bytes(torch.device("cuda")) == expected
 
 
 def test_packed_decode_support_follows_the_installed_nvimgcodec(monkeypatch):

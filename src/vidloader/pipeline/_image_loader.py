@@ -296,6 +296,9 @@ class ImageLoader(VideoLoader):
           one process the reader processes' ``reader_slabs`` of ``reader_slab_bytes`` in
           shared host memory (those of the running pool, or those it would start; readers
           that fail to start give a warning and none);
+        - ``cublas_workspace_bytes``: the cuBLAS workspace torch allocates for the stream
+          that augments on a GPU in this process (32 MiB on an H200 by default;
+          ``CUBLAS_WORKSPACE_CONFIG`` sets it);
         - ``device_bytes``, ``host_bytes`` (shared included) and ``host_shared_bytes``;
         - ``not_counted``: what the loader also holds and the plan leaves out (the batches
           the training loop holds; on a GPU each process's CUDA context and allocator cache,

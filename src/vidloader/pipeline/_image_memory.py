@@ -7,6 +7,8 @@ counted is named in the plan's ``not_counted``."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 
 import numpy as np
 import torch
@@ -15,8 +17,8 @@ from ._image_decode import _TORCH_DTYPES
 
 #: What a GPU pool holds that the plan does not count, with the one measurement there is.
 _GPU_NOT_COUNTED = (
-    "each GPU process's CUDA context, torch's allocator cache, cuBLAS workspaces and "
-    "nvImageCodec's own state: the GPU held 3.1 / 6.7 / 8.8 GiB in all with 0 / 2 / 3 GPU "
+    "each GPU process's CUDA context, torch's allocator cache, the GPU workers' cuBLAS "
+    "workspaces, nvImageCodec's and nvJPEG's own state: the GPU held 3.1 / 6.7 / 8.8 GiB in all with 0 / 2 / 3 GPU "
     "workers (H200, batch 256, 224² crops of 500x375 JPEGs, session18-5)")
 
 
@@ -28,13 +30,14 @@ def image_memory_plan(loader) -> dict:
     plan = dict(backend=config.backend, device=str(device), staging_slots=0, slot_bytes=0,
                 slots_on=None, dataset_on_device_bytes=0, unit_output_bytes=0, units_alive=0,
                 decode_buffers=0, decode_buffer_bytes=0, augment_workspace_bytes=0,
-                reader_slabs=0, reader_slab_bytes=0, not_counted=[])
+                reader_slabs=0, reader_slab_bytes=0, cublas_workspace_bytes=0, not_counted=[])
     if config.backend == "memory":
         unit = loader.lookahead * config.batch_size
         plan.update(dataset_on_device_bytes=config.dataset.pixels.numel() if on_gpu else 0,
                     unit_output_bytes=unit * _sample_bytes(config),
                     units_alive=2,  # the next unit is made while a batch of the last is held
-                    augment_workspace_bytes=unit * _memory_workspace_per_sample(config, device))
+                    augment_workspace_bytes=unit * _memory_workspace_per_sample(config, device),
+                    cublas_workspace_bytes=cublas_workspace_bytes(device) if on_gpu else 0)
     else:
         plan.update(staging_slots=loader.staging_slots, slot_bytes=_slot_bytes(config),
                     slots_on=_slots_on(config, on_gpu))
@@ -125,6 +128,31 @@ def _gpu_pool_parts(loader, config, decoder, plan: dict, device: torch.device) -
                 augment_workspace_bytes=augmenters * _resize_workspace(sizes, config, device))
     slabs, each = _reader_slabs(loader, config, can_pack, opens_files)
     plan.update(reader_slabs=slabs, reader_slab_bytes=each)
+    if in_process and device.type == "cuda":  # the augmentation thread's stream's
+        plan["cublas_workspace_bytes"] = cublas_workspace_bytes(device)
+
+
+#: torch's default cuBLAS workspace for one stream (``CUBLAS_WORKSPACE_CONFIG`` unset):
+#: ``:4096:8`` on compute capability 9 and later, ``:4096:2:16:8`` before (KiB, count).
+_CUBLAS_DEFAULT = {True: 4096 * 8 * 1024, False: (4096 * 2 + 16 * 8) * 1024}
+
+
+def cublas_workspace_bytes(device: torch.device) -> int:
+    """The cuBLAS workspace torch allocates, through its caching allocator, for each stream
+    that runs a matrix product (the batched resize's) on ``device``: ``CUBLAS_WORKSPACE_CONFIG``'s
+    ``:KIB:COUNT`` pairs summed where it is set, else torch's default for the GPU (32 MiB on
+    an H200; where no GPU can be asked, as in the CPU tests, the larger default). On the H200
+    the one-process pool's peak in torch's allocator was 33,971,200 bytes at batch 4 with
+    32² crops: 33,554,432 of them this workspace (``benchmarks/results/gpu/session28-5``)."""
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG", "")
+    pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+    if pairs:
+        return sum(int(kib) * 1024 * int(count) for kib, count in pairs)
+    try:
+        major = torch.cuda.get_device_capability(device)[0]
+    except (AssertionError, RuntimeError):  # no CUDA here
+        major = 9
+    return _CUBLAS_DEFAULT[major >= 9]
 
 
 def _not_counted(loader, config, on_gpu: bool) -> list[str]:
@@ -216,6 +244,6 @@ def _totals(plan: dict, on_gpu: bool) -> dict:
     shared = slabs + (slots if plan["slots_on"] == "shared host" else 0)
     work = units + decode + plan["augment_workspace_bytes"]  # where the batches are made
     device = plan["dataset_on_device_bytes"] + (slots if plan["slots_on"] == "device" else 0)
-    device += work if on_gpu else 0
+    device += (work + plan["cublas_workspace_bytes"]) if on_gpu else 0
     host = shared + (slots if plan["slots_on"] == "host" else 0) + (0 if on_gpu else work)
     return {"device_bytes": device, "host_bytes": host, "host_shared_bytes": shared}
