@@ -630,13 +630,13 @@ def test_decode_lanes_take_the_stream_priority_asked(monkeypatch):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("gpu_workers", [None, 0], ids=["gpu-workers", "in-process-phased"])
+@pytest.mark.parametrize("gpu_workers", [2, None], ids=["gpu-workers", "in-process-default"])
 def test_nvimgcodec_within_tolerance_of_pillow(folder, gpu_workers):
     """nvJPEG's IDCT and chroma upsampling differ from libjpeg's. Stated tolerance, per image
     (of 255): mean absolute difference under 3, 99th percentile under 16; PNG exact. The
     CMYK file is only printed (colour conversion of CMYK JPEGs differs between libraries),
-    and a truncated file goes to Pillow, which refuses it, as on the CPU path. In the
-    default GPU worker processes, and in the in-process pool; both decode each batch into
+    and a truncated file goes to Pillow, which refuses it, as on the CPU path. In two GPU
+    worker processes, and in the in-process pool (the default); both decode each batch into
     one buffer at the index's sizes (``PACKED_DECODE``) and take the index's ``cut_short``
     flags."""
     pytest.importorskip("nvidia.nvimgcodec")
@@ -653,6 +653,7 @@ def test_nvimgcodec_within_tolerance_of_pillow(folder, gpu_workers):
     cpu, _ = by_index(num_workers=0)
     gpu, gpu_skipped = by_index(decoder="nvimgcodec", device="cuda",
                                 **({} if gpu_workers is None else {"num_workers": gpu_workers}))
+    assert gpu_workers is not None or vidloader.pipeline._image_loader.GPU_IMAGE_WORKERS == 0
     print("nvimgcodec skipped:", gpu_skipped)
     assert set(cpu) == set(gpu)  # the truncated file skipped on both
     for i, ref in cpu.items():

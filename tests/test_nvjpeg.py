@@ -226,7 +226,7 @@ def test_nvjpeg_decoder_within_tolerance_of_pillow(folder, sized_folder):  # noq
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("gpu_workers", [None, 0], ids=["gpu-workers", "in-process"])
+@pytest.mark.parametrize("gpu_workers", [2, None], ids=["gpu-workers", "in-process-default"])
 def test_loader_on_the_nvjpeg_engine_within_tolerance_of_pillow(folder, gpu_workers, monkeypatch):  # noqa: F811
     """The loader with ``PACKED_JPEG_ENGINE = "nvjpeg"``, in the GPU worker processes (the
     setting travels to them) and in the in-process pool: the same files as Pillow's loader,

@@ -447,10 +447,10 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
     _attempt(results, "vidloader pillow (all cores)",
              lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
     if torch.cuda.is_available():
-        contenders = {  # worker processes (the default), and the in-process pool
+        contenders = {  # the default (the in-process pool), and 2 GPU worker processes
             "vidloader nvimgcodec": lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", None),
-            "vidloader nvimgcodec, one process":
-                lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", 0),
+            "vidloader nvimgcodec, 2 GPU workers":
+                lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", 2),
             "nvimgcodec decode alone": lambda: _decode_nvimgcodec(folder, b, n),
             "nvjpeg decode alone": lambda: _decode_nvjpeg(folder, b, n),
             "torchvision decode_jpeg cuda": lambda: _decode_torchvision(folder, b, n),

@@ -98,7 +98,10 @@ class _Streams:
 #: dealt to them in turn. With the augmentation on its own thread, four calls on the H200
 #: (session13-4..6, whole images) gave one lane 7,463 / 7,266 / 7,849 / 7,243 images/s and
 #: two 7,408 / 8,279 / 7,857 / 7,420: two by a small margin; three and four were slower.
-NVIMGCODEC_LANES = 2
+#: With nvJPEG's hardware decoder called directly (``images/_nvjpeg.py``, which lets go of the
+#: GIL for the whole decode), three lanes: 22,211 / 21,878 against two 20,712 / 19,988,
+#: alternated (H200, ``benchmarks/results/gpu/session28-9``).
+NVIMGCODEC_LANES = 3
 
 #: CUDA stream priority of the decode lanes (0: the default; -1: ahead of the augmentation's
 #: kernels, which the GPU then runs between the decoder's). Session 17 found nvImageCodec's

@@ -46,7 +46,16 @@ MEMORY_UNIT_SAMPLES = 4096
 #: resized crop + flip + normalize, batch 256): 0 (in this process) / 2 / 3 / 4 / 6 / 8
 #: workers gave 8,058 / 10,369 / 9,885 / 10,646 / 10,785 / 10,560 images/s, the GPU holding
 #: 3.1 / 6.7 / 8.8 / 10.9 / 15.4 / 19.8 GiB: past two, memory grows and the pace does not.
-GPU_IMAGE_WORKERS = 2
+#: Since nvJPEG's hardware decoder is called directly (session 28), the decode in this
+#: process lets go of the GIL for each batch, and the in-process pool (0) is the default: on
+#: the H200 it ran ahead of two workers in 4 of 5 alternated pairs (20,198 / 20,510 /
+#: 21,419 / 21,844 / 22,577 against 18,693 / 18,568 / 21,652 / 19,832 / 18,981 images/s,
+#: ``session28-1``, ``-5``), and beside a training step's host work (10 ms of small torch ops
+#: a batch) 16,731 / 16,862 against 14,444 / 15,168 (DALI 15,380 / 15,945; ``session28-9``),
+#: with half the GPU memory (+3.6 against +6.8 GiB) and utilisation (44-54% against 72-88%:
+#: two processes' CUDA contexts take turns on the GPU). Beside a pure-Python loop in the
+#: training process (the worst case) the workers kept more: 17,524 against 12,937.
+GPU_IMAGE_WORKERS = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,12 +192,13 @@ class ImageLoader(VideoLoader):
         processing (ImageProcess | None): crop, resize, flip, dtype, normalisation, layout;
             default the stored pixels.
         num_workers (int | None): decoding processes. Pillow: default one per core.
-            ``"nvimgcodec"``: processes that each decode and augment whole batches on the GPU
-            (a GIL each: the decode and the augmentation's launches halve each other in one
-            process), default :data:`GPU_IMAGE_WORKERS`. 0 decodes in this process (for
-            nvImageCodec: two small reader processes read the files into shared memory,
-            two decode threads decode them and an augmentation thread augments). Unused for
-            in-memory datasets and decoder objects.
+            ``"nvimgcodec"``: default :data:`GPU_IMAGE_WORKERS`, 0: in this process, two
+            small reader processes read the files into shared memory, three decode threads
+            decode them (nvJPEG's hardware decoder, letting go of the GIL) and an
+            augmentation thread augments; N > 0: N processes that each decode and augment
+            whole batches on the GPU (a GIL each; more GPU memory, and their CUDA contexts
+            take turns on the GPU; ahead only where the training loop's own Python is
+            heavy). Unused for in-memory datasets and decoder objects.
         device (str | torch.device | None): where batches are delivered. An in-memory
             dataset is moved there once and augmented there per batch.
         decoder ("auto" | "memory" | "pillow" | "nvimgcodec"): ``"auto"``: in memory when the
