@@ -1,5 +1,7 @@
 #!/bin/bash
-# WRITTEN IN SESSION 27, NOT YET RUN. Issue 15 (carry .imgwhl; DALI unpacked to $HOME/dalisite
+# WRITTEN IN SESSION 27, NEVER RUN: overtaken in session 28 (session28_host2.sh measured the host
+# work with nvJPEG's decoder, now the default; see docs/images-performance.md, "Session 28").
+# Issue 15 (carry .imgwhl; DALI unpacked to $HOME/dalisite
 # by three calls just before on the same warm machine, as session 27's calls 3-5 did; ~550 s;
 # the image cuda tests first).
 # Session 27 found nvImageCodec's decode retaking the GIL about 2.6 times an image: beside a

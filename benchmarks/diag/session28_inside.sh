@@ -1,5 +1,6 @@
 #!/bin/bash
-# WRITTEN IN SESSION 27, NOT YET RUN. Issue 15, one call (~320 s; carry .imgwhl; kind
+# WRITTEN IN SESSION 27, NEVER RUN: overtaken in session 28 (the decode inside the loader is
+# nvJPEG's now; see docs/images-performance.md, "Session 28"). Issue 15, one call (~320 s; carry .imgwhl; kind
 # nvidia-h200). Session 27 timed the one-process loader's decode calls at 19-24 ms a batch
 # with one lane (session27-7) and the same call alone at 13.7-16.9 ms (stage sums, session27-2)
 # on another machine: is the decode slower inside the loader, and by how much, on one machine?
