@@ -1033,7 +1033,8 @@ def test_gpu_pool_lanes_decode_packed_batches(folder, monkeypatch):
     for x, y in zip(pillow, gpu, strict=True):
         assert torch.equal(x["images"], y["images"])
     assert asked and all(name.startswith("vidloader-decode") for name, *_ in asked)
-    assert all((sizes == SIZE).all() and "cut_short" in options for _, _, sizes, options in asked)
+    assert all((sizes == SIZE).all() and "cut_short" in options and "orientations" in options
+               for _, _, sizes, options in asked)
     monkeypatch.setattr(_image_decode, "PACKED_DECODE", False)
     asked.clear()
     made = ImageLoader(ds, batch_size=4, processing=proc, on_error="skip", decoder=Packing("cpu"))

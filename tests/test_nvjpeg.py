@@ -155,26 +155,34 @@ def test_engine_setting_picks_the_decoder_and_falls_back_with_a_warning(monkeypa
             self.device = device
 
     def unavailable(device):
-        raise BackendUnavailableError("no hardware JPEG decoder here")
+        raise _nvjpeg.NvJpegUnavailable("no hardware JPEG decoder here")
 
     monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Plain)
     monkeypatch.setattr(_nvjpeg, "NvJpegDecoder", unavailable)
     monkeypatch.setattr(_nvimgcodec, "_engine_warned", False)
     monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvimgcodec")
-    assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cpu")), Plain)
+    assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cuda")), Plain)
     monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvjpeg")
     with pytest.warns(RuntimeWarning, match="no hardware JPEG decoder here"):
-        assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cpu")), Plain)
+        assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cuda")), Plain)
+    assert isinstance(_nvimgcodec.gpu_image_decoder(torch.device("cpu")), Plain)  # no nvJPEG off CUDA
     assert _image_gpu_workers.loader_nvimgcodec_decoder().keywords["settings"]["PACKED_JPEG_ENGINE"] == "nvjpeg"
+    def no_nvimgcodec(device):
+        raise BackendUnavailableError("nvImageCodec is not installed")
+    monkeypatch.setattr(_nvjpeg, "NvJpegDecoder", no_nvimgcodec)  # raised, not warned about
+    with pytest.raises(BackendUnavailableError, match="nvImageCodec is not installed"):
+        _nvimgcodec.gpu_image_decoder(torch.device("cuda"))
     monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvdec")
     with pytest.raises(ValueError, match="PACKED_JPEG_ENGINE is 'nvdec'"):
-        _nvimgcodec.gpu_image_decoder(torch.device("cpu"))
+        _nvimgcodec.gpu_image_decoder(torch.device("cuda"))
+    with pytest.raises(ValueError, match="CUDA device"):
+        NvJpegDecoder(torch.device("cpu"))
 
 
 def test_missing_library_names_the_extra(monkeypatch):
     monkeypatch.setattr(_nvjpeg, "_library", None)
     monkeypatch.setattr(_nvjpeg, "_library_candidates", lambda: ["/nonexistent/libnvjpeg.so.13"])
-    with pytest.raises(BackendUnavailableError, match=r"vidloader\[images-gpu\]"):
+    with pytest.raises(_nvjpeg.NvJpegUnavailable, match=r"vidloader\[images-gpu\]"):
         _nvjpeg.load_library()
 
 
@@ -253,3 +261,64 @@ def test_loader_on_the_nvjpeg_engine_within_tolerance_of_pillow(folder, gpu_work
             assert torch.equal(ref, gpu[i]), name
         else:
             _within_tolerance(name, ref.numpy(), gpu[i])
+
+
+def test_an_exif_block_goes_to_hardware_only_where_the_index_says_upright(tmp_path, monkeypatch):
+    """A baseline JPEG with an EXIF block: without the index's orientations it goes to
+    nvImageCodec (it may need turning); with them, to the hardware decoder where its
+    orientation is 1 (or 0: a tag with no orientation number, kept as stored), and to
+    nvImageCodec where it must be turned. The pixels are Pillow's upright ones either way."""
+    from vidloader.images._synthetic import natural_like
+
+    rng = np.random.default_rng(4)
+    (tmp_path / "a").mkdir()
+    for name, orientation in (("0_upright.jpg", 1), ("1_flipped.jpg", 3)):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        Image.fromarray(natural_like(24, 40, rng)).save(tmp_path / "a" / name, quality=90, exif=exif)
+    ds = ImageFolder(tmp_path, num_workers=0, progress=False)
+    assert ds.orientations.tolist() == [1, 3]
+    dec = _stand_in_decoder(monkeypatch)
+    paths = [ds.path(i) for i in range(len(ds))]
+    whole = dec.decode_files(paths)
+    for orientations, expect_hw in ((None, 0), (ds.orientations.tolist(), 1), ([0, 3], 1)):
+        hw = dec.hardware_decoded
+        packed = dec.decode_packed(paths, ds.sizes, orientations=orientations)
+        assert dec.hardware_decoded - hw == expect_hw, orientations
+        assert all(torch.equal(a, b) for a, b in zip(whole, packed, strict=True))
+        assert torch.equal(packed[1], torch.from_numpy(_reference(paths[1])))  # turned upright
+
+
+def test_the_pools_give_the_index_orientations_to_decoders_that_take_them(folder):  # noqa: F811
+    """``index_orientations``: the index's orientations for a decoder with
+    ``takes_orientations``, none for one without or a dataset without one per image; the
+    GPU workers' decode passes them on to ``decode_packed``."""
+    from types import SimpleNamespace
+
+    from vidloader.pipeline._image_decode import index_orientations
+    from vidloader.pipeline._image_gpu_workers import decode_plan_files
+
+    ds = ImageFolder(folder, num_workers=0, progress=False)
+    taking = SimpleNamespace(takes_orientations=True)
+    assert index_orientations(ds, taking) is ds.orientations
+    assert index_orientations(ds, SimpleNamespace()) is None
+
+    class Short(list):
+        orientations = np.ones(2, np.int8)
+    assert index_orientations(Short([0, 1, 2]), taking) is None
+
+    got = {}
+
+    class Recording:
+        name, decodes_packed = "recording", True
+
+        def decode(self, blobs):
+            raise AssertionError("packed expected")
+
+        def decode_packed(self, blobs, sizes, **options):
+            got.update(options, count=len(blobs))
+            return blobs
+
+    paths = [ds.path(i) for i in range(3)]
+    decode_plan_files(Recording(), paths, ds.sizes[:3], None, ds.orientations[:3])
+    assert got == {"orientations": ds.orientations[:3].tolist(), "count": 3}

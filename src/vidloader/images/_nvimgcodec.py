@@ -49,23 +49,22 @@ _engine_warned = False
 def gpu_image_decoder(device: torch.device):
     """The GPU image pools' decoder on ``device``, per :data:`PACKED_JPEG_ENGINE`; where
     nvJPEG's hardware decoder cannot be used (no libnvjpeg, or a GPU without one), a warning
-    (once) and nvImageCodec's."""
+    (once) and nvImageCodec's. Off a CUDA device (stand-in pools in tests), nvImageCodec's."""
     global _engine_warned
-    if PACKED_JPEG_ENGINE == "nvjpeg":
-        from ..errors import BackendUnavailableError
-        from ._nvjpeg import NvJpegDecoder
+    if PACKED_JPEG_ENGINE not in ("nvjpeg", "nvimgcodec"):
+        raise ValueError(f"vidloader.images._nvimgcodec.PACKED_JPEG_ENGINE is "
+                         f"{PACKED_JPEG_ENGINE!r}; expected 'nvjpeg' or 'nvimgcodec'")
+    if PACKED_JPEG_ENGINE == "nvjpeg" and torch.device(device).type == "cuda":
+        from ._nvjpeg import NvJpegDecoder, NvJpegUnavailable
 
         try:
             return NvJpegDecoder(device)
-        except BackendUnavailableError as exc:
+        except NvJpegUnavailable as exc:  # nvImageCodec missing: raised, naming the extra
             if not _engine_warned:
                 _engine_warned = True
                 warnings.warn(f"vidloader: nvJPEG's hardware decoder is not available ({exc}); "
                               "images are decoded by nvImageCodec alone", RuntimeWarning,
                               stacklevel=2)
-    elif PACKED_JPEG_ENGINE != "nvimgcodec":
-        raise ValueError(f"vidloader.images._nvimgcodec.PACKED_JPEG_ENGINE is "
-                         f"{PACKED_JPEG_ENGINE!r}; expected 'nvjpeg' or 'nvimgcodec'")
     return NvImageCodecDecoder(device)
 
 
@@ -96,6 +95,8 @@ class NvImageCodecDecoder:
     #: :meth:`decode_packed` decodes a batch into one flat buffer (nvImageCodec 0.9 and later;
     #: the GPU pools' ``PACKED_DECODE``). Set per decoder in ``__init__``.
     decodes_packed = False
+    #: :meth:`decode_packed` takes the index's EXIF ``orientations=`` (the pools pass them).
+    takes_orientations = True
 
     def __init__(self, device: torch.device, *, hw_load: float | None = None, options: str | None = None,
                  packed: bool = True) -> None:
@@ -167,14 +168,17 @@ class NvImageCodecDecoder:
         return out
 
     def decode_packed(self, sources: list, sizes: np.ndarray, *,
-                      cut_short: list[bool] | None = None) -> PackedImages | list:
+                      cut_short: list[bool] | None = None,
+                      orientations: list[int] | None = None) -> PackedImages | list:
         """The batch decoded into one flat buffer (:class:`~._packed.PackedImages`) on torch's
         current stream, each image at the place its upright size (``sizes``, int ``[B, 2]``,
         from the dataset's index) gives it: no tensor per image, no copy to pack them.
 
         ``sources``: file paths (opened by nvImageCodec) or bytes, or uint8 numpy arrays of
         them (``None`` for a file that could not be read); mixed as they come. ``cut_short`` as in :meth:`decode_files`; without it each
-        source's ends are checked (a slice of bytes, two small reads of a file). A row
+        source's ends are checked (a slice of bytes, two small reads of a file).
+        ``orientations`` (the index's) are not needed here: nvImageCodec reads each file's
+        EXIF orientation itself (:class:`~._nvjpeg.NvJpegDecoder` uses them). A row
         nvImageCodec cannot decode goes to Pillow, as in :meth:`decode`, and is copied into
         its place; it is ``missing`` when Pillow fails too.
 

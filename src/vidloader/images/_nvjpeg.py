@@ -54,6 +54,11 @@ class NvJpegError(RuntimeError):
     """An nvJPEG call returned an error status."""
 
 
+class NvJpegUnavailable(BackendUnavailableError):
+    """libnvjpeg is missing, or the GPU has no hardware JPEG decoder: nvImageCodec's decoder
+    serves instead (``_nvimgcodec.gpu_image_decoder``)."""
+
+
 def _library_candidates() -> list[str]:
     """libnvjpeg's paths in the NVIDIA wheels (``nvidia-nvjpeg``: ``nvidia/cu13/lib`` for CUDA
     13, ``nvidia/nvjpeg/lib`` for 12), then the sonames for the system's search."""
@@ -73,8 +78,8 @@ def load_library():
     """libnvjpeg as a ``ctypes`` library (once per process), its functions typed.
 
     Raises:
-        BackendUnavailableError: no libnvjpeg is found (``pip install
-            'vidloader[images-gpu]'`` brings it with nvImageCodec).
+        NvJpegUnavailable: no libnvjpeg is found (``pip install 'vidloader[images-gpu]'``
+            brings it with nvImageCodec).
     """
     global _library
     with _library_lock:
@@ -90,7 +95,7 @@ def _open_library():
             return ctypes.CDLL(candidate)
         except OSError as exc:
             tried.append(f"{candidate}: {exc}")
-    raise BackendUnavailableError(
+    raise NvJpegUnavailable(
         "nvJPEG (libnvjpeg.so.13 or .12) was not found; it comes with nvImageCodec: pip install "
         "'vidloader[images-gpu]'. Tried: " + "; ".join(tried))
 
@@ -162,12 +167,14 @@ def jpeg_header(data) -> tuple[int, int, int, int, bool] | None:
     return None
 
 
-def hardware_decodes(header, place: tuple[int, int]) -> bool:
+def hardware_decodes(header, place: tuple[int, int], *, upright: bool = False) -> bool:
     """Whether a file of this :func:`jpeg_header` goes to the hardware decoder, into a place
-    of ``(height, width)``: a baseline (SOF0) three-component JPEG with no EXIF block (it
-    may need turning upright: nvImageCodec applies it) whose stored size is the place's."""
-    return (header is not None and header[0] == 0xC0 and header[1] == 3 and not header[4]
-            and (header[2], header[3]) == place)
+    of ``(height, width)``: a baseline (SOF0) three-component JPEG whose stored size is the
+    place's, and with no EXIF block unless it is known to be ``upright`` as stored (the
+    index's orientation 1, or a tag with no orientation number); otherwise it may need
+    turning, which nvImageCodec does."""
+    return (header is not None and header[0] == 0xC0 and header[1] == 3
+            and (upright or not header[4]) and (header[2], header[3]) == place)
 
 
 class NvJpegDecoder(NvImageCodecDecoder):
@@ -181,14 +188,17 @@ class NvJpegDecoder(NvImageCodecDecoder):
         **nvimgcodec: :class:`~._nvimgcodec.NvImageCodecDecoder`'s options, for the rest.
 
     Raises:
-        BackendUnavailableError: nvImageCodec or libnvjpeg is not installed, or this GPU
-            has no hardware JPEG decoder (nvJPEG's ``ARCH_MISMATCH``).
+        BackendUnavailableError: nvImageCodec is not installed.
+        NvJpegUnavailable: libnvjpeg is not installed, or this GPU has no hardware JPEG
+            decoder (nvJPEG's ``ARCH_MISMATCH``).
     """
 
     name = "nvjpeg"
 
     def __init__(self, device: torch.device, *, fancy_upsampling: bool | None = None,
                  **nvimgcodec) -> None:
+        if torch.device(device).type != "cuda":
+            raise ValueError(f"NvJpegDecoder decodes on a CUDA device, not {device!r}")
         super().__init__(device, **nvimgcodec)
         self.decodes_packed = True  # its own packed decode, whatever nvImageCodec's version
         self._lib = load_library()
@@ -199,7 +209,7 @@ class NvJpegDecoder(NvImageCodecDecoder):
                 _BACKEND_HARDWARE, None, None,
                 _FLAG_UPSAMPLING_WITH_INTERPOLATION if fancy else 0, ctypes.byref(self._handle))
             if status == 7:
-                raise BackendUnavailableError(
+                raise NvJpegUnavailable(
                     f"{torch.cuda.get_device_name(self.device)} has no hardware JPEG decoder "
                     "(nvJPEG: ARCH_MISMATCH); use nvImageCodec's decoder "
                     "(vidloader.images._nvimgcodec.PACKED_JPEG_ENGINE = 'nvimgcodec')")
@@ -232,19 +242,27 @@ class NvJpegDecoder(NvImageCodecDecoder):
             self.close()
 
     def decode_packed(self, sources: list, sizes: np.ndarray, *,
-                      cut_short: list[bool] | None = None) -> PackedImages | list:
+                      cut_short: list[bool] | None = None,
+                      orientations: list[int] | None = None) -> PackedImages | list:
         """As :meth:`NvImageCodecDecoder.decode_packed`: the batch in one buffer on torch's
         current stream, the baseline JPEGs (:func:`hardware_decodes`) by nvJPEG's hardware
         decoder in one call, the rest by nvImageCodec (then Pillow) and copied into their
-        places; a list of tensors where some image does not fit its place."""
+        places; a list of tensors where some image does not fit its place.
+
+        ``orientations``: per source the index's EXIF orientation (``ImageFolder.orientations``);
+        a file with an EXIF block goes to the hardware decoder only where it is 1 (or 0, a tag
+        with no orientation number, kept as stored), else to nvImageCodec."""
         blobs = [_as_bytes(source) for source in sources]
         if cut_short is None:
             cut_short = [blob is None or _cut_short(blob) for blob in blobs]
+        upright = ([False] * len(blobs) if orientations is None
+                   else [int(o) in (0, 1) for o in orientations])
         packed = PackedImages.allocate(sizes, self.device)
         hardware, rest = [], []
         for row, (blob, cut) in enumerate(zip(blobs, cut_short, strict=True)):
             place = (int(packed.heights[row]), int(packed.widths[row]))
-            ok = blob is not None and not cut and hardware_decodes(jpeg_header(blob), place)
+            ok = blob is not None and not cut and hardware_decodes(jpeg_header(blob), place,
+                                                                   upright=upright[row])
             (hardware if ok else rest).append(row)
         if hardware and not self._decode_hardware(packed, blobs, hardware):
             rest = sorted(rest + hardware)  # the call failed (a corrupt file): nvImageCodec's

@@ -177,6 +177,15 @@ def reader_slabs(dataset, batch_size: int, num_slots: int, lanes: int) -> tuple[
     return num_slots + lanes + 1, _image_readers.slab_bytes(dataset, batch_size)
 
 
+def index_orientations(dataset, decoder):
+    """The dataset's EXIF orientations (``ImageFolder``'s, one per image) for a decoder whose
+    packed decode takes them (``takes_orientations``), or ``None``."""
+    found = getattr(dataset, "orientations", None)
+    if not getattr(decoder, "takes_orientations", False) or found is None or len(found) != len(dataset):
+        return None
+    return found
+
+
 def _index_flags(dataset):
     """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
     it has none or not one per image (a subclass that filtered its files, say): the decoder
@@ -245,6 +254,7 @@ class BatchDecodePool(BatchPool):
                         and getattr(self.decoder, "decodes_in_phases", False))
         self._packed = packs_batches(getattr(self.decoder, "decodes_packed", False))
         self._cut_short = _index_flags(config.dataset)
+        self._orientations = index_orientations(config.dataset, self.decoder)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
@@ -317,9 +327,11 @@ class BatchDecodePool(BatchPool):
         sizes = config.dataset.sizes[plan.video_indices] if self._packed else None
         flags = (self._cut_short[plan.video_indices].tolist()
                  if self._phased and self._cut_short is not None else None)
+        packing = {} if self._orientations is None else {
+            "orientations": self._orientations[plan.video_indices].tolist()}
         with lane.streams.current():
             if self.file_readers is not None:
-                images = self._decode_read(lane, sizes, flags, *source)
+                images = self._decode_read(lane, sizes, flags, *source, **packing)
             elif self._opens_files:
                 if ROI_DECODE and getattr(lane.decoder, "decodes_regions", False):
                     regions = decode_regions(config, plan, windows)
@@ -327,24 +339,25 @@ class BatchDecodePool(BatchPool):
                 if flags is not None:
                     options["cut_short"] = flags
                 if self._packed:
-                    images = lane.decoder.decode_packed(source, sizes, **options)
+                    images = lane.decoder.decode_packed(source, sizes, **options, **packing)
                 else:
                     if self._phased:
                         options["tensors"] = False
                     images = lane.decoder.decode_files(source, **options)
             elif self._packed:
-                images = lane.decoder.decode_packed([f.result() for f in source], sizes)
+                images = lane.decoder.decode_packed([f.result() for f in source], sizes, **packing)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
             return images, windows, regions, lane.streams.record(lane.streams.own)
 
-    def _decode_read(self, lane: _Lane, sizes, flags, paths: list[str], read):
+    def _decode_read(self, lane: _Lane, sizes, flags, paths: list[str], read, **packing):
         """A plan's files as the reader processes read them (``read``: a future), decoded
-        packed; the slab is given back once the decode has returned."""
+        packed (``packing``: the index's orientations, where given); the slab is given back
+        once the decode has returned."""
         files = read.result()  # re-raises a reader's death (its slab is free again then)
         try:
             return lane.decoder.decode_packed(self.file_readers.files(files, paths), sizes,
-                                              cut_short=flags)
+                                              cut_short=flags, **packing)
         finally:
             self.file_readers.release(files.slab)
 

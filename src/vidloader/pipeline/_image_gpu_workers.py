@@ -40,7 +40,7 @@ import traceback
 
 import torch
 
-from ._image_decode import _Streams, allocate_final_slots
+from ._image_decode import _Streams, allocate_final_slots, index_orientations
 from ._image_fill import fill_from_images, fill_task_messages, read_file
 from ._messages import STOP, Failure, FillTask, Ready
 from ._slot_fences import FencedWorkerPool, SlotFences
@@ -114,16 +114,19 @@ def reads_bytes(decoder) -> bool:
     return WORKERS_READ_BYTES and callable(getattr(decoder, "decode", None))
 
 
-def decode_plan_files(decoder, paths: list[str], sizes=None, blobs: list | None = None):
+def decode_plan_files(decoder, paths: list[str], sizes=None, blobs: list | None = None,
+                      orientations=None):
     """A worker's decode of one plan's files: their bytes to ``decoder.decode`` where the
     decoder has one (:data:`WORKERS_READ_BYTES`), else the paths to ``decode_files``; into
-    one buffer (``decode_packed``, given the index's ``sizes``) where :data:`WORKERS_PACKED`
-    and the decoder can. ``blobs``: the files' bytes, read ahead (:func:`read_ahead`)."""
+    one buffer (``decode_packed``, given the index's ``sizes``, and its ``orientations`` where
+    given) where :data:`WORKERS_PACKED` and the decoder can. ``blobs``: the files' bytes, read
+    ahead (:func:`read_ahead`)."""
     packed = WORKERS_PACKED and sizes is not None and getattr(decoder, "decodes_packed", False)
+    packing = {} if orientations is None else {"orientations": list(orientations)}
     if reads_bytes(decoder):
         blobs = [read_file(path) for path in paths] if blobs is None else blobs
-        return decoder.decode_packed(blobs, sizes) if packed else decoder.decode(blobs)
-    return decoder.decode_packed(paths, sizes) if packed else decoder.decode_files(paths)
+        return decoder.decode_packed(blobs, sizes, **packing) if packed else decoder.decode(blobs)
+    return decoder.decode_packed(paths, sizes, **packing) if packed else decoder.decode_files(paths)
 
 
 def gpu_image_worker_main(start: GpuImageWorkerStart, task_q, result_q) -> None:
@@ -186,6 +189,7 @@ def _fill_task(start: GpuImageWorkerStart, config, decoder, streams: _Streams,
     held = []  # the decoded images, alive until the stream is past the kernels reading them
     dataset = config.dataset
     read = iter(blobs) if isinstance(blobs, list) else None  # per plan, in the task's order
+    orientations = index_orientations(dataset, decoder)
 
     def fill(plan, staging):
         if isinstance(blobs, Exception):
@@ -194,7 +198,8 @@ def _fill_task(start: GpuImageWorkerStart, config, decoder, streams: _Streams,
         sizes = getattr(dataset, "sizes", None)
         images = decode_plan_files(decoder, paths,
                                    None if sizes is None else sizes[plan.video_indices],
-                                   None if read is None else next(read))
+                                   None if read is None else next(read),
+                                   None if orientations is None else orientations[plan.video_indices])
         held.append(images)
         return fill_from_images(config, decoder.name, images, plan, staging)
 
