@@ -154,6 +154,8 @@ def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed):  # noqa
 
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
     monkeypatch.setattr(_nvimgcodec, "decodes_packed_here", lambda: packed)
+    # nvJPEG's decoder always packs: unpacked only with nvImageCodec's, before its 0.9
+    monkeypatch.setattr(_nvimgcodec, "PACKED_JPEG_ENGINE", "nvjpeg" if packed else "nvimgcodec")
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=(16, 16), crop="random_resized", dtype="float16")
     loader = ImageLoader(ds, batch_size=4, processing=proc, num_workers=0)
@@ -246,9 +248,10 @@ def test_packed_decode_support_follows_the_installed_nvimgcodec(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("size", [32, 224])  # smaller than the 48x64 images, and larger
 def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder, size):  # noqa: F811
-    """On a GPU, the one-process pool (2 lanes, reader processes, packed decode): the most
+    """On a GPU, the one-process pool (its lanes, reader processes, packed decode): the most
     torch held over two epochs lies between the slots alone and the plan's device bytes
-    (nvImageCodec's own allocations and the CUDA context are not torch's, and not counted)."""
+    (nvJPEG's and nvImageCodec's own allocations and the CUDA context are not torch's, and not
+    counted)."""
     pytest.importorskip("nvidia.nvimgcodec")
     from vidloader.images import _nvimgcodec
 

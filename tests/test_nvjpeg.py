@@ -28,28 +28,91 @@ def _bytes(root, name):
     return next(Path(root).rglob(name)).read_bytes()
 
 
-def test_jpeg_header_reads_the_frame_and_sees_exif(folder):  # noqa: F811
-    """Frame marker, components, stored height and width, EXIF block: from bytes or a uint8
-    array of them alike; ``None`` for what is not a JPEG."""
-    assert jpeg_header(_bytes(folder, "0_baseline.jpg")) == (0xC0, 3, 48, 64, False)
-    assert jpeg_header(_bytes(folder, "1_progressive.jpg"))[:2] == (0xC2, 3)
-    assert jpeg_header(_bytes(folder, "2_gray.jpg"))[:2] == (0xC0, 1)
-    assert jpeg_header(_bytes(folder, "3_cmyk.jpg"))[:2] == (0xC0, 4)
-    assert jpeg_header(_bytes(folder, "4_exif.jpg")) == (0xC0, 3, 64, 48, True)
-    assert jpeg_header(_bytes(folder, "6_truncated.jpg"))[:4] == (0xC0, 3, 48, 64)  # header intact
+def test_jpeg_header_reads_the_frame_and_the_segments_that_matter(folder):  # noqa: F811
+    """Frame marker, precision, stored size, components and their sampling, APP1 and Adobe
+    segments: from bytes or a uint8 array of them (contiguous or not) alike; ``None`` for
+    what is not a JPEG or is cut inside its header."""
+    h = jpeg_header(_bytes(folder, "0_baseline.jpg"))
+    assert (h.frame, h.precision, h.height, h.width, h.component_ids) == (0xC0, 8, 48, 64, (1, 2, 3))
+    assert h.sampling == ((2, 2), (1, 1), (1, 1)) and not h.orientation_tags and not h.adobe_rgb
+    assert jpeg_header(_bytes(folder, "1_progressive.jpg")).frame == 0xC2
+    assert len(jpeg_header(_bytes(folder, "2_gray.jpg")).sampling) == 1
+    cmyk = jpeg_header(_bytes(folder, "3_cmyk.jpg"))
+    assert len(cmyk.sampling) == 4 and cmyk.adobe_rgb
+    exif = jpeg_header(_bytes(folder, "4_exif.jpg"))
+    assert (exif.height, exif.width, exif.orientation_tags) == (64, 48, True)
+    assert jpeg_header(_bytes(folder, "6_truncated.jpg"))[:4] == (0xC0, 8, 48, 64)  # header intact
     for name in ("5_plain.png", "7_not_an_image.jpg"):
         assert jpeg_header(_bytes(folder, name)) is None
     blob = _bytes(folder, "0_baseline.jpg")
-    assert jpeg_header(np.frombuffer(blob, np.uint8)) == jpeg_header(blob)
+    assert jpeg_header(np.frombuffer(blob, np.uint8)) == h
+    spread = np.zeros(2 * len(blob), np.uint8)
+    spread[::2] = np.frombuffer(blob, np.uint8)
+    assert jpeg_header(spread[::2]) == h  # a strided view
     assert jpeg_header(blob[:20]) is None  # cut inside the header
 
 
-def test_hardware_decodes_baseline_colour_jpegs_of_their_place_only(folder):  # noqa: F811
+def test_jpeg_header_never_raises_on_mangled_headers(folder):  # noqa: F811
+    """Random bytes written over the first 200 bytes of real JPEGs: a header or ``None``,
+    never an exception."""
+    rng = np.random.default_rng(1)
+    blobs = [_bytes(folder, n) for n in ("0_baseline.jpg", "3_cmyk.jpg", "4_exif.jpg")]
+    for k in range(3000):
+        data = bytearray(blobs[k % 3])
+        at = rng.integers(2, 200, size=rng.integers(1, 6))
+        data_at = np.frombuffer(data, np.uint8).copy()
+        data_at[at] = rng.integers(0, 256, size=len(at))
+        header = jpeg_header(data_at.tobytes())
+        assert header is None or isinstance(header.height, int)
+
+
+def _jpeg(array, **options) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(array).save(out, format="JPEG", quality=90, **options)
+    return out.getvalue()
+
+
+def _with_segment(blob: bytes, marker: int, payload: bytes, *, after_frame: bool = False) -> bytes:
+    """``blob`` with a segment inserted right after its start marker, or right after its
+    frame header."""
+    segment = bytes([0xFF, marker]) + (len(payload) + 2).to_bytes(2, "big") + payload
+    at = 2
+    if after_frame:
+        at = blob.index(b"\xff\xc0")
+        at += 2 + int.from_bytes(blob[at + 2:at + 4], "big")
+    return blob[:at] + segment + blob[at:]
+
+
+def test_hardware_takes_baseline_ycbcr_jpegs_of_their_place_only(folder):  # noqa: F811
+    """Baseline, 8-bit, three-component YCbCr of a subsampling the hardware takes, stored
+    at its place's size, with no APP1 segment unless known upright; not progressive, gray,
+    CMYK, RGB-coded (Adobe transform 0, or R/G/B ids), 12-bit, oddly sampled, EXIF- or
+    XMP-tagged (before or after the frame header), or of another size."""
+    from vidloader.images._synthetic import natural_like
+
     place = (48, 64)
     assert hardware_decodes(jpeg_header(_bytes(folder, "0_baseline.jpg")), place)
     assert not hardware_decodes(jpeg_header(_bytes(folder, "0_baseline.jpg")), (47, 64))  # stale index
     for name in ("1_progressive.jpg", "2_gray.jpg", "3_cmyk.jpg", "4_exif.jpg", "5_plain.png"):
         assert not hardware_decodes(jpeg_header(_bytes(folder, name)), place), name
+    pixels = natural_like(48, 64, np.random.default_rng(2))
+    for subsampling in (0, 1, 2):  # 4:4:4, 4:2:2, 4:2:0
+        assert hardware_decodes(jpeg_header(_jpeg(pixels, subsampling=subsampling)), place)
+    assert not hardware_decodes(jpeg_header(_jpeg(pixels, keep_rgb=True)), place)  # RGB-coded
+    plain = _jpeg(pixels)
+    frame = plain.index(b"\xff\xc0")
+    twelve = bytearray(plain)
+    twelve[frame + 4] = 12  # the precision byte
+    assert not hardware_decodes(jpeg_header(bytes(twelve)), place)
+    odd = bytearray(plain)
+    odd[frame + 10 + 3 + 1] = 0x21  # the second component sampled 2x1
+    assert not hardware_decodes(jpeg_header(bytes(odd)), place)
+    xmp = _with_segment(plain, 0xE1, b"http://ns.adobe.com/xap/1.0/\x00<x:xmpmeta tiff:Orientation=\"3\"/>")
+    late_exif = _with_segment(plain, 0xE1, b"Exif\x00\x00MM\x00*", after_frame=True)
+    for tagged in (xmp, late_exif):
+        header = jpeg_header(tagged)
+        assert header.orientation_tags and not hardware_decodes(header, place)
+        assert hardware_decodes(header, place, upright=True)  # the index says upright
 
 
 class StandInNvJpeg:
@@ -59,15 +122,17 @@ class StandInNvJpeg:
     ``pitch[0]``; ``status`` is what it returns."""
 
     def __init__(self, status: int = 0) -> None:
-        self.status, self.count, self.calls = status, 0, []
+        self.status, self.count, self.calls, self.states, self.streams = status, 0, [], [], []
 
     def nvjpegDecodeBatchedInitialize(self, handle, state, count, threads, output):
-        assert output == 5  # NVJPEG_OUTPUT_RGBI
+        assert output == 5  # NVJPEG_OUTPUT_RGBI: interleaved RGB, one plane at channel[0]
         self.count = count
         return 0
 
     def nvjpegDecodeBatched(self, handle, state, data, lengths, images, stream):
         n = self.count
+        self.states.append(state.value)
+        self.streams.append(stream)
         pointers = list((ctypes.c_uint64 * n).from_address(data))
         sizes = list((ctypes.c_uint64 * n).from_address(lengths))
         entries = np.array((ctypes.c_uint64 * (8 * n)).from_address(images)).reshape(n, 8)
@@ -87,8 +152,9 @@ def _stand_in_decoder(monkeypatch, status: int = 0) -> NvJpegDecoder:
 
     dec = _stand_in_nvimgcodec(monkeypatch, NvJpegDecoder)
     dec.decodes_packed, dec._stale_sizes_warned = True, False
-    dec._lib, dec._handle, dec._state = StandInNvJpeg(status), None, None
-    dec.hardware_decoded = dec.handed_on = 0
+    dec._lib, dec._handle = StandInNvJpeg(status), ctypes.c_void_p(1)
+    dec._states = [[ctypes.c_void_p(10 + k), None] for k in range(_nvjpeg.STATES)]
+    dec._turn = dec.hardware_decoded = dec.handed_on = dec.hardware_refused = 0
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
     return dec
 
@@ -114,6 +180,8 @@ def test_baseline_jpegs_go_in_one_batched_call_into_their_places(sized_folder, f
             assert packed.pixels[-1].tolist() == [0, 0, 0]
             for i, (a, b) in enumerate(zip(whole, packed, strict=True)):
                 assert (a is None and b is None) or torch.equal(a, b), ds.path(i)
+    assert dec._lib.states == [10, 11] * 3  # the states in turn
+    assert dec._lib.streams == [0] * 6  # the stand-in's "current stream"
 
 
 def test_a_batch_nvjpeg_refuses_goes_to_nvimgcodec(sized_folder, monkeypatch):  # noqa: F811
@@ -123,8 +191,10 @@ def test_a_batch_nvjpeg_refuses_goes_to_nvimgcodec(sized_folder, monkeypatch):  
     ds = ImageFolder(sized_folder, num_workers=0, progress=False)
     paths = [ds.path(i) for i in range(len(ds))]
     whole = dec.decode_files(paths)
-    packed = dec.decode_packed(paths, ds.sizes)
+    with pytest.warns(RuntimeWarning, match="NVJPEG_STATUS_BAD_JPEG"):
+        packed = dec.decode_packed(paths, ds.sizes)
     assert dec._lib.calls == [4] and dec.hardware_decoded == 0 and dec.handed_on == len(ds)
+    assert dec.hardware_refused == 1
     assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(whole, packed, strict=True))
 
 
@@ -138,7 +208,8 @@ def test_a_stale_index_size_is_handed_on_and_the_batch_listed(sized_folder, monk
     whole = dec.decode_files(paths)
     wrong = ds.sizes.copy()
     wrong[1] += 5
-    listed = dec.decode_packed(paths, wrong)
+    with pytest.warns(RuntimeWarning, match="index the folder again"):
+        listed = dec.decode_packed(paths, wrong)
     assert dec._lib.calls == [3] and isinstance(listed, list) and listed[6] is None
     assert all(torch.equal(a, b) for a, b in zip(whole[:6], listed[:6], strict=True))
 
@@ -322,3 +393,49 @@ def test_the_pools_give_the_index_orientations_to_decoders_that_take_them(folder
     paths = [ds.path(i) for i in range(3)]
     decode_plan_files(Recording(), paths, ds.sizes[:3], None, ds.orientations[:3])
     assert got == {"orientations": ds.orientations[:3].tolist(), "count": 3}
+
+
+@pytest.mark.cuda
+def test_back_to_back_batches_on_side_streams_equal_nvimgcodec(tmp_path):
+    """Batches handed to nvJPEG one after another on one decoder (its states in turn) and on
+    three decoders on three threads, each on a stream of its own, the sources overwritten as
+    soon as each call returns (nvJPEG must have taken its copy) and the output read only
+    after the reading stream waits for the decoding one: every image equals nvImageCodec's
+    decode of the same file (both drive the hardware decoder)."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    import threading
+
+    from vidloader.images._nvimgcodec import NvImageCodecDecoder
+    from vidloader.images._synthetic import natural_like
+
+    rng = np.random.default_rng(6)
+    sizes = np.array([[int(rng.integers(64, 400)), int(rng.integers(64, 400))] for _ in range(48)])
+    blobs = [_jpeg(natural_like(int(h), int(w), rng)) for h, w in sizes]
+    device = torch.device("cuda")
+    reference = NvImageCodecDecoder(device).decode(blobs)
+    torch.cuda.synchronize()
+
+    def run(decoder, order, out):
+        side = torch.cuda.Stream(device)
+        with torch.cuda.stream(side):
+            for rows in order:
+                sources = [np.frombuffer(blobs[r], np.uint8).copy() for r in rows]
+                packed = decoder.decode_packed(sources, sizes[rows])
+                for source in sources:
+                    source[:] = 0  # nvJPEG copied them during the call
+                out.append((rows, packed))
+        torch.cuda.current_stream(device).wait_stream(side)
+
+    orders = [[rng.permutation(48)[:16] for _ in range(8)] for _ in range(4)]
+    one, many = [], [[] for _ in range(3)]
+    run(NvJpegDecoder(device), orders[0], one)
+    threads = [threading.Thread(target=run, args=(NvJpegDecoder(device), orders[k + 1], many[k]))
+               for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for rows, packed in one + [x for m in many for x in m]:
+        assert isinstance(packed, PackedImages)
+        for r, image in zip(rows.tolist(), packed):
+            assert torch.equal(image, reference[r]), r

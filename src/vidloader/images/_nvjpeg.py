@@ -23,19 +23,22 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 import threading
+import warnings
 
 import numpy as np
 import torch
 
 from ..errors import BackendUnavailableError
+from . import _nvimgcodec
+from ._jpeg_header import hardware_decodes, jpeg_header
 from ._nvimgcodec import NvImageCodecDecoder, _cut_short
 from ._packed import PackedImages
 
-#: nvJPEG's chroma upsampling with interpolation (``NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION``,
-#: libjpeg's "fancy upsampling", which Pillow and nvImageCodec's default do); ``False``:
-#: chroma samples repeated, as DALI does.
-FANCY_UPSAMPLING = True
+#: nvJPEG states a decoder uses in turn: a batch may be handed to nvJPEG while the one before
+#: is still decoding on the GPU, and a state is reused only once its last batch is done.
+STATES = 2
 
 _STATUS = {0: "SUCCESS", 1: "NOT_INITIALIZED", 2: "INVALID_PARAMETER", 3: "BAD_JPEG",
            4: "JPEG_NOT_SUPPORTED", 5: "ALLOCATOR_FAILURE", 6: "EXECUTION_FAILED",
@@ -133,50 +136,6 @@ def library_version() -> tuple[int, int, int]:
     return tuple(values)
 
 
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def jpeg_header(data) -> tuple[int, int, int, int, bool] | None:
-    """``(SOF marker, components, height, width, EXIF present)`` from a JPEG's header (bytes
-    or a uint8 array of them), walking its segments to the frame header; ``None`` where it
-    is not a JPEG or the header is cut or malformed."""
-    view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
-    size = len(view)
-    if size < 4 or view[0] != 0xFF or view[1] != 0xD8:
-        return None
-    at, exif = 2, False
-    while at + 4 <= size:
-        if view[at] != 0xFF:
-            return None
-        marker = view[at + 1]
-        if marker == 0xFF:  # fill byte
-            at += 1
-            continue
-        length = (view[at + 2] << 8) | view[at + 3]
-        if marker in _SOF_MARKERS:
-            if at + 10 > size:
-                return None
-            height = (view[at + 5] << 8) | view[at + 6]
-            width = (view[at + 7] << 8) | view[at + 8]
-            return marker, view[at + 9], height, width, exif
-        if marker == 0xE1 and bytes(view[at + 4:at + 10]) == b"Exif\x00\x00":
-            exif = True
-        if marker in (0xD9, 0xDA) or length < 2:  # end of image or scan before any frame
-            return None
-        at += 2 + length
-    return None
-
-
-def hardware_decodes(header, place: tuple[int, int], *, upright: bool = False) -> bool:
-    """Whether a file of this :func:`jpeg_header` goes to the hardware decoder, into a place
-    of ``(height, width)``: a baseline (SOF0) three-component JPEG whose stored size is the
-    place's, and with no EXIF block unless it is known to be ``upright`` as stored (the
-    index's orientation 1, or a tag with no orientation number); otherwise it may need
-    turning, which nvImageCodec does."""
-    return (header is not None and header[0] == 0xC0 and header[1] == 3
-            and (upright or not header[4]) and (header[2], header[3]) == place)
-
-
 class NvJpegDecoder(NvImageCodecDecoder):
     """:class:`~._nvimgcodec.NvImageCodecDecoder` whose packed decode gives the baseline
     JPEGs to nvJPEG's hardware decoder in one batched call (module docstring); everything
@@ -184,7 +143,9 @@ class NvJpegDecoder(NvImageCodecDecoder):
 
     Args:
         device (torch.device): the GPU.
-        fancy_upsampling (bool | None): interpolate chroma (default :data:`FANCY_UPSAMPLING`).
+        fancy_upsampling (bool | None): interpolate chroma (``NVJPEG_FLAGS_UPSAMPLING_WITH_
+            INTERPOLATION``, as libjpeg, Pillow and nvImageCodec do); default: as the
+            nvImageCodec options say (``:fancy_upsampling=0`` repeats chroma samples, as DALI).
         **nvimgcodec: :class:`~._nvimgcodec.NvImageCodecDecoder`'s options, for the rest.
 
     Raises:
@@ -202,8 +163,14 @@ class NvJpegDecoder(NvImageCodecDecoder):
         super().__init__(device, **nvimgcodec)
         self.decodes_packed = True  # its own packed decode, whatever nvImageCodec's version
         self._lib = load_library()
-        fancy = FANCY_UPSAMPLING if fancy_upsampling is None else fancy_upsampling
-        self._handle, self._state = ctypes.c_void_p(), ctypes.c_void_p()
+        if fancy_upsampling is None:  # as nvImageCodec's decoder does for the other files
+            options = nvimgcodec.get("options")
+            fancy = ":fancy_upsampling=0" not in (_nvimgcodec.DECODER_OPTIONS if options is None
+                                                  else options)
+        else:
+            fancy = fancy_upsampling
+        self._handle = ctypes.c_void_p()
+        self._states: list = []  # [state, event of its last batch or None], used in turn
         with self._on_device():
             status = self._lib.nvjpegCreateEx(
                 _BACKEND_HARDWARE, None, None,
@@ -211,108 +178,158 @@ class NvJpegDecoder(NvImageCodecDecoder):
             if status == 7:
                 raise NvJpegUnavailable(
                     f"{torch.cuda.get_device_name(self.device)} has no hardware JPEG decoder "
-                    "(nvJPEG: ARCH_MISMATCH); use nvImageCodec's decoder "
+                    "(nvJPEG: ARCH_MISMATCH); nvImageCodec's decoder serves instead "
                     "(vidloader.images._nvimgcodec.PACKED_JPEG_ENGINE = 'nvimgcodec')")
-            _check(status, "nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)")
-            _check(self._lib.nvjpegJpegStateCreate(self._handle, ctypes.byref(self._state)),
-                   "nvjpegJpegStateCreate")
+            _unavailable_unless(status, "nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)")
+            for _ in range(STATES):
+                state = ctypes.c_void_p()
+                _unavailable_unless(self._lib.nvjpegJpegStateCreate(self._handle, ctypes.byref(state)),
+                                    "nvjpegJpegStateCreate")
+                self._states.append([state, None])
+        self._turn = 0
         #: Images of packed batches decoded by the hardware decoder here, and by nvImageCodec
-        #: (or Pillow) because the hardware decoder does not take them.
+        #: (or Pillow) because the hardware decoder does not take them or refused their batch.
         self.hardware_decoded = 0
         self.handed_on = 0
+        #: Batches nvJPEG refused (decoded by nvImageCodec instead; a warning the first time).
+        self.hardware_refused = 0
 
     def _on_device(self):
         """nvJPEG works on the calling thread's current CUDA device: :attr:`device` made it."""
         return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
 
     def close(self) -> None:
-        """Free nvJPEG's state and handle (also done when the decoder is collected)."""
-        lib, state, handle = getattr(self, "_lib", None), getattr(self, "_state", None), \
+        """Wait for this decoder's batches, then free nvJPEG's states and handle. The GPU pools
+        call it at shutdown; a decoder collected without it keeps them (at interpreter exit
+        CUDA may be gone before it)."""
+        lib, states, handle = getattr(self, "_lib", None), getattr(self, "_states", []), \
             getattr(self, "_handle", None)
-        if lib is None:
+        if lib is None or handle is None:
             return
-        if state is not None and state.value:
-            lib.nvjpegJpegStateDestroy(state)
-        if handle is not None and handle.value:
-            lib.nvjpegDestroy(handle)
-        self._state = self._handle = None
+        self._handle, self._states = None, []
+        with self._on_device():
+            for state, event in states:
+                if event is not None:
+                    event.synchronize()
+                if state.value:
+                    lib.nvjpegJpegStateDestroy(state)
+            if handle.value:
+                lib.nvjpegDestroy(handle)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit the library may be gone
+        if sys.is_finalizing():  # CUDA may be torn down already: leave it to the process's end
+            return
+        with contextlib.suppress(Exception):
             self.close()
 
     def decode_packed(self, sources: list, sizes: np.ndarray, *,
                       cut_short: list[bool] | None = None,
                       orientations: list[int] | None = None) -> PackedImages | list:
         """As :meth:`NvImageCodecDecoder.decode_packed`: the batch in one buffer on torch's
-        current stream, the baseline JPEGs (:func:`hardware_decodes`) by nvJPEG's hardware
-        decoder in one call, the rest by nvImageCodec (then Pillow) and copied into their
-        places; a list of tensors where some image does not fit its place.
+        current stream, the files the hardware decoder takes (:func:`hardware_decodes`) by it
+        in one call, the rest by nvImageCodec (then Pillow) and copied into their places; a
+        list of tensors where some image does not fit its place.
 
-        ``orientations``: per source the index's EXIF orientation (``ImageFolder.orientations``);
-        a file with an EXIF block goes to the hardware decoder only where it is 1 (or 0, a tag
-        with no orientation number, kept as stored), else to nvImageCodec."""
+        ``orientations``: per source the index's EXIF orientation (``ImageFolder.orientations``,
+        Pillow's reading of EXIF and XMP); given, a file goes to the hardware decoder only
+        where it is 1 (or 0, a tag with no orientation number, kept as stored). Without them
+        a file with an APP1 segment (EXIF or XMP) goes to nvImageCodec, which turns it."""
         blobs = [_as_bytes(source) for source in sources]
         if cut_short is None:
             cut_short = [blob is None or _cut_short(blob) for blob in blobs]
-        upright = ([False] * len(blobs) if orientations is None
-                   else [int(o) in (0, 1) for o in orientations])
         packed = PackedImages.allocate(sizes, self.device)
         hardware, rest = [], []
         for row, (blob, cut) in enumerate(zip(blobs, cut_short, strict=True)):
+            turned = orientations is not None and int(orientations[row]) not in (0, 1)
             place = (int(packed.heights[row]), int(packed.widths[row]))
-            ok = blob is not None and not cut and hardware_decodes(jpeg_header(blob), place,
-                                                                   upright=upright[row])
+            ok = (blob is not None and not cut and not turned
+                  and hardware_decodes(jpeg_header(blob), place, upright=orientations is not None))
             (hardware if ok else rest).append(row)
         if hardware and not self._decode_hardware(packed, blobs, hardware):
-            rest = sorted(rest + hardware)  # the call failed (a corrupt file): nvImageCodec's
+            rest = sorted(rest + hardware)  # refused (a corrupt file, say): nvImageCodec's
             hardware = []
         self.hardware_decoded += len(hardware)
         self.handed_on += len(rest)
         return self._hand_on(packed, blobs, rest)
 
+    def _next_state(self):
+        """The next of :data:`STATES` nvJPEG states, once its last batch has left the GPU:
+        a state holds its batch's bitstreams and buffers until then (nvImageCodec and
+        torchvision also wait for the previous batch before reusing theirs)."""
+        entry = self._states[self._turn]
+        self._turn = (self._turn + 1) % len(self._states)
+        if entry[1] is not None:
+            entry[1].synchronize()  # lets go of the GIL
+            entry[1] = None
+        return entry
+
     def _decode_hardware(self, packed: PackedImages, blobs: list, rows: list[int]) -> bool:
-        """nvJPEG's batched hardware decode of ``rows`` into their places; ``False`` when
-        nvJPEG refuses the batch."""
+        """nvJPEG's batched hardware decode of ``rows`` into their places, on torch's current
+        stream; ``False`` (and a warning the first time) when nvJPEG refuses the batch."""
         arrays = [np.frombuffer(blobs[row], np.uint8) if isinstance(blobs[row], bytes)
-                  else blobs[row] for row in rows]
+                  else np.ascontiguousarray(blobs[row], np.uint8) for row in rows]
         pointers = np.array([a.__array_interface__["data"][0] for a in arrays], np.uint64)
         lengths = np.array([a.nbytes for a in arrays], np.uint64)
         images = np.zeros((len(rows), _IMAGE_WORDS), np.uint64)
         index = np.asarray(rows)
-        images[:, 0] = packed.pixels.data_ptr() + 3 * packed.starts[index]
-        images[:, 4] = 3 * packed.widths[index]
+        images[:, 0] = packed.pixels.data_ptr() + 3 * packed.starts[index]  # channel[0]
+        images[:, 4] = 3 * packed.widths[index]  # pitch[0]: interleaved RGB rows
         cuda = self.device.type == "cuda"  # else a stand-in library (the CPU tests)
-        stream = torch.cuda.current_stream(self.device).cuda_stream if cuda else 0
+        stream = torch.cuda.current_stream(self.device) if cuda else None
+        entry = self._next_state()
         with self._on_device():
-            status = self._lib.nvjpegDecodeBatchedInitialize(self._handle, self._state,
-                                                             len(rows), 1, _OUTPUT_RGBI)
+            status = self._lib.nvjpegDecodeBatchedInitialize(self._handle, entry[0], len(rows), 1,
+                                                             _OUTPUT_RGBI)
             if status == 0:
                 status = self._lib.nvjpegDecodeBatched(
-                    self._handle, self._state, pointers.ctypes.data, lengths.ctypes.data,
-                    images.ctypes.data, stream)
+                    self._handle, entry[0], pointers.ctypes.data, lengths.ctypes.data,
+                    images.ctypes.data, 0 if stream is None else stream.cuda_stream)
+            if cuda:
+                entry[1] = stream.record_event()
         del arrays  # alive until here: nvJPEG copies the bitstreams during the call
+        if status != 0:
+            self._refused(status)
         return status == 0
+
+    def _refused(self, status: int) -> None:
+        self.hardware_refused += 1
+        if self.hardware_refused == 1:
+            warnings.warn(f"vidloader: nvJPEG's hardware decoder refused a batch "
+                          f"(NVJPEG_STATUS_{_STATUS.get(status, status)}); such batches are "
+                          "decoded by nvImageCodec instead (slower). A file in it may be "
+                          "corrupt: decoder.hardware_refused counts them.", RuntimeWarning,
+                          stacklevel=4)
 
     def _hand_on(self, packed: PackedImages, blobs: list, rows: list[int]):
         """``rows`` decoded by nvImageCodec (then Pillow) and copied into their places; a list
-        of tensors where one does not fit (see :meth:`decode_packed`)."""
+        of tensors where one does not fit (see :meth:`decode_packed`; a warning, once)."""
         if not rows:
             return packed
         decoded = self._decoded_list(self._streams([blobs[r] for r in rows], None),
                                      [blobs[r] for r in rows])
-        fits = True
+        misfits = []
         for row, image in zip(rows, decoded):
             if image is None:
                 packed.missing[row] = True
             elif packed.fits(row, image):
                 packed[row].copy_(image)
             else:
-                fits = False
-        if fits:
+                misfits.append(row)
+        if not misfits:
             return packed
+        row = misfits[0]
+        self._warn_stale_sizes(ValueError(
+            f"image {row} of the batch is {tuple(decoded[rows.index(row)].shape[:2])}, its "
+            f"place {(int(packed.heights[row]), int(packed.widths[row]))}"))
         by_row = dict(zip(rows, decoded))
         return [by_row[r] if r in by_row else packed[r] for r in range(len(packed))]
+
+
+def _unavailable_unless(status: int, call: str) -> None:
+    """A failure to set nvJPEG up: nvImageCodec's decoder serves instead."""
+    if status != 0:
+        raise NvJpegUnavailable(f"{call} failed: NVJPEG_STATUS_{_STATUS.get(status, status)}; "
+                                "nvImageCodec's decoder serves instead")
 
 
 def _as_bytes(source):

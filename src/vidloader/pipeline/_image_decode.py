@@ -1,5 +1,7 @@
-"""The GPU image pool: files decoded a batch at a time by nvImageCodec on a few *lanes*
-(threads, each with its own decoder and CUDA stream), then augmented as one batch on an
+"""The GPU image pool in the training process (the default for ``decoder="nvimgcodec"``
+since session 28): files decoded a batch at a time on a few *lanes* (threads, each with its
+own decoder and CUDA stream: nvJPEG's hardware decoder for the baseline JPEGs, nvImageCodec
+for the rest, ``_nvimgcodec.gpu_image_decoder``), then augmented as one batch on an
 augmentation thread with a stream of its own.
 
 A lane decodes a batch: gives nvImageCodec the plan's files as read into shared memory by
@@ -177,6 +179,13 @@ def reader_slabs(dataset, batch_size: int, num_slots: int, lanes: int) -> tuple[
     return num_slots + lanes + 1, _image_readers.slab_bytes(dataset, batch_size)
 
 
+def close_decoder(decoder) -> None:
+    """``decoder.close()`` where it has one (:class:`~..images._nvjpeg.NvJpegDecoder`)."""
+    close = getattr(decoder, "close", None)
+    if callable(close):
+        close()
+
+
 def index_orientations(dataset, decoder):
     """The dataset's EXIF orientations (``ImageFolder``'s, one per image) for a decoder whose
     packed decode takes them (``takes_orientations``), or ``None``."""
@@ -223,8 +232,9 @@ class _Augmenter:
 
 
 class BatchDecodePool(BatchPool):
-    """Batches decoded on the GPU by nvImageCodec in this process on :data:`NVIMGCODEC_LANES`
-    lanes, augmented on a thread of their own (module docstring).
+    """Batches decoded on the GPU in this process on :data:`NVIMGCODEC_LANES` lanes (each
+    with a decoder from ``_nvimgcodec.gpu_image_decoder``), augmented on a thread of their
+    own (module docstring).
 
     ``decoder`` stands in for nvImageCodec (anything with ``name`` and
     ``decode(list[bytes | None]) -> list[Tensor | None]``, or ``decode_files(paths)``, which
@@ -249,6 +259,7 @@ class BatchDecodePool(BatchPool):
                     [gpu_image_decoder(device) for _ in range(NVIMGCODEC_LANES)])
         self.lanes = [_Lane(d, device, k) for k, d in enumerate(decoders)]
         self.decoder = decoders[0]
+        self._owns_decoders = decoder is None  # a user's decoder object is the user's to close
         # Read once: a loader's lanes and augmentation thread must agree for its whole life.
         self._phased = (PHASED_DECODE and self._opens_files
                         and getattr(self.decoder, "decodes_in_phases", False))
@@ -404,6 +415,9 @@ class BatchDecodePool(BatchPool):
             self.file_readers.close()
         if self.streams.cuda:
             torch.cuda.synchronize(self.streams.device)
+        if self._owns_decoders:  # nvJPEG's handles and buffers, freed now rather than at exit
+            for lane in self.lanes:
+                close_decoder(lane.decoder)
         self.augmenter.in_use.clear()
         self._pending.clear()
         self.slots = []

@@ -1,6 +1,15 @@
-"""The GPU image pool in worker processes: each worker decodes its batches with nvImageCodec
-and augments them on the GPU itself, into staging slots it shares with the loader's process
-through CUDA IPC.
+"""The GPU image pool in worker processes (``num_workers > 0``; the in-process pool has been
+the default since session 28): each worker decodes its batches (nvJPEG's hardware decoder for
+baseline JPEGs, nvImageCodec for the rest: ``_nvimgcodec.gpu_image_decoder``) and augments
+them on the GPU itself, into staging slots it shares with the loader's process through CUDA
+IPC.
+
+Since session 28 the decode lets go of the GIL for a whole batch, and one process ran ahead
+of two workers (the workers' CUDA contexts take turns on the GPU): on the H200 20,838 /
+20,331 / 19,133 images/s against 23,243 / 23,452 / 22,546 (``session28-13``). The workers
+stay ahead where the training process's own Python holds the GIL (17,524 against 12,937
+beside a pure-Python loop, ``session28-9``). What follows is the history that made them the
+default from session 18 to 27.
 
 Why processes: inside one process nvImageCodec's decode takes the GIL about 3.4 times an image
 (each file's ``CodeStream``, each image's Python object, ``torch.as_tensor``) and the batched
@@ -40,7 +49,7 @@ import traceback
 
 import torch
 
-from ._image_decode import _Streams, allocate_final_slots, index_orientations
+from ._image_decode import _Streams, allocate_final_slots, close_decoder, index_orientations
 from ._image_fill import fill_from_images, fill_task_messages, read_file
 from ._messages import STOP, Failure, FillTask, Ready
 from ._slot_fences import FencedWorkerPool, SlotFences
@@ -86,8 +95,8 @@ class GpuImageWorkerStart:
 
 
 #: A worker reads its batch's files itself and gives the decoder their bytes (``decode``),
-#: rather than the paths (``decode_files``, nvImageCodec opening each file): with the default
-#: 2 workers, 12,667 against 10,778 / 11,392 images/s (H100, ``session20-1``) and 9,544
+#: rather than the paths (``decode_files``, nvImageCodec opening each file): with 2 workers
+#: (then the default), 12,667 against 10,778 / 11,392 images/s (H100, ``session20-1``) and 9,544
 #: against 8,931 (H200, ``session19-2``; with 4 workers 9,948 against 10,177 there). In one
 #: process the paths stay (:class:`~._image_decode.BatchDecodePool`): reading there holds the
 #: GIL that the augmentation needs (bytes 5,003 against paths 8,700, ``session20-1``).
@@ -102,7 +111,7 @@ WORKERS_PACKED = True
 
 #: A worker reads the files of its next task on a thread of its own while it decodes and
 #: augments the current one (nvImageCodec's decode releases the GIL), where it reads bytes
-#: (:data:`WORKERS_READ_BYTES`). With the default 2 workers and prefetch 2, alternated:
+#: (:data:`WORKERS_READ_BYTES`). With 2 workers (then the default) and prefetch 2, alternated:
 #: 13,720 / 13,321 against 11,771 / 11,879 images/s (H200, ``session26-3``); at prefetch 4
 #: it made no difference (12,970 / 13,074 against 12,775 / 13,092). Read by each pool when
 #: it is made.
@@ -150,8 +159,11 @@ def gpu_image_worker_main(start: GpuImageWorkerStart, task_q, result_q) -> None:
         tasks = read_ahead(task_q, config.dataset)
     else:
         tasks = ((task, None) for task in iter(task_q.get, STOP))
-    for task, blobs in tasks:
-        result_q.put(_fill_task(start, config, decoder, streams, task, blobs))
+    try:
+        for task, blobs in tasks:
+            result_q.put(_fill_task(start, config, decoder, streams, task, blobs))
+    finally:
+        close_decoder(decoder)
 
 
 def read_ahead(task_q, dataset):

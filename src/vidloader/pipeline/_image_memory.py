@@ -90,7 +90,9 @@ def _decoder_kind(loader):
 
     config, given = loader.config, loader._custom_decoder
     if config.backend == "nvimgcodec" or (config.backend == "batch" and given is None):
-        return _nvimgcodec.decodes_packed_here(), True
+        # nvJPEG's decoder (the default engine) decodes packed whatever nvImageCodec's version
+        packs = _nvimgcodec.PACKED_JPEG_ENGINE == "nvjpeg" or _nvimgcodec.decodes_packed_here()
+        return packs, True
     if config.backend == "batch":
         return (bool(getattr(given, "decodes_packed", False)),
                 callable(getattr(given, "decode_files", None)))
