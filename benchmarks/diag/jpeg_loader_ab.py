@@ -27,6 +27,7 @@ VARIANTS = {  # label: (lanes, region decoding, backends, hardware share)
     "2 lanes, regions": (2, True, HW, 1.0),
     "3 lanes, whole images": (3, False, HW, 1.0),
     "3 lanes, regions": (3, True, HW, 1.0),
+    "4 lanes, whole images": (4, False, HW, 1.0),
     "4 lanes, regions": (4, True, HW, 1.0),
     "2 lanes, regions, hw 0.7 + cuda": (2, True, ("HW_GPU_ONLY", "GPU_ONLY"), 0.7),
     "3 lanes, regions, hw 0.7 + cuda": (3, True, ("HW_GPU_ONLY", "GPU_ONLY"), 0.7),

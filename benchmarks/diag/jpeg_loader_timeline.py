@@ -38,8 +38,8 @@ from vidloader.images import ImageFolder, _nvimgcodec
 from vidloader.images._synthetic import write_image_folder
 from vidloader.pipeline import ImageLoader, _image_decode
 
-VARIANTS = {"2 lanes, prefetch 2": (2, 2), "2 lanes, prefetch 4": (2, 4),
-            "1 lane, prefetch 2": (1, 2), "1 lane, prefetch 4": (1, 4)}
+VARIANTS = {"3 lanes, prefetch 2": (3, 2), "2 lanes, prefetch 2": (2, 2),
+            "2 lanes, prefetch 4": (2, 4), "1 lane, prefetch 2": (1, 2), "1 lane, prefetch 4": (1, 4)}
 EVENTS: list = []  # (kind, thread name, start, end)
 
 
@@ -59,8 +59,10 @@ def instrument() -> None:
     pool.submit = timed("submit", pool.submit)
     pool._decode = timed("lane job", pool._decode)
     _image_decode.fill_from_images = timed("augment", _image_decode.fill_from_images)
-    dec = _nvimgcodec.NvImageCodecDecoder
-    dec.decode_packed = timed("decode call", dec.decode_packed)
+    from vidloader.images import _nvjpeg  # session 28's default engine: its own decode_packed
+
+    for dec in (_nvimgcodec.NvImageCodecDecoder, _nvjpeg.NvJpegDecoder):
+        dec.decode_packed = timed("decode call", dec.decode_packed)
 
 
 def busy(intervals: list, t0: float, t1: float) -> tuple[float, float]:
