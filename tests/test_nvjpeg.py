@@ -100,7 +100,18 @@ def test_hardware_takes_baseline_ycbcr_jpegs_of_their_place_only(folder):  # noq
         assert hardware_decodes(jpeg_header(_jpeg(pixels, subsampling=subsampling)), place)
     assert not hardware_decodes(jpeg_header(_jpeg(pixels, keep_rgb=True)), place)  # RGB-coded
     plain = _jpeg(pixels)
+    adobe = b"Adobe\x00\x64\x00\x00\x00\x00"  # version 100, no flags, then the transform
+    assert not hardware_decodes(jpeg_header(_with_segment(plain, 0xEE, adobe + b"\x00")), place)
+    assert hardware_decodes(jpeg_header(_with_segment(plain, 0xEE, adobe + b"\x01")), place)  # YCbCr
     frame = plain.index(b"\xff\xc0")
+    four_one_one = bytearray(plain)
+    four_one_one[frame + 10 + 1] = 0x41  # luma sampled 4x1: 4:1:1, which the hardware refuses
+    assert not hardware_decodes(jpeg_header(bytes(four_one_one)), place)
+    scan = plain.index(b"\xff\xda")
+    one_component = bytearray(plain)
+    one_component[scan + 4] = 1  # a first scan of one component: not interleaved
+    assert jpeg_header(bytes(one_component)).scan_components == 1
+    assert not hardware_decodes(jpeg_header(bytes(one_component)), place)
     twelve = bytearray(plain)
     twelve[frame + 4] = 12  # the precision byte
     assert not hardware_decodes(jpeg_header(bytes(twelve)), place)
@@ -115,6 +126,16 @@ def test_hardware_takes_baseline_ycbcr_jpegs_of_their_place_only(folder):  # noq
         assert hardware_decodes(header, place, upright=True)  # the index says upright
 
 
+def test_chroma_interpolation_follows_nvimgcodec_s_options():
+    from vidloader.images._nvjpeg import fancy_upsampling_in
+
+    assert fancy_upsampling_in("")
+    assert not fancy_upsampling_in(":fancy_upsampling=0")
+    assert not fancy_upsampling_in("nvjpeg_cuda_decoder:fancy_upsampling=0 :num_cuda_streams=4")
+    assert fancy_upsampling_in(":fancy_upsampling=0 :fancy_upsampling=1")  # the last one
+    assert fancy_upsampling_in("libjpeg_turbo_decoder:fancy_upsampling=0")  # not nvJPEG's
+
+
 class StandInNvJpeg:
     """libnvjpeg's functions as :class:`NvJpegDecoder` calls them, on the CPU: the batched
     decode reads the bitstream pointers, lengths and ``nvjpegImage_t`` entries it is given
@@ -123,10 +144,20 @@ class StandInNvJpeg:
 
     def __init__(self, status: int = 0) -> None:
         self.status, self.count, self.calls, self.states, self.streams = status, 0, [], [], []
+        self.log = []
 
     def nvjpegDecodeBatchedInitialize(self, handle, state, count, threads, output):
         assert output == 5  # NVJPEG_OUTPUT_RGBI: interleaved RGB, one plane at channel[0]
         self.count = count
+        self.log.append(("initialize", state.value))
+        return 0
+
+    def nvjpegJpegStateDestroy(self, state):
+        self.log.append(("destroy state", state.value))
+        return 0
+
+    def nvjpegDestroy(self, handle):
+        self.log.append(("destroy handle", handle.value))
         return 0
 
     def nvjpegDecodeBatched(self, handle, state, data, lengths, images, stream):
@@ -182,6 +213,44 @@ def test_baseline_jpegs_go_in_one_batched_call_into_their_places(sized_folder, f
                 assert (a is None and b is None) or torch.equal(a, b), ds.path(i)
     assert dec._lib.states == [10, 11] * 3  # the states in turn
     assert dec._lib.streams == [0] * 6  # the stand-in's "current stream"
+
+
+def test_a_state_is_reused_only_after_its_last_batch_left_the_gpu(sized_folder, monkeypatch):  # noqa: F811
+    """The decoder's states in turn: each batch's call is followed by an event recorded on the
+    stream it was given, and a state's next batch waits for that event first."""
+    dec = _stand_in_decoder(monkeypatch)
+    log = dec._lib.log
+
+    class Event:
+        def __init__(self, n):
+            self.n = n
+
+        def synchronize(self):
+            log.append(("wait", self.n))
+
+    class Stream:
+        cuda_stream, recorded = 1234, 0
+
+        def record_event(self, event):
+            assert event.blocking if hasattr(event, "blocking") else True
+            Stream.recorded += 1
+            log.append(("record", Stream.recorded))
+            return Event(Stream.recorded)
+
+    monkeypatch.setattr(torch.cuda, "Event", lambda blocking=False: type("E", (), {"blocking": blocking})())
+    monkeypatch.setattr(dec, "_current_stream", lambda: Stream())
+    ds = ImageFolder(sized_folder, num_workers=0, progress=False)
+    paths = [ds.path(i) for i in range(len(ds))]
+    for _ in range(3):
+        dec.decode_packed(paths, ds.sizes)
+    assert log == [("initialize", 10), ("record", 1), ("initialize", 11), ("record", 2),
+                   ("wait", 1), ("initialize", 10), ("record", 3)]
+    assert dec._lib.streams == [1234] * 3
+    dec.close()
+    assert log[7:] == [("wait", 3), ("destroy state", 10), ("wait", 2), ("destroy state", 11),
+                       ("destroy handle", 1)]  # close waits for what is pending first
+    with pytest.raises(RuntimeError, match="closed"):
+        dec.decode_packed(paths, ds.sizes)
 
 
 def test_a_batch_nvjpeg_refuses_goes_to_nvimgcodec(sized_folder, monkeypatch):  # noqa: F811
@@ -397,11 +466,12 @@ def test_the_pools_give_the_index_orientations_to_decoders_that_take_them(folder
 
 @pytest.mark.cuda
 def test_back_to_back_batches_on_side_streams_equal_nvimgcodec(tmp_path):
-    """Batches handed to nvJPEG one after another on one decoder (its states in turn) and on
-    three decoders on three threads, each on a stream of its own, the sources overwritten as
-    soon as each call returns (nvJPEG must have taken its copy) and the output read only
-    after the reading stream waits for the decoding one: every image equals nvImageCodec's
-    decode of the same file (both drive the hardware decoder)."""
+    """Batches of 256 handed to nvJPEG one after another on one decoder (its states in turn)
+    and on three decoders on three threads, each on a stream of its own, the sources
+    overwritten as soon as each call returns (nvJPEG must have taken its copy) and the output
+    read only after the reading stream waits for the decoding one: every image equals
+    nvImageCodec's decode of the same file (both drive the hardware decoder). To see that it
+    can fail, run it with ``_nvjpeg.STATES = 1`` and ``_next_state``'s wait removed."""
     pytest.importorskip("nvidia.nvimgcodec")
     import threading
 
@@ -409,8 +479,8 @@ def test_back_to_back_batches_on_side_streams_equal_nvimgcodec(tmp_path):
     from vidloader.images._synthetic import natural_like
 
     rng = np.random.default_rng(6)
-    sizes = np.array([[int(rng.integers(64, 400)), int(rng.integers(64, 400))] for _ in range(48)])
-    blobs = [_jpeg(natural_like(int(h), int(w), rng)) for h, w in sizes]
+    sizes = np.array([[int(rng.integers(300, 420)), int(rng.integers(400, 520))] for _ in range(48)])
+    blobs = [_jpeg(natural_like(int(h), int(w), rng)) for h, w in sizes]  # ImageNet-like sizes
     device = torch.device("cuda")
     reference = NvImageCodecDecoder(device).decode(blobs)
     torch.cuda.synchronize()
@@ -426,7 +496,7 @@ def test_back_to_back_batches_on_side_streams_equal_nvimgcodec(tmp_path):
                 out.append((rows, packed))
         torch.cuda.current_stream(device).wait_stream(side)
 
-    orders = [[rng.permutation(48)[:16] for _ in range(8)] for _ in range(4)]
+    orders = [[rng.integers(0, 48, 256) for _ in range(8)] for _ in range(4)]  # batches of 256
     one, many = [], [[] for _ in range(3)]
     run(NvJpegDecoder(device), orders[0], one)
     threads = [threading.Thread(target=run, args=(NvJpegDecoder(device), orders[k + 1], many[k]))

@@ -48,8 +48,9 @@ _engine_warned = False
 
 def gpu_image_decoder(device: torch.device):
     """The GPU image pools' decoder on ``device``, per :data:`PACKED_JPEG_ENGINE`; where
-    nvJPEG's hardware decoder cannot be used (no libnvjpeg, or a GPU without one), a warning
-    (once) and nvImageCodec's. Off a CUDA device (stand-in pools in tests), nvImageCodec's."""
+    nvJPEG's hardware decoder cannot be set up (no libnvjpeg, a GPU without one, a failing
+    set-up call: ``_nvjpeg.NvJpegUnavailable``), a warning (once) and nvImageCodec's. Off a
+    CUDA device (stand-in pools in tests), nvImageCodec's."""
     global _engine_warned
     if PACKED_JPEG_ENGINE not in ("nvjpeg", "nvimgcodec"):
         raise ValueError(f"vidloader.images._nvimgcodec.PACKED_JPEG_ENGINE is "
@@ -210,8 +211,8 @@ class NvImageCodecDecoder:
     def _warn_stale_sizes(self, exc: Exception) -> None:
         if not self._stale_sizes_warned:
             self._stale_sizes_warned = True
-            warnings.warn(f"nvImageCodec found an image larger than the dataset's index says "
-                          f"({exc}): files changed since they were indexed. Batches holding such "
+            warnings.warn(f"an image is not the size the dataset's index says ({exc}): files "
+                          f"changed since they were indexed. Batches holding such "
                           "files are decoded image by image into separate tensors (slower); "
                           "index the folder again.", RuntimeWarning, stacklevel=3)
 

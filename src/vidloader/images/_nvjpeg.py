@@ -9,13 +9,16 @@ calls nvJPEG's batched hardware decode as this module does, decoded 20,424 image
 nvImageCodec's 16,263 in the same call (``session26-9``). Here a batch is one
 ``nvjpegDecodeBatched`` call (``ctypes`` lets go of the GIL for it) writing every image
 straight into its place in the batch's :class:`~._packed.PackedImages`; the per-image work
-is a header walk in Python (:func:`jpeg_header`).
+is a header walk in Python (:func:`~._jpeg_header.jpeg_header`).
 
-What the hardware decoder does not take goes to nvImageCodec (:class:`NvJpegDecoder` is an
+What the hardware decoder is not given goes to nvImageCodec (:class:`NvJpegDecoder` is an
 :class:`~._nvimgcodec.NvImageCodecDecoder`, which also does everything but the packed
-decode): JPEGs that are not baseline three-component ones (progressive, gray, CMYK), files
-with an EXIF block (they may need turning upright), files cut short, files whose stored size
-is not their place's (the index is out of date), and anything that is not a JPEG.
+decode): JPEGs other than interleaved 8-bit baseline YCbCr of 4:4:4, 4:2:2, 4:2:0 or 4:4:0
+(progressive, gray, CMYK, RGB-coded, ...; :func:`~._jpeg_header.hardware_decodes`), files
+that may need turning upright (the index's orientation, or without it an EXIF or XMP
+segment), files cut short, files whose stored size is not their place's (the index is out of
+date), and anything that is not a JPEG. nvImageCodec's ``DEFAULT_HW_LOAD`` and ``BACKENDS``
+apply to those only.
 """
 
 from __future__ import annotations
@@ -58,8 +61,9 @@ class NvJpegError(RuntimeError):
 
 
 class NvJpegUnavailable(BackendUnavailableError):
-    """libnvjpeg is missing, or the GPU has no hardware JPEG decoder: nvImageCodec's decoder
-    serves instead (``_nvimgcodec.gpu_image_decoder``)."""
+    """nvJPEG's hardware decoder cannot be set up (libnvjpeg missing, a GPU without a hardware
+    JPEG decoder, any failing set-up call): nvImageCodec's decoder serves instead
+    (``_nvimgcodec.gpu_image_decoder``)."""
 
 
 def _library_candidates() -> list[str]:
@@ -150,8 +154,8 @@ class NvJpegDecoder(NvImageCodecDecoder):
 
     Raises:
         BackendUnavailableError: nvImageCodec is not installed.
-        NvJpegUnavailable: libnvjpeg is not installed, or this GPU has no hardware JPEG
-            decoder (nvJPEG's ``ARCH_MISMATCH``).
+        NvJpegUnavailable: libnvjpeg is not installed, this GPU has no hardware JPEG decoder
+            (nvJPEG's ``ARCH_MISMATCH``), or another set-up call failed.
     """
 
     name = "nvjpeg"
@@ -165,8 +169,7 @@ class NvJpegDecoder(NvImageCodecDecoder):
         self._lib = load_library()
         if fancy_upsampling is None:  # as nvImageCodec's decoder does for the other files
             options = nvimgcodec.get("options")
-            fancy = ":fancy_upsampling=0" not in (_nvimgcodec.DECODER_OPTIONS if options is None
-                                                  else options)
+            fancy = fancy_upsampling_in(_nvimgcodec.DECODER_OPTIONS if options is None else options)
         else:
             fancy = fancy_upsampling
         self._handle = ctypes.c_void_p()
@@ -199,9 +202,10 @@ class NvJpegDecoder(NvImageCodecDecoder):
         return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
 
     def close(self) -> None:
-        """Wait for this decoder's batches, then free nvJPEG's states and handle. The GPU pools
-        call it at shutdown; a decoder collected without it keeps them (at interpreter exit
-        CUDA may be gone before it)."""
+        """Wait for this decoder's batches, then free nvJPEG's states and handle; the decoder
+        takes no packed batch after it. The GPU pools call it at shutdown; otherwise it runs
+        when the decoder is collected, but not at interpreter exit (CUDA may be gone by
+        then: the process's end frees them)."""
         lib, states, handle = getattr(self, "_lib", None), getattr(self, "_states", []), \
             getattr(self, "_handle", None)
         if lib is None or handle is None:
@@ -233,7 +237,8 @@ class NvJpegDecoder(NvImageCodecDecoder):
         ``orientations``: per source the index's EXIF orientation (``ImageFolder.orientations``,
         Pillow's reading of EXIF and XMP); given, a file goes to the hardware decoder only
         where it is 1 (or 0, a tag with no orientation number, kept as stored). Without them
-        a file with an APP1 segment (EXIF or XMP) goes to nvImageCodec, which turns it."""
+        a file with an APP1 segment (EXIF or XMP) goes to nvImageCodec, which applies an EXIF
+        orientation (not an XMP one)."""
         blobs = [_as_bytes(source) for source in sources]
         if cut_short is None:
             cut_short = [blob is None or _cut_short(blob) for blob in blobs]
@@ -256,6 +261,8 @@ class NvJpegDecoder(NvImageCodecDecoder):
         """The next of :data:`STATES` nvJPEG states, once its last batch has left the GPU:
         a state holds its batch's bitstreams and buffers until then (nvImageCodec and
         torchvision also wait for the previous batch before reusing theirs)."""
+        if not self._states:
+            raise RuntimeError("this NvJpegDecoder was closed; make a new one")
         entry = self._states[self._turn]
         self._turn = (self._turn + 1) % len(self._states)
         if entry[1] is not None:
@@ -274,8 +281,7 @@ class NvJpegDecoder(NvImageCodecDecoder):
         index = np.asarray(rows)
         images[:, 0] = packed.pixels.data_ptr() + 3 * packed.starts[index]  # channel[0]
         images[:, 4] = 3 * packed.widths[index]  # pitch[0]: interleaved RGB rows
-        cuda = self.device.type == "cuda"  # else a stand-in library (the CPU tests)
-        stream = torch.cuda.current_stream(self.device) if cuda else None
+        stream = self._current_stream()
         entry = self._next_state()
         with self._on_device():
             status = self._lib.nvjpegDecodeBatchedInitialize(self._handle, entry[0], len(rows), 1,
@@ -284,12 +290,16 @@ class NvJpegDecoder(NvImageCodecDecoder):
                 status = self._lib.nvjpegDecodeBatched(
                     self._handle, entry[0], pointers.ctypes.data, lengths.ctypes.data,
                     images.ctypes.data, 0 if stream is None else stream.cuda_stream)
-            if cuda:
-                entry[1] = stream.record_event()
+            if stream is not None:  # a blocking event: its wait sleeps rather than spins
+                entry[1] = stream.record_event(torch.cuda.Event(blocking=True))
         del arrays  # alive until here: nvJPEG copies the bitstreams during the call
         if status != 0:
             self._refused(status)
         return status == 0
+
+    def _current_stream(self):
+        """torch's current stream on :attr:`device` (``None`` off CUDA: a stand-in library)."""
+        return torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
 
     def _refused(self, status: int) -> None:
         self.hardware_refused += 1
@@ -323,6 +333,19 @@ class NvJpegDecoder(NvImageCodecDecoder):
             f"place {(int(packed.heights[row]), int(packed.widths[row]))}"))
         by_row = dict(zip(rows, decoded))
         return [by_row[r] if r in by_row else packed[r] for r in range(len(packed))]
+
+
+def fancy_upsampling_in(options: str) -> bool:
+    """Whether nvImageCodec's decoder ``options`` (space-separated ``module:key=value``) leave
+    chroma interpolated: the last ``fancy_upsampling`` given for no module or an nvJPEG one
+    (``nvjpeg_cuda_decoder``, ``nvjpeg_hw_decoder``), true by default as in nvImageCodec."""
+    fancy = True
+    for token in options.split():
+        module, _, setting = token.rpartition(":")
+        key, _, value = setting.partition("=")
+        if key == "fancy_upsampling" and (not module or module.startswith("nvjpeg")):
+            fancy = value.strip() not in ("0", "false", "False")
+    return fancy
 
 
 def _unavailable_unless(status: int, call: str) -> None:

@@ -91,6 +91,7 @@ def _decoder_kind(loader):
     config, given = loader.config, loader._custom_decoder
     if config.backend == "nvimgcodec" or (config.backend == "batch" and given is None):
         # nvJPEG's decoder (the default engine) decodes packed whatever nvImageCodec's version
+        # (where it cannot be set up the pools fall back to nvImageCodec's: then this errs)
         packs = _nvimgcodec.PACKED_JPEG_ENGINE == "nvjpeg" or _nvimgcodec.decodes_packed_here()
         return packs, True
     if config.backend == "batch":
