@@ -228,17 +228,8 @@ class NvImageCodecDecoder:
 
     def _redo_on_cpu(self, packed: PackedImages, sources: list, rows: list[int]):
         """Pillow's decode of ``rows`` copied into their places; see :meth:`decode_packed`."""
-        if not rows:
-            return packed
-        redone = {i: None if sources[i] is None else self._on_cpu(sources[i]) for i in rows}
-        for i, image in redone.items():
-            if image is None:
-                packed.missing[i] = True
-            elif packed.fits(i, image):
-                packed[i].copy_(image)
-        if all(x is None or packed.fits(i, x) for i, x in redone.items()):
-            return packed
-        return [redone[i] if i in redone else packed[i] for i in range(len(packed))]
+        return _placed(packed, {i: None if sources[i] is None else self._on_cpu(sources[i])
+                                for i in rows})
 
     def to_tensors(self, decoded: list | PackedImages) -> list[torch.Tensor | None] | PackedImages:
         """:meth:`decode_files`' ``tensors=False`` output as tensors on :attr:`device` (a
@@ -304,6 +295,20 @@ class NvImageCodecDecoder:
         except Exception:  # noqa: BLE001 - nvImageCodec raises RuntimeError subclasses
             return None
 
+
+
+def _placed(packed: PackedImages, decoded: dict):
+    """Images decoded apart (``decoded``: row to tensor, ``None`` where nothing decoded it)
+    copied into their places in ``packed``, a row with none marked missing; ``packed``, or
+    where one does not fit its place the batch as a list of tensors."""
+    for row, image in decoded.items():
+        if image is None:
+            packed.missing[row] = True
+        elif packed.fits(row, image):
+            packed[row].copy_(image)
+    if all(x is None or packed.fits(row, x) for row, x in decoded.items()):
+        return packed
+    return [decoded[row] if row in decoded else packed[row] for row in range(len(packed))]
 
 
 def _packed_params(nvimgcodec):

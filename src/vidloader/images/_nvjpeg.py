@@ -36,7 +36,7 @@ import torch
 from ..errors import BackendUnavailableError
 from . import _nvimgcodec
 from ._jpeg_header import hardware_decodes, jpeg_header
-from ._nvimgcodec import NvImageCodecDecoder, _cut_short
+from ._nvimgcodec import NvImageCodecDecoder, _cut_short, _placed
 from ._packed import PackedImages
 
 #: nvJPEG states a decoder uses in turn: a batch may be handed to nvJPEG while the one before
@@ -315,24 +315,15 @@ class NvJpegDecoder(NvImageCodecDecoder):
         of tensors where one does not fit (see :meth:`decode_packed`; a warning, once)."""
         if not rows:
             return packed
-        decoded = self._decoded_list(self._streams([blobs[r] for r in rows], None),
-                                     [blobs[r] for r in rows])
-        misfits = []
-        for row, image in zip(rows, decoded):
-            if image is None:
-                packed.missing[row] = True
-            elif packed.fits(row, image):
-                packed[row].copy_(image)
-            else:
-                misfits.append(row)
-        if not misfits:
-            return packed
-        row = misfits[0]
-        self._warn_stale_sizes(ValueError(
-            f"image {row} of the batch is {tuple(decoded[rows.index(row)].shape[:2])}, its "
-            f"place {(int(packed.heights[row]), int(packed.widths[row]))}"))
-        by_row = dict(zip(rows, decoded))
-        return [by_row[r] if r in by_row else packed[r] for r in range(len(packed))]
+        handed = [blobs[r] for r in rows]
+        decoded = dict(zip(rows, self._decoded_list(self._streams(handed, None), handed)))
+        placed = _placed(packed, decoded)
+        if isinstance(placed, list):
+            row = next(r for r, x in decoded.items() if x is not None and not packed.fits(r, x))
+            self._warn_stale_sizes(ValueError(
+                f"image {row} of the batch is {tuple(decoded[row].shape[:2])}, its place "
+                f"{(int(packed.heights[row]), int(packed.widths[row]))}"))
+        return placed
 
 
 def fancy_upsampling_in(options: str) -> bool:

@@ -186,23 +186,25 @@ def close_decoder(decoder) -> None:
         close()
 
 
-def index_orientations(dataset, decoder):
-    """The dataset's EXIF orientations (``ImageFolder``'s, one per image) for a decoder whose
-    packed decode takes them (``takes_orientations``), or ``None``."""
-    found = getattr(dataset, "orientations", None)
-    if not getattr(decoder, "takes_orientations", False) or found is None or len(found) != len(dataset):
+def _per_image(dataset, name: str):
+    """The dataset's index array ``name`` (``ImageFolder``'s, one entry per image), or ``None``
+    where it has none or not one per image (a subclass that filtered its files, say)."""
+    found = getattr(dataset, name, None)
+    if found is None or len(found) != len(dataset):
         return None
     return found
 
 
+def index_orientations(dataset, decoder):
+    """The dataset's EXIF orientations (``ImageFolder``'s, one per image) for a decoder whose
+    packed decode takes them (``takes_orientations``), or ``None``."""
+    return _per_image(dataset, "orientations") if getattr(decoder, "takes_orientations", False) else None
+
+
 def _index_flags(dataset):
     """The dataset's ``cut_short`` flags (``ImageFolder``'s, one per image), or ``None`` where
-    it has none or not one per image (a subclass that filtered its files, say): the decoder
-    then reads each file's ends itself."""
-    flags = getattr(dataset, "cut_short", None)
-    if flags is None or len(flags) != len(dataset):
-        return None
-    return flags
+    it has none or not one per image: the decoder then reads each file's ends itself."""
+    return _per_image(dataset, "cut_short")
 
 
 class _Lane:
