@@ -33,6 +33,7 @@ import warnings
 import numpy as np
 import torch
 
+from .._utils._files import read_file
 from ..errors import BackendUnavailableError
 from . import _nvimgcodec
 from ._jpeg_header import hardware_decodes, jpeg_header
@@ -124,9 +125,13 @@ def _typed(lib):
     return lib
 
 
+def _status_name(status: int) -> str:
+    return f"NVJPEG_STATUS_{_STATUS.get(status, status)}"
+
+
 def _check(status: int, call: str) -> None:
     if status != 0:
-        raise NvJpegError(f"{call} failed: NVJPEG_STATUS_{_STATUS.get(status, status)}")
+        raise NvJpegError(f"{call} failed: {_status_name(status)}")
 
 
 def library_version() -> tuple[int, int, int]:
@@ -305,7 +310,7 @@ class NvJpegDecoder(NvImageCodecDecoder):
         self.hardware_refused += 1
         if self.hardware_refused == 1:
             warnings.warn(f"vidloader: nvJPEG's hardware decoder refused a batch "
-                          f"(NVJPEG_STATUS_{_STATUS.get(status, status)}); such batches are "
+                          f"({_status_name(status)}); such batches are "
                           "decoded by nvImageCodec instead (slower). A file in it may be "
                           "corrupt: decoder.hardware_refused counts them.", RuntimeWarning,
                           stacklevel=4)
@@ -342,17 +347,11 @@ def fancy_upsampling_in(options: str) -> bool:
 def _unavailable_unless(status: int, call: str) -> None:
     """A failure to set nvJPEG up: nvImageCodec's decoder serves instead."""
     if status != 0:
-        raise NvJpegUnavailable(f"{call} failed: NVJPEG_STATUS_{_STATUS.get(status, status)}; "
+        raise NvJpegUnavailable(f"{call} failed: {_status_name(status)}; "
                                 "nvImageCodec's decoder serves instead")
 
 
 def _as_bytes(source):
     """A source's encoded bytes: a path read, bytes or a uint8 array kept; ``None`` (a file
     that could not be read) kept."""
-    if isinstance(source, str):
-        try:
-            with open(source, "rb") as f:
-                return f.read()
-        except OSError:
-            return None
-    return source
+    return read_file(source) if isinstance(source, str) else source

@@ -15,6 +15,7 @@ import traceback
 import numpy as np
 import torch
 
+from .._utils._files import read_file  # noqa: F401 - the pools read files with it from here
 from ..errors import MediaError
 from ..images._augment import (
     Windows,
@@ -128,15 +129,6 @@ def image_worker_main(start: ImageWorkerStart, task_q, result_q) -> None:
     result_q.put(Ready(start.worker_id))
     while (task := task_q.get()) is not STOP:
         result_q.put(fill_task_messages(fill, start.slots, task, "pillow"))
-
-
-def read_file(path: str) -> bytes | None:
-    """The file's bytes, or ``None`` if it cannot be read (the decoder then reports it)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def fill_from_images(config, decoder_name: str, images: list, plan, staging: torch.Tensor,
