@@ -140,18 +140,20 @@ def test_decoder_object_plan_predicts_its_readers_and_buffers(folder, monkeypatc
     assert unpacked["reader_slabs"] == 0 and unpacked["decode_buffers"] == 1  # the packing copy
 
 
+@pytest.mark.parametrize("engine", ["triton", "matmul"])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("packed", [True, False])
-def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed):  # noqa: F811
+def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed, engine):  # noqa: F811
     """``decoder="nvimgcodec"`` on a GPU: slots on the device in the output's dtype; decode
     buffers one per slot and one more in one process, one per worker, plus one per
     augmentation where images are decoded separately, each no smaller than a real packed
     buffer of the mean size; the augmentation's workspace per augmentation; reader slabs in
     one process only, and only where the batches are decoded packed and not in a daemonic
     process."""
-    from vidloader.images import _nvimgcodec, _packed
+    from vidloader.images import _batched, _nvimgcodec, _packed
     from vidloader.pipeline import _image_decode, _image_readers
 
+    monkeypatch.setattr(_batched, "cuda_resize_engine", lambda: engine)
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
     monkeypatch.setattr(_nvimgcodec, "decodes_packed_here", lambda: packed)
     # nvJPEG's decoder always packs: unpacked only with nvImageCodec's, before its 0.9
@@ -172,13 +174,17 @@ def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed):  # noqa
     else:
         assert plan["decode_buffer_bytes"] == 4 * 48 * 64 * 3  # the test images are all 48x64
     largest = int(ds.sizes[:, 0].max()) * int(ds.sizes[:, 1].max())
-    assert plan["augment_workspace_bytes"] > augmenters * 4 * largest * 12
+    if engine == "matmul":  # the padded batch and its gather, in the compute dtype and int32
+        assert plan["augment_workspace_bytes"] > augmenters * 4 * largest * 12
+    else:  # the fused kernel's parameters (eight int64 a row) and one output batch more
+        assert plan["augment_workspace_bytes"] == augmenters * (4 * (64 + plan["slot_bytes"] // 4) + 24)
     if workers or not packed:
         assert plan["reader_slabs"] == 0
     else:
         assert plan["reader_slabs"] == slots + _image_decode.NVIMGCODEC_LANES + 1
         assert plan["reader_slab_bytes"] == _image_readers.slab_bytes(ds, 4)
-    assert plan["cublas_workspace_bytes"] == (0 if workers else 32 * 2**20)  # one augmenting stream here
+    # one augmenting stream here, running matmuls only without the fused kernel
+    assert plan["cublas_workspace_bytes"] == (0 if workers or engine == "triton" else 32 * 2**20)
     assert plan["device_bytes"] == (slots * plan["slot_bytes"] + plan["augment_workspace_bytes"]
                                     + plan["decode_buffers"] * plan["decode_buffer_bytes"]
                                     + plan["cublas_workspace_bytes"])

@@ -9,6 +9,8 @@ images of both orientations, batch 64:
   ``interpolate`` on CUDA), then ``finalize`` (the path before this change);
 - ``matmul``: ``crop_resize_matmul`` as the loader runs it (per-image weight matrices, two
   ``bmm``, the batch padded to its largest window; float16 products on CUDA);
+- ``fused`` (CUDA): ``crop_resize_fused``, one Triton kernel reading each window where it
+  lies (what the loader runs on CUDA where Triton is);
 - ``matmul_4_groups``: the same with images sorted by window area in 4 groups, each padded to
   its own largest window (the default before session 19);
 - ``matmul_float32``: the same with float32 products (the default on CUDA before session 19);
@@ -35,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ..images._augment import _window, sample_windows
-from ..images._batched import crop_resize_matmul, crop_resize_per_image
+from ..images._batched import crop_resize_fused, crop_resize_matmul, crop_resize_per_image
 from ..images._spec import ImageProcess
 from ..images._synthetic import natural_like
 
@@ -104,7 +106,7 @@ def _time(fn, reps: int, device: str) -> float:
 
 
 def run_resize(args, device: str) -> dict:
-    """Time the three methods on one batch of ``--batch-size`` images, ``--resize-reps``
+    """Time the methods on one batch of ``--batch-size`` images, ``--resize-reps``
     times each after a warm-up; errors against the float32 per-image path."""
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -119,6 +121,7 @@ def run_resize(args, device: str) -> dict:
     results = {"batch": batch, "reps": reps, "threads": torch.get_num_threads(),
                "load_average_before": os.getloadavg()}
     methods = {"per_image": crop_resize_per_image, "matmul": crop_resize_matmul,
+               **({"fused": crop_resize_fused} if device == "cuda" else {}),
                "matmul_4_groups": functools.partial(crop_resize_matmul, groups=4),
                "matmul_float32": functools.partial(crop_resize_matmul, compute_dtype=torch.float32),
                "grid_sample": None}

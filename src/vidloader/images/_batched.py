@@ -41,6 +41,7 @@ multiply-adds of the banded filter; see ``benchmarks/results/cpu/images/``), so
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -310,13 +311,7 @@ def finish(res: torch.Tensor, proc: ImageProcess | None, out: torch.Tensor | Non
     dest = out if out is not None else torch.empty(shape, dtype=dtype, device=res.device)
     if dtype == torch.uint8:
         return dest.copy_(view.round_().clamp_(0, 255))
-    mul = np.full(3, 1 / 255 if proc.normalized else 1.0)
-    add = np.zeros(3)
-    if proc.mean is not None:
-        add -= np.asarray(proc.mean)
-    if proc.std is not None:
-        mul, add = mul / np.asarray(proc.std), add / np.asarray(proc.std)
-    coef = to_device(np.stack([mul, add]).astype(np.float32), res.device)
+    coef = to_device(_affine(proc), res.device)
     coef = coef[:, :, None, None] if chw else coef
     return torch.addcmul(coef[1], view, coef[0], out=dest)
 
@@ -340,6 +335,128 @@ def crop_resize_batch(images: list[torch.Tensor] | PackedImages, windows: Window
                       out_hw: tuple[int, int],
                       scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
                       out: torch.Tensor | None = None) -> torch.Tensor:
-    """Batched matmuls for CUDA tensors, the per-image uint8 kernel for CPU tensors."""
-    fn = crop_resize_per_image if _device(images).type == "cpu" else crop_resize_matmul
-    return fn(images, windows, out_hw, scales, proc=proc, out=out)
+    """The per-image uint8 kernel for CPU tensors; for CUDA tensors the fused Triton kernel
+    (:func:`crop_resize_fused`), or the batched matmuls where it is off or unavailable
+    (:func:`cuda_resize_engine`)."""
+    if _device(images).type == "cpu":
+        return crop_resize_per_image(images, windows, out_hw, scales, proc=proc, out=out)
+    if cuda_resize_engine() == "triton":
+        try:
+            return crop_resize_fused(images, windows, out_hw, scales, proc=proc, out=out)
+        except _TritonFailed:  # it never ran here: nothing was written, nothing is lost
+            pass
+    return crop_resize_matmul(images, windows, out_hw, scales, proc=proc, out=out)
+
+
+#: How CUDA batches are cropped, resized, flipped and finished: ``"triton"`` (one fused
+#: kernel, :mod:`._triton_resize`: no intermediates, one launch) or ``"matmul"``
+#: (:func:`crop_resize_matmul`). ``"triton"`` falls back to ``"matmul"``, with a warning,
+#: where Triton cannot be imported (torch's CPU and Windows wheels do not bring it) or its
+#: first launch fails (e.g. no C compiler for its launcher).
+CUDA_RESIZE = "triton"
+
+_triton_state: dict = {"module": None, "failed": None, "ran": False}
+
+
+class _TritonFailed(RuntimeError):
+    """The fused kernel could not be set up or compiled; the matmuls take over."""
+
+
+def cuda_resize_engine() -> str:
+    """``"triton"`` or ``"matmul"``: what :func:`crop_resize_batch` runs on CUDA tensors here."""
+    if CUDA_RESIZE != "triton" or _triton_state["failed"] is not None:
+        return "matmul"
+    return "triton" if _triton_kernel() is not None else "matmul"
+
+
+def _triton_kernel():
+    """:mod:`._triton_resize`, imported once; ``None`` (and a warning) without Triton."""
+    if _triton_state["module"] is None and _triton_state["failed"] is None:
+        try:
+            from . import _triton_resize
+        except Exception as exc:  # ImportError, or a Triton too old for the kernel
+            _give_up_triton(f"Triton could not be imported ({exc!r})")
+            return None
+        _triton_state["module"] = _triton_resize
+    return _triton_state["module"]
+
+
+def _give_up_triton(reason: str) -> None:
+    import warnings
+
+    _triton_state["failed"] = reason
+    warnings.warn(f"vidloader: {reason}; GPU batches are cropped and resized by batched "
+                  "matmuls instead (slower, and a few hundred MB of intermediates a batch). "
+                  "pip install triton (torch's CUDA wheels bring it), or set "
+                  "vidloader.images._batched.CUDA_RESIZE = 'matmul' to silence this",
+                  RuntimeWarning, stacklevel=3)
+
+
+def _flat_images(images) -> tuple[torch.Tensor, np.ndarray]:
+    """Pixels ``[P, 3]`` and each image's first pixel: a packed batch's own buffer, or a
+    list of ``[H, W, 3]`` images concatenated."""
+    if isinstance(images, PackedImages):
+        if images.missing.any():  # their places hold whatever the allocator left there
+            raise ValueError("packed images with missing rows: select the rows that have one")
+        return images.pixels, images.starts
+    heights, widths = _sizes(images)
+    sizes = heights * widths
+    flat = torch.cat([x.reshape(-1, 3) for x in images])
+    return flat, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+
+def _affine(proc: ImageProcess | None) -> np.ndarray:
+    """float32 ``[2, 3]``: the multiplier and the offset of each channel of a float output
+    (from 0..255 pixels: 1/255 if normalized, then ``(x - mean) / std``)."""
+    mul = np.full(3, 1 / 255 if proc is not None and proc.normalized else 1.0)
+    add = np.zeros(3)
+    if proc is not None and proc.mean is not None:
+        add -= np.asarray(proc.mean)
+    if proc is not None and proc.std is not None:
+        mul, add = mul / np.asarray(proc.std), add / np.asarray(proc.std)
+    return np.stack([mul, add]).astype(np.float32)
+
+
+def crop_resize_fused(images: list[torch.Tensor] | PackedImages, windows: Windows,
+                      out_hw: tuple[int, int],
+                      scales: np.ndarray | None = None, *, proc: ImageProcess | None = None,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`crop_resize_matmul`'s output from one Triton kernel that reads each window
+    where the decoder put it (:mod:`._triton_resize`), on torch's current stream; CUDA only.
+    uint8 outputs are within 1 of :func:`._augment.crop_resize` (float32 throughout).
+
+    Raises:
+        _TritonFailed: the kernel's first launch here failed (the caller falls back).
+    """
+    kernel = _triton_kernel()
+    if kernel is None:
+        raise _TritonFailed(_triton_state["failed"])
+    dev = _device(images)
+    pixels, starts = _flat_images(images)
+    heights, widths = _sizes(images)
+    top, left, ch, cw = scaled_windows(windows, scales)
+    params = to_device(np.stack([starts, heights, widths, top, left, ch, cw,
+                                 np.asarray(windows.flip, np.int64)]).astype(np.int64), dev)
+    chw = proc is not None and proc.layout == "chw"
+    dtype = _TORCH_DTYPES[proc.dtype] if proc is not None else torch.uint8
+    oh, ow = out_hw
+    shape = (len(starts), 3, oh, ow) if chw else (len(starts), oh, ow, 3)
+    dest = out if out is not None and out.device == dev else torch.empty(shape, dtype=dtype,
+                                                                         device=dev)
+    if tuple(dest.shape) != shape or dest.dtype != dtype:
+        raise ValueError(f"out is {tuple(dest.shape)} {dest.dtype}; the batch needs {shape} {dtype}")
+    s = dest.stride()
+    strides = (s[0], s[2], s[3], s[1]) if chw else (s[0], s[1], s[2], s[3])
+    coef = to_device(_affine(proc), dev)
+    try:
+        # Triton launches on the current device's current stream (the CPU: its interpreter)
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+            kernel.launch(pixels, params, coef, dest, (oh, ow), strides,
+                          out_uint8=dtype == torch.uint8)
+    except Exception as exc:
+        if _triton_state["ran"]:
+            raise
+        _give_up_triton(f"the fused crop/resize kernel failed to run ({exc!r})")
+        raise _TritonFailed(str(exc)) from exc
+    _triton_state["ran"] = True
+    return dest if dest is out or out is None else out.copy_(dest)

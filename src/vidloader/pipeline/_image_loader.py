@@ -301,13 +301,15 @@ class ImageLoader(VideoLoader):
         - ``decoder="nvimgcodec"`` or a decoder object: ``decode_buffers`` of
           ``decode_buffer_bytes`` (a batch of images of the index's mean size: an estimate;
           a decoder object's own output is not counted unless it decodes packed),
-          ``augment_workspace_bytes`` (the batched crop/resize's intermediates for windows as
-          large as the largest image, per augmentation thread or worker: at most), and in
+          ``augment_workspace_bytes`` (per augmentation thread or worker: on CUDA with
+          Triton, the fused kernel's parameters and one output batch; otherwise, at most, the
+          batched matmuls' intermediates for windows as large as the largest image), and in
           one process the reader processes' ``reader_slabs`` of ``reader_slab_bytes`` in
           shared host memory (those of the running pool, or those it would start; readers
           that fail to start give a warning and none);
         - ``cublas_workspace_bytes``: the cuBLAS workspace torch allocates for the stream
-          that augments on a GPU in this process (32 MiB on an H200 by default;
+          that augments on a GPU in this process, where it runs matmuls (an in-memory
+          dataset, or no Triton; 32 MiB on an H200 by default;
           ``CUBLAS_WORKSPACE_CONFIG`` sets it);
         - ``device_bytes``, ``host_bytes`` (shared included) and ``host_shared_bytes``;
         - ``not_counted``: what the loader also holds and the plan leaves out (the batches

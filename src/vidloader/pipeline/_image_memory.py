@@ -127,12 +127,33 @@ def _gpu_pool_parts(loader, config, decoder, plan: dict, device: torch.device) -
     buffers = (loader.staging_slots + 1 if in_process else config.num_workers) if owned else 0
     if not packed:
         buffers += augmenters
+    fused = device.type == "cuda" and _fuses_resize()
+    workspace = _fused_workspace(config) if fused else _resize_workspace(sizes, config, device)
     plan.update(decode_buffers=buffers, decode_buffer_bytes=_decode_buffer_bytes(sizes, config, packed),
-                augment_workspace_bytes=augmenters * _resize_workspace(sizes, config, device))
+                augment_workspace_bytes=augmenters * workspace)
     slabs, each = _reader_slabs(loader, config, can_pack, opens_files)
     plan.update(reader_slabs=slabs, reader_slab_bytes=each)
-    if in_process and device.type == "cuda":  # the augmentation thread's stream's
+    if in_process and device.type == "cuda" and not fused:  # the augmentation stream's bmm
         plan["cublas_workspace_bytes"] = cublas_workspace_bytes(device)
+
+
+def _fuses_resize() -> bool:
+    """Whether CUDA batches are cropped and resized by the fused Triton kernel here
+    (``images/_batched.py``, :func:`cuda_resize_engine`) rather than by batched matmuls."""
+    from ..images import _batched
+
+    return _batched.cuda_resize_engine() == "triton"
+
+
+#: Bytes a sample of the fused kernel's per-image parameters (eight int64) on the device.
+_FUSED_PARAM_BYTES = 8 * 8
+
+
+def _fused_workspace(config) -> int:
+    """The fused kernel's working memory for a batch: its parameters, and one output batch
+    more (a batch with rows missing is finished apart, then copied); it keeps no
+    intermediate."""
+    return config.batch_size * (_FUSED_PARAM_BYTES + _sample_bytes(config)) + 2 * 3 * 4
 
 
 #: torch's default cuBLAS workspace for one stream (``CUBLAS_WORKSPACE_CONFIG`` unset):
@@ -188,7 +209,7 @@ def _decode_buffer_bytes(sizes: np.ndarray, config, packed: bool) -> int:
 
 
 def _resize_workspace(sizes: np.ndarray, config, device: torch.device) -> int:
-    """At most, the batched crop/resize's intermediates for a batch (``images/_batched.py``,
+    """At most, the batched matmuls' crop/resize intermediates for a batch (``images/_batched.py``,
     one group) whose windows are as large as the largest image (a window's stored part never
     is larger): the gather's int64 then int32 pixel numbers, the gathered uint8 pixels and the
     padded batch in the compute dtype (``[B, Hm, Wm]`` each); the row and column weights (in
