@@ -45,18 +45,19 @@ def _tent(pos, center, invscale):
 
 
 @triton.jit(do_not_specialize=["count", "out_h", "out_w", "s_b", "s_y", "s_x", "s_c"])
-def crop_resize_kernel(pixels, params, coef, out, count, out_h, out_w, s_b, s_y, s_x, s_c,
+def crop_resize_kernel(pixels, table, coef, out, count, out_h, out_w, s_b, s_y, s_x, s_c,
                        OUT_UINT8: tl.constexpr, BLOCK: tl.constexpr):
-    """Program ``(tile, b)``: ``BLOCK`` output pixels of image ``b``, all three channels."""
+    """Program ``(tile, b)``: ``BLOCK`` output pixels of image ``b``, all three channels.
+    (``table``, not ``params``: Triton's argument binder has a local of that name.)"""
     b = tl.program_id(1)
-    start = tl.load(params + b)
-    h = tl.load(params + count + b).to(tl.int32)
-    w = tl.load(params + 2 * count + b).to(tl.int32)
-    top = tl.load(params + 3 * count + b).to(tl.int32)
-    left = tl.load(params + 4 * count + b).to(tl.int32)
-    win_h = tl.load(params + 5 * count + b).to(tl.int32)
-    win_w = tl.load(params + 6 * count + b).to(tl.int32)
-    flip = tl.load(params + 7 * count + b)
+    start = tl.load(table + b)
+    h = tl.load(table + count + b).to(tl.int32)
+    w = tl.load(table + 2 * count + b).to(tl.int32)
+    top = tl.load(table + 3 * count + b).to(tl.int32)
+    left = tl.load(table + 4 * count + b).to(tl.int32)
+    win_h = tl.load(table + 5 * count + b).to(tl.int32)
+    win_w = tl.load(table + 6 * count + b).to(tl.int32)
+    flip = tl.load(table + 7 * count + b)
 
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < out_h * out_w
