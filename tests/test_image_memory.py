@@ -255,9 +255,12 @@ def test_packed_decode_support_follows_the_installed_nvimgcodec(monkeypatch):
 @pytest.mark.parametrize("size", [32, 224])  # smaller than the 48x64 images, and larger
 def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder, size):  # noqa: F811
     """On a GPU, the one-process pool (its lanes, reader processes, packed decode): the most
-    torch held over two epochs lies between the slots alone and the plan's device bytes
-    (nvJPEG's and nvImageCodec's own allocations and the CUDA context are not torch's, and not
-    counted)."""
+    torch held over two epochs lies between the slots alone and the plan's device bytes plus
+    the batches the loop holds, which the plan leaves out (``not_counted``): a batch is
+    copied out of its slot while the loop still holds the last, so two (nvJPEG's and
+    nvImageCodec's own allocations and the CUDA context are not torch's, and not counted).
+    Session 29's fused kernel cut the plan's workspace from the matmuls' intermediates to one
+    output batch: the held batches no longer fit under it."""
     pytest.importorskip("nvidia.nvimgcodec")
     from vidloader.images import _nvimgcodec
 
@@ -279,7 +282,8 @@ def test_nvimgcodec_plan_bounds_what_torch_allocates_in_one_process(folder, size
         peak = torch.cuda.max_memory_allocated() - base
         print(f"torch's peak {peak:,} bytes; plan {plan['device_bytes']:,} "
               f"(slots {plan['staging_slots'] * plan['slot_bytes']:,})")
-        assert plan["staging_slots"] * plan["slot_bytes"] <= peak <= plan["device_bytes"]
+        held = 2 * plan["slot_bytes"]  # a slot holds one batch in the output's dtype
+        assert plan["staging_slots"] * plan["slot_bytes"] <= peak <= plan["device_bytes"] + held
         assert loader.memory_plan["reader_slabs"] == plan["reader_slabs"]
     finally:
         loader.shutdown()

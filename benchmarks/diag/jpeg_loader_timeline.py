@@ -63,6 +63,11 @@ def instrument() -> None:
 
     for dec in (_nvimgcodec.NvImageCodecDecoder, _nvjpeg.NvJpegDecoder):
         dec.decode_packed = timed("decode call", dec.decode_packed)
+    # Session 29: inside the lane job, the read's wait and nvJPEG's parts
+    pool._decode_read = timed("read and decode", pool._decode_read)
+    _nvjpeg.NvJpegDecoder._decode_hardware = timed("hardware call", _nvjpeg.NvJpegDecoder._decode_hardware)
+    _nvjpeg.NvJpegDecoder._next_state = timed("state wait", _nvjpeg.NvJpegDecoder._next_state)
+    _nvjpeg.NvJpegDecoder._hand_on = timed("hand on", _nvjpeg.NvJpegDecoder._hand_on)
 
 
 def busy(intervals: list, t0: float, t1: float) -> tuple[float, float]:
@@ -87,7 +92,8 @@ def summarise(t0: float, t1: float) -> dict:
         if a >= t0 and b <= t1:
             kinds.setdefault(kind, {}).setdefault(thread, []).append((a, b))
     out: dict = {"seconds": round(t1 - t0, 3)}
-    for kind in ("lane job", "decode call", "augment"):
+    for kind in ("lane job", "read and decode", "decode call", "hardware call", "state wait",
+                 "hand on", "augment", "submit"):
         threads = kinds.get(kind, {})
         every = [iv for ivs in threads.values() for iv in ivs]
         out[kind] = {
