@@ -1,5 +1,5 @@
 #!/bin/bash
-# WRITTEN IN SESSION 28, NOT YET RUN. Issue 15, one call (~450 s; carry .imgwhl; kind
+# Written in session 28; ran in session 29 (benchmarks/results/gpu/session29-1). Issue 15, one call (~450 s; carry .imgwhl; kind
 # nvidia-h200). Session 28 made nvJPEG's hardware decoder (called directly) and the
 # one-process pool with 3 lanes the default (median 0.88 of DALI idle, 1.14 beside torch host
 # work, session28-13), then mended it after review without a GPU: two nvJPEG states a decoder
