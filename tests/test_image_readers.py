@@ -39,6 +39,20 @@ def test_read_into_places_files_one_after_another(tmp_path):
     assert bytes(slab[:15]) == b"x" * 10 + b"z" * 5
 
 
+def test_read_into_walks_headers_where_asked(folder):  # noqa: F811
+    """With ``headers``, each file read has its ``header_facts`` (0s for what is not a
+    JPEG); a file not read has ``UNKNOWN_FACTS``; without, no facts."""
+    from vidloader.images._jpeg_header import UNKNOWN_FACTS, header_facts
+
+    paths = sorted(str(p) for p in Path(folder).rglob("*.*"))
+    slab = np.zeros(1 << 20, np.uint8)
+    assert read_into(slab, ReadTask(0, paths)).facts is None
+    got = read_into(slab, ReadTask(0, paths + ["/nonexistent.jpg"], headers=True))
+    expect = [header_facts(Path(p).read_bytes()) for p in paths] + [UNKNOWN_FACTS]
+    assert got.facts.tolist() == [list(e) for e in expect]
+    assert any(row[0] == 1 for row in expect) and any(row == (0, 0, 0, 0) for row in expect)
+
+
 def test_file_readers_read_release_and_close(tmp_path):
     files = []
     for k in range(12):
@@ -48,7 +62,10 @@ def test_file_readers_read_release_and_close(tmp_path):
     readers = FileReaders(2, 2, 1 << 12)
     try:
         for batch in (files[:6], files[6:], files[::2]):
-            read = readers.read(batch).result(timeout=30)
+            read = readers.read(batch, headers=batch is files[6:]).result(timeout=30)
+            assert (read.facts is not None) == (batch is files[6:])
+            if read.facts is not None:  # not JPEGs
+                assert read.facts.tolist() == [[0, 0, 0, 0]] * len(batch)
             views = readers.files(read, batch)
             assert [bytes(v) for v in views] == [Path(p).read_bytes() for p in batch]
             readers.release(read.slab)
@@ -179,3 +196,36 @@ def test_gpu_pool_uses_reader_processes_by_default(folder, monkeypatch):  # noqa
     """The default: readers, and the lanes decode views of their slabs."""
     sources, had_readers = _pool_sources(folder, monkeypatch)
     assert had_readers and "ndarray" in sources
+
+
+@pytest.mark.parametrize("walk", [True, False])
+def test_readers_give_header_facts_to_decoders_that_take_them(folder, monkeypatch, walk):  # noqa: F811
+    """``READERS_WALK_HEADERS``: a lane decoder that ``takes_header_facts`` (nvJPEG's) is
+    given each file's facts as the readers read them (a path's row unknown); off, or for
+    other decoders, none are asked for. The batches are the same either way."""
+    from vidloader.images import _nvimgcodec
+    from vidloader.images._jpeg_header import UNKNOWN_FACTS, header_facts
+    from vidloader.pipeline import _image_decode
+
+    monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
+    monkeypatch.setattr(_image_decode, "READERS_WALK_HEADERS", walk)
+    pillow, made, given = _packing_pools(folder, monkeypatch)
+    seen = []
+    packing = _nvimgcodec.NvImageCodecDecoder  # the stand-in class _packing_pools installed
+    real = packing.decode_packed
+
+    def taking(self, sources, sizes, *, header_facts=None, **options):
+        seen.append((list(sources), header_facts))
+        return real(self, sources, sizes, **options)
+    monkeypatch.setattr(packing, "takes_header_facts", True, raising=False)
+    monkeypatch.setattr(packing, "decode_packed", taking)
+    for x, y in zip(list(pillow), made, strict=True):
+        assert torch.equal(x["images"], y["images"])
+    made.shutdown()
+    assert seen
+    for sources, facts in seen:
+        if not walk:
+            assert facts is None
+            continue
+        expect = [list(UNKNOWN_FACTS) if isinstance(s, str) else list(header_facts(s)) for s in sources]
+        assert facts.tolist() == expect

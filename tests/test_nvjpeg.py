@@ -18,7 +18,8 @@ from PIL import Image
 from vidloader import ImageLoader, SequentialFrames
 from vidloader.errors import BackendUnavailableError
 from vidloader.images import ImageFolder, _nvimgcodec, _nvjpeg
-from vidloader.images._nvjpeg import NvJpegDecoder, hardware_decodes, jpeg_header
+from vidloader.images._jpeg_header import hardware_decodes, jpeg_header
+from vidloader.images._nvjpeg import NvJpegDecoder
 from vidloader.images._packed import PackedImages
 
 from .test_images import _reference, _stand_in_nvimgcodec, folder, sized_folder  # noqa: F401
@@ -213,6 +214,63 @@ def test_baseline_jpegs_go_in_one_batched_call_into_their_places(sized_folder, f
                 assert (a is None and b is None) or torch.equal(a, b), ds.path(i)
     assert dec._lib.states == [10, 11] * 3  # the states in turn
     assert dec._lib.streams == [0] * 6  # the stand-in's "current stream"
+
+
+def test_header_facts_given_decide_as_the_walk_does_without_walking(sized_folder, folder, monkeypatch):  # noqa: F811
+    """``header_facts`` from where the files were read (the reader processes): the same rows
+    go to the hardware as when the decoder walks each header, and no header is walked but
+    those of ``UNKNOWN_FACTS`` rows; facts of a file whose stored size is not its place's
+    (a stale index) keep it from the hardware."""
+    from vidloader.images import _jpeg_header
+
+    dec = _stand_in_decoder(monkeypatch)
+    walked = []
+    real = _nvjpeg.header_facts_of
+    monkeypatch.setattr(_nvjpeg, "header_facts_of", lambda blob: walked.append(1) or real(blob))
+    for root in (sized_folder, folder):
+        ds = ImageFolder(root, num_workers=0, progress=False)
+        blobs = [Path(ds.path(i)).read_bytes() for i in range(len(ds))]
+        flags = ds.cut_short.tolist()
+        facts = np.array([_jpeg_header.header_facts(b) for b in blobs], np.int64)
+        walked.clear()
+        hw = dec.hardware_decoded
+        walk = dec.decode_packed(blobs, ds.sizes, cut_short=flags)
+        by_walk = dec.hardware_decoded - hw
+        assert len(walked) == len(blobs)
+        walked.clear()
+        given = dec.decode_packed(blobs, ds.sizes, cut_short=flags, header_facts=facts)
+        assert walked == [] and dec.hardware_decoded - hw == 2 * by_walk > 0
+        for a, b in zip(walk, given, strict=True):
+            assert (a is None and b is None) or torch.equal(a, b)
+        unknown = facts.copy()
+        unknown[0] = _jpeg_header.UNKNOWN_FACTS
+        walked.clear()
+        dec.decode_packed(blobs, ds.sizes, cut_short=flags, header_facts=unknown)
+        assert len(walked) == 1
+    hardware = np.flatnonzero(facts[:, 0] == 1)
+    stale = facts.copy()
+    stale[hardware, 3] += 1  # stored a column wider than the index says
+    hw = dec.hardware_decoded
+    dec.decode_packed(blobs, ds.sizes, cut_short=flags, header_facts=stale)
+    assert dec.hardware_decoded == hw and len(hardware) > 0
+
+
+def test_hardware_rows_from_facts_match_hardware_decodes(sized_folder, folder):  # noqa: F811
+    """``hardware_rows`` over ``header_facts`` is ``hardware_decodes`` of each header, upright
+    or not, at the right place and one pixel off."""
+    from vidloader.images import _jpeg_header
+
+    blobs = [p.read_bytes() for root in (sized_folder, folder) for p in sorted(Path(root).rglob("*.*"))]
+    facts = np.array([_jpeg_header.header_facts(b) for b in blobs], np.int64)
+    headers = [jpeg_header(b) for b in blobs]
+    places = np.array([(h.height, h.width) if h else (1, 1) for h in headers], np.int64)
+    for upright in (False, True):
+        for shift in (0, 1):
+            rows = _jpeg_header.hardware_rows(facts, places[:, 0], places[:, 1] + shift, upright=upright)
+            expect = [hardware_decodes(h, (y, x + shift), upright=upright)
+                      for h, (y, x) in zip(headers, places, strict=True)]
+            assert rows.tolist() == expect
+            assert any(expect) != bool(shift) and not all(expect)  # one pixel off: none
 
 
 def test_a_state_is_reused_only_after_its_last_batch_left_the_gpu(sized_folder, monkeypatch):  # noqa: F811

@@ -70,13 +70,20 @@ def _session25_switches(results: dict, folder) -> None:
     if os.environ.get("AB_ENGINE"):  # the packed JPEGs' engine, nvjpeg or nvimgcodec (session 28)
         _nvimgcodec.PACKED_JPEG_ENGINE = os.environ["AB_ENGINE"]
         results["packed_jpeg_engine"] = _nvimgcodec.PACKED_JPEG_ENGINE
-    if os.environ.get("AB_RESIZE"):  # CUDA's crop/resize: triton or matmul (session 29)
-        from vidloader.images import _batched
-        _batched.CUDA_RESIZE = os.environ["AB_RESIZE"]
-        results["cuda_resize"] = os.environ["AB_RESIZE"]
+    _session29_switches(results)
     if os.environ.get("AB_BYTES") == "1":  # lanes given bytes from the reader threads
         _image_decode.BatchDecodePool._opens_files = property(lambda self: False)
         results["lanes_read_bytes"] = True
+
+
+def _session29_switches(results: dict) -> None:
+    if os.environ.get("AB_READERS_WALK"):  # the readers walk the JPEG headers, 1/0
+        _image_decode.READERS_WALK_HEADERS = os.environ["AB_READERS_WALK"] == "1"
+        results["readers_walk_headers"] = _image_decode.READERS_WALK_HEADERS
+    if os.environ.get("AB_RESIZE"):  # CUDA's crop/resize: triton or matmul
+        from vidloader.images import _batched
+        _batched.CUDA_RESIZE = os.environ["AB_RESIZE"]
+        results["cuda_resize"] = os.environ["AB_RESIZE"]
 
 
 def _own_handles(flags: list[str]) -> None:

@@ -99,6 +99,43 @@ _HARDWARE_LUMA = frozenset([(1, 1), (2, 1), (2, 2), (1, 2)])
 _RGB_IDS = (ord("R"), ord("G"), ord("B"))
 
 
+def hardware_format(header: JpegHeader | None) -> bool:
+    """The part of :func:`hardware_decodes` that depends on the file alone: a baseline (SOF0),
+    8-bit, three-component JPEG whose first scan holds all three, of a subsampling the
+    hardware takes, not RGB-coded."""
+    return (header is not None and header.frame == 0xC0 and header.precision == 8
+            and len(header.sampling) == 3 and header.scan_components == 3 and not header.adobe_rgb
+            and header.component_ids != _RGB_IDS
+            and header.sampling[0] in _HARDWARE_LUMA and header.sampling[1:] == ((1, 1), (1, 1)))
+
+
+#: Columns of :func:`header_facts`' rows.
+FACT_FORMAT, FACT_TAGS, FACT_HEIGHT, FACT_WIDTH = range(4)
+#: A row of :func:`header_facts` for a file whose header was not read.
+UNKNOWN_FACTS = (-1, -1, -1, -1)
+
+
+def header_facts(data) -> tuple[int, int, int, int]:
+    """What :func:`hardware_decodes` needs of a file, as four ints: its :func:`hardware_format`
+    (1 or 0), whether it has an APP1 segment (1 or 0), its stored height and width (0 where
+    it is not a JPEG). Made where the file is read (the reader processes, with GILs of their
+    own), so the decode lanes only compare them with the index (:func:`hardware_rows`)."""
+    header = jpeg_header(data)
+    if header is None:
+        return 0, 0, 0, 0
+    return int(hardware_format(header)), int(header.orientation_tags), header.height, header.width
+
+
+def hardware_rows(facts: np.ndarray, heights: np.ndarray, widths: np.ndarray, *,
+                  upright: bool) -> np.ndarray:
+    """bool ``[B]``: :func:`hardware_decodes` of each row from its :func:`header_facts`
+    (int ``[B, 4]``) and its place's size; ``False`` for :data:`UNKNOWN_FACTS` rows."""
+    facts = np.asarray(facts, np.int64).reshape(-1, 4)
+    turned = facts[:, FACT_TAGS] != 0
+    return ((facts[:, FACT_FORMAT] == 1) & (upright | ~turned)
+            & (facts[:, FACT_HEIGHT] == heights) & (facts[:, FACT_WIDTH] == widths))
+
+
 def hardware_decodes(header: JpegHeader | None, place: tuple[int, int], *,
                      upright: bool = False) -> bool:
     """Whether a file of this header goes to the hardware decoder, into a place of ``(height,
@@ -108,9 +145,5 @@ def hardware_decodes(header: JpegHeader | None, place: tuple[int, int], *,
     libjpeg may decode as RGB; a few it decodes as YCbCr go elsewhere too, which costs only
     speed), and either known to be ``upright`` as stored (the index's orientation) or without
     an APP1 segment (EXIF or XMP) that could turn it. Gray JPEGs go elsewhere as well."""
-    return (header is not None and header.frame == 0xC0 and header.precision == 8
-            and len(header.sampling) == 3 and header.scan_components == 3 and not header.adobe_rgb
-            and header.component_ids != _RGB_IDS
-            and header.sampling[0] in _HARDWARE_LUMA and header.sampling[1:] == ((1, 1), (1, 1))
-            and (upright or not header.orientation_tags)
+    return (hardware_format(header) and (upright or not header.orientation_tags)
             and (header.height, header.width) == tuple(place))

@@ -36,7 +36,8 @@ import torch
 from .._utils._files import read_file
 from ..errors import BackendUnavailableError
 from . import _nvimgcodec
-from ._jpeg_header import hardware_decodes, jpeg_header
+from ._jpeg_header import UNKNOWN_FACTS, hardware_rows
+from ._jpeg_header import header_facts as header_facts_of
 from ._nvimgcodec import NvImageCodecDecoder, _cut_short, _placed
 from ._packed import PackedImages
 
@@ -164,6 +165,8 @@ class NvJpegDecoder(NvImageCodecDecoder):
     """
 
     name = "nvjpeg"
+    #: Its packed decode takes ``header_facts``, made where the files were read.
+    takes_header_facts = True
 
     def __init__(self, device: torch.device, *, fancy_upsampling: bool | None = None,
                  **nvimgcodec) -> None:
@@ -233,7 +236,8 @@ class NvJpegDecoder(NvImageCodecDecoder):
 
     def decode_packed(self, sources: list, sizes: np.ndarray, *,
                       cut_short: list[bool] | None = None,
-                      orientations: list[int] | None = None) -> PackedImages | list:
+                      orientations: list[int] | None = None,
+                      header_facts: np.ndarray | None = None) -> PackedImages | list:
         """As :meth:`NvImageCodecDecoder.decode_packed`: the batch in one buffer on torch's
         current stream, the files the hardware decoder takes (:func:`hardware_decodes`) by it
         in one call, the rest by nvImageCodec (then Pillow) and copied into their places; a
@@ -243,24 +247,42 @@ class NvJpegDecoder(NvImageCodecDecoder):
         Pillow's reading of EXIF and XMP); given, a file goes to the hardware decoder only
         where it is 1 (or 0, a tag with no orientation number, kept as stored). Without them
         a file with an APP1 segment (EXIF or XMP) goes to nvImageCodec, which applies an EXIF
-        orientation (not an XMP one)."""
+        orientation (not an XMP one).
+
+        ``header_facts``: int ``[B, 4]``, each source's
+        :func:`~._jpeg_header.header_facts` where the files were read (the reader processes),
+        ``UNKNOWN_FACTS`` rows where not; the header of those rows alone is walked here."""
         blobs = [_as_bytes(source) for source in sources]
         if cut_short is None:
             cut_short = [blob is None or _cut_short(blob) for blob in blobs]
         packed = PackedImages.allocate(sizes, self.device)
-        hardware, rest = [], []
-        for row, (blob, cut) in enumerate(zip(blobs, cut_short, strict=True)):
-            turned = orientations is not None and int(orientations[row]) not in (0, 1)
-            place = (int(packed.heights[row]), int(packed.widths[row]))
-            ok = (blob is not None and not cut and not turned
-                  and hardware_decodes(jpeg_header(blob), place, upright=orientations is not None))
-            (hardware if ok else rest).append(row)
+        ok = self._hardware_rows(packed, blobs, cut_short, orientations, header_facts)
+        hardware, rest = np.flatnonzero(ok).tolist(), np.flatnonzero(~ok).tolist()
         if hardware and not self._decode_hardware(packed, blobs, hardware):
             rest = sorted(rest + hardware)  # refused (a corrupt file, say): nvImageCodec's
             hardware = []
         self.hardware_decoded += len(hardware)
         self.handed_on += len(rest)
         return self._hand_on(packed, blobs, rest)
+
+    @staticmethod
+    def _hardware_rows(packed: PackedImages, blobs: list, cut_short, orientations,
+                       header_facts) -> np.ndarray:
+        """bool ``[B]``: the rows the hardware decoder takes (:func:`hardware_decodes`), from
+        the facts given, or from each header where none were (or for unknown rows)."""
+        facts = np.full((len(blobs), 4), UNKNOWN_FACTS, np.int64)
+        if header_facts is not None:
+            facts[:] = np.asarray(header_facts, np.int64).reshape(-1, 4)
+        for row in np.flatnonzero(facts[:, 0] < 0).tolist():
+            if blobs[row] is not None:
+                facts[row] = header_facts_of(blobs[row])
+        upright = orientations is not None
+        ok = hardware_rows(facts, packed.heights, packed.widths, upright=upright)
+        ok &= np.array([blob is not None and not cut for blob, cut in
+                        zip(blobs, cut_short, strict=True)], bool)
+        if upright:  # the index says which files are turned: those go elsewhere
+            ok &= np.isin(np.asarray(orientations, np.int64), (0, 1))
+        return ok
 
     def _next_state(self):
         """The next of :data:`STATES` nvJPEG states, once its last batch has left the GPU:

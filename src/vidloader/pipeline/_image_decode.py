@@ -149,6 +149,14 @@ PACKED_DECODE = True
 #: memory (12,954 / 12,785, ``session26-1``); four readers 14,430 / 11,189. 0 turns them off.
 READER_PROCESSES = 2
 
+#: The reader processes also walk each file's JPEG header (``_jpeg_header.header_facts``)
+#: for a decoder that takes the facts (nvJPEG's: ``takes_header_facts``), so the decode
+#: lanes only compare them with the index. In session 29's timeline (H200, 3 lanes) a lane
+#: spent ~6.6 ms a batch of 256 around nvJPEG's call, mostly that walk (5-9 µs a file on
+#: the CPU machine, more under the GIL the lanes, the augmentation and the training loop
+#: share); the readers have GILs of their own. Not yet measured on the GPU (session 30).
+READERS_WALK_HEADERS = True
+
 
 def _in_daemonic_process() -> bool:
     """Whether this process is daemonic (a DataLoader's or a ``multiprocessing.Pool``'s
@@ -268,6 +276,9 @@ class BatchDecodePool(BatchPool):
         self._packed = packs_batches(getattr(self.decoder, "decodes_packed", False))
         self._cut_short = _index_flags(config.dataset)
         self._orientations = index_orientations(config.dataset, self.decoder)
+        # The readers walk each file's header where every lane's decoder takes the facts
+        self._header_facts = READERS_WALK_HEADERS and all(
+            getattr(lane.decoder, "takes_header_facts", False) for lane in self.lanes)
         self._next_lane = 0
         self.augmenter = _Augmenter(device)
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
@@ -313,7 +324,7 @@ class BatchDecodePool(BatchPool):
             self._next_lane = (self._next_lane + 1) % len(self.lanes)
             paths = [dataset.path(i) for i in plan.video_indices.tolist()]
             if self.file_readers is not None:
-                source = (paths, self.file_readers.read(paths))
+                source = (paths, self.file_readers.read(paths, headers=self._header_facts))
             elif self._opens_files:
                 source = paths
             else:
@@ -365,9 +376,12 @@ class BatchDecodePool(BatchPool):
 
     def _decode_read(self, lane: _Lane, sizes, flags, paths: list[str], read, **packing):
         """A plan's files as the reader processes read them (``read``: a future), decoded
-        packed (``packing``: the index's orientations, where given); the slab is given back
-        once the decode has returned."""
+        packed (``packing``: the index's orientations, where given; the readers' header
+        facts, where they walked the headers); the slab is given back once the decode has
+        returned."""
         files = read.result()  # re-raises a reader's death (its slab is free again then)
+        if files.facts is not None:
+            packing["header_facts"] = files.facts
         try:
             return lane.decoder.decode_packed(self.file_readers.files(files, paths), sizes,
                                               cut_short=flags, **packing)

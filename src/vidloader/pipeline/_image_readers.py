@@ -32,6 +32,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from ..errors import WorkerError
+from ..images._jpeg_header import UNKNOWN_FACTS, header_facts
 from ._messages import STOP, Ready
 from ._shared_slots import SharedSlots
 
@@ -49,10 +50,12 @@ class ReaderStart:
 
 @dataclasses.dataclass(frozen=True)
 class ReadTask:
-    """Read ``paths`` into slab ``slab``, one after another from its start."""
+    """Read ``paths`` into slab ``slab``, one after another from its start; with ``headers``,
+    also walk each file's JPEG header (:func:`~..images._jpeg_header.header_facts`)."""
 
     slab: int
     paths: list
+    headers: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,9 @@ class FilesRead:
     slab: int
     offsets: np.ndarray
     lengths: np.ndarray
+    #: int64 ``[n, 4]``: each file's :func:`~..images._jpeg_header.header_facts` where the
+    #: task asked for them (``UNKNOWN_FACTS`` for a file not read), else ``None``.
+    facts: np.ndarray | None = None
 
 
 def file_reader_main(start: ReaderStart, task_q, result_q, slabs: SharedSlots) -> None:
@@ -75,11 +81,25 @@ def file_reader_main(start: ReaderStart, task_q, result_q, slabs: SharedSlots) -
 
 
 def read_into(slab: np.ndarray, task: ReadTask) -> FilesRead:
-    """Each file of ``task`` read into ``slab`` after the one before it."""
+    """Each file of ``task`` read into ``slab`` after the one before it (and its header's
+    facts, where asked: here they cost this process's GIL, not the decode lanes')."""
     offsets = np.zeros(len(task.paths), np.int64)
     lengths = np.zeros(len(task.paths), np.int64)
+    read = _read_files(slab, task.paths, offsets, lengths)
+    if not task.headers:
+        return FilesRead(task.slab, offsets, lengths)
+    facts = np.full((len(task.paths), 4), UNKNOWN_FACTS, np.int64)
+    for k in read:
+        facts[k] = header_facts(slab[offsets[k]:offsets[k] + lengths[k]])
+    return FilesRead(task.slab, offsets, lengths, facts)
+
+
+def _read_files(slab: np.ndarray, paths: list, offsets: np.ndarray, lengths: np.ndarray) -> list:
+    """Each file read into ``slab`` after the one before it; its offset and length (or
+    :data:`UNREADABLE` / :data:`TOO_LARGE`) set; the indices of those read."""
+    read = []
     memory, at = memoryview(slab), 0
-    for k, path in enumerate(task.paths):
+    for k, path in enumerate(paths):
         offsets[k] = at
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -93,12 +113,14 @@ def read_into(slab: np.ndarray, task: ReadTask) -> FilesRead:
                 continue
             got = os.readv(fd, [memory[at:at + size]])
             lengths[k] = got if got == size else UNREADABLE  # changed while read: by path
+            if got == size:
+                read.append(k)
             at += got
         except OSError:
             lengths[k] = UNREADABLE
         finally:
             os.close(fd)
-    return FilesRead(task.slab, offsets, lengths)
+    return read
 
 
 def slab_bytes(dataset, batch_size: int, sample: int = 256) -> int:
@@ -142,9 +164,10 @@ class FileReaders:
                                          daemon=True)
         self._replies.start()
 
-    def read(self, paths: list[str]) -> Future:
-        """A future of the :class:`FilesRead` of ``paths``; waits first for a free slab
-        (a failed one at once where the readers are gone)."""
+    def read(self, paths: list[str], *, headers: bool = False) -> Future:
+        """A future of the :class:`FilesRead` of ``paths`` (with each file's header facts,
+        where ``headers``); waits first for a free slab (a failed one at once where the
+        readers are gone)."""
         future: Future = Future()
         while True:
             with self._lock:
@@ -165,7 +188,8 @@ class FileReaders:
             self._free.put(slab)
             future.set_exception(failed)
             return future
-        self._procs.put(self._turn % self._procs.num_workers, ReadTask(slab, list(paths)))
+        self._procs.put(self._turn % self._procs.num_workers,
+                        ReadTask(slab, list(paths), headers))
         self._turn += 1
         return future
 
