@@ -343,7 +343,7 @@ def crop_resize_batch(images: list[torch.Tensor] | PackedImages, windows: Window
     if cuda_resize_engine() == "triton":
         try:
             return crop_resize_fused(images, windows, out_hw, scales, proc=proc, out=out)
-        except _TritonFailed:  # it never ran here: nothing was written, nothing is lost
+        except TritonFailed:  # it never ran here: nothing was written, nothing is lost
             pass
     return crop_resize_matmul(images, windows, out_hw, scales, proc=proc, out=out)
 
@@ -358,7 +358,7 @@ CUDA_RESIZE = "triton"
 _triton_state: dict = {"module": None, "failed": None, "ran": False}
 
 
-class _TritonFailed(RuntimeError):
+class TritonFailed(RuntimeError):
     """The fused kernel could not be set up or compiled; the matmuls take over."""
 
 
@@ -426,14 +426,38 @@ def crop_resize_fused(images: list[torch.Tensor] | PackedImages, windows: Window
     uint8 outputs are within 1 of :func:`._augment.crop_resize` (float32 throughout).
 
     Raises:
-        _TritonFailed: the kernel's first launch here failed (the caller falls back).
+        TritonFailed: the kernel's first launch here failed (the caller falls back).
     """
-    kernel = _triton_kernel()
-    if kernel is None:
-        raise _TritonFailed(_triton_state["failed"])
-    dev = _device(images)
     pixels, starts = _flat_images(images)
     heights, widths = _sizes(images)
+    return _fused(pixels, starts, heights, widths, windows, out_hw, scales, proc, out)
+
+
+def crop_resize_rows(pixels: torch.Tensor, indices: np.ndarray, windows: Windows,
+                     out_hw: tuple[int, int], *, proc: ImageProcess | None = None,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """An in-memory dataset's rows ``indices`` of ``pixels`` (uint8 ``[M, H, W, 3]``,
+    contiguous) cropped to ``windows``, resized, flipped and finished, read where they lie:
+    :func:`crop_resize_fused` without gathering the rows first.
+
+    Raises:
+        TritonFailed: the kernel's first launch here failed (the caller falls back).
+    """
+    _, h, w, _ = pixels.shape
+    if not pixels.is_contiguous():
+        raise ValueError("crop_resize_rows reads the dataset's pixels in place: they must be "
+                         "contiguous")
+    starts = np.asarray(indices, np.int64) * (h * w)
+    sizes = np.full(len(starts), h, np.int64), np.full(len(starts), w, np.int64)
+    return _fused(pixels.view(-1, 3), starts, *sizes, windows, out_hw, None, proc, out)
+
+
+def _fused(pixels, starts, heights, widths, windows, out_hw, scales, proc, out) -> torch.Tensor:
+    """The fused kernel over images at ``starts`` (first pixels) of ``pixels`` ``[P, 3]``."""
+    kernel = _triton_kernel()
+    if kernel is None:
+        raise TritonFailed(_triton_state["failed"])
+    dev = pixels.device
     top, left, ch, cw = scaled_windows(windows, scales)
     params = to_device(np.stack([starts, heights, widths, top, left, ch, cw,
                                  np.asarray(windows.flip, np.int64)]).astype(np.int64), dev)
@@ -457,6 +481,6 @@ def crop_resize_fused(images: list[torch.Tensor] | PackedImages, windows: Window
         if _triton_state["ran"]:
             raise
         _give_up_triton(f"the fused crop/resize kernel failed to run ({exc!r})")
-        raise _TritonFailed(str(exc)) from exc
+        raise TritonFailed(str(exc)) from exc
     _triton_state["ran"] = True
     return dest if dest is out or out is None else out.copy_(dest)

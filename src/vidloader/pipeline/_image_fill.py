@@ -24,7 +24,14 @@ from ..images._augment import (
     cuts_without_resize,
     sample_windows,
 )
-from ..images._batched import crop_flip_gather, crop_resize_batch, to_device
+from ..images._batched import (
+    TritonFailed,
+    crop_flip_gather,
+    crop_resize_batch,
+    crop_resize_rows,
+    cuda_resize_engine,
+    to_device,
+)
 from ..images._packed import PackedImages
 from ..images._pillow import decode_image, needed_size
 from ..processing import finalize
@@ -48,6 +55,9 @@ def augment_from_memory(pixels: torch.Tensor, config, plans: list) -> torch.Tens
 
     A unit of many batches is what makes a GPU epoch fast: the launches and host work per
     pass are a few dozen whatever its size, so they are paid once per unit, not per batch.
+    On CUDA, fixed-size crops are one gather of pixels; resizing crops are one fused kernel
+    that reads each row where it lies and finishes it as it writes
+    (:func:`~..images._batched.crop_resize_rows`; image by image without Triton).
     """
     proc = config.proc
     indices = np.concatenate([plan.video_indices for plan in plans])
@@ -55,11 +65,18 @@ def augment_from_memory(pixels: torch.Tensor, config, plans: list) -> torch.Tens
     h, w = pixels.shape[1:3]
     windows = sample_windows(proc, h, w, seeds)
     out_hw = proc.out_hw(h, w)
-    if pixels.device.type == "cuda" and cuts_without_resize(proc, windows, out_hw):
+    on_cuda = pixels.device.type == "cuda"
+    if on_cuda and cuts_without_resize(proc, windows, out_hw):
         staged = crop_flip_gather(pixels, indices, windows, out_hw)
-    else:  # on the CPU, gathering the images first and padding them is faster (caches)
-        staged = augment_batch(pixels[to_device(indices, pixels.device)], proc, seeds,
-                               windows=windows)
+        return finalize(staged[:, None], proc, is_clip=False)
+    if on_cuda and cuda_resize_engine() == "triton":
+        try:  # one kernel reading the rows in place, finishing as it writes
+            return crop_resize_rows(pixels, indices, windows, out_hw, proc=proc)
+        except TritonFailed:  # it never ran: the per-image path below
+            pass
+    # on the CPU, gathering the images first and padding them is faster (caches)
+    staged = augment_batch(pixels[to_device(indices, pixels.device)], proc, seeds,
+                           windows=windows)
     return finalize(staged[:, None], proc, is_clip=False)
 
 
