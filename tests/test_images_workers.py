@@ -378,16 +378,18 @@ def test_nvimgcodec_worker_processes_equal_the_in_process_pool(folder):
 
 def test_workers_take_the_loaders_nvimgcodec_settings(monkeypatch):
     """The default worker decoder carries the loader process's nvImageCodec settings (options,
-    hardware share, CPU threads, backends) and applies them in the worker before making the
-    decoder, whatever the worker's copy of the module holds."""
+    hardware share, CPU threads, backends) and its ``CUDA_RESIZE``, and applies them in the
+    worker before making the decoder, whatever the worker's copy of the modules holds."""
     import pickle
 
-    from vidloader.images import _nvimgcodec
+    from vidloader.images import _batched, _nvimgcodec
     from vidloader.pipeline import _image_gpu_workers
 
     monkeypatch.setattr(_nvimgcodec, "DECODER_OPTIONS", ":fancy_upsampling=0")
     monkeypatch.setattr(_nvimgcodec, "DEFAULT_HW_LOAD", 0.5)
+    monkeypatch.setattr(_batched, "CUDA_RESIZE", "matmul")
     make = pickle.loads(pickle.dumps(_image_gpu_workers.loader_nvimgcodec_decoder()))
+    monkeypatch.setattr(_batched, "CUDA_RESIZE", "triton")  # the worker's copy
     assert set(make.keywords["settings"]) == set(_image_gpu_workers.NVIMGCODEC_SETTINGS)
     seen = {}
 
@@ -400,3 +402,4 @@ def test_workers_take_the_loaders_nvimgcodec_settings(monkeypatch):
     monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", Stub)
     assert isinstance(make(torch.device("cpu")), Stub)
     assert seen == {"options": ":fancy_upsampling=0", "hw_load": 0.5}
+    assert _batched.CUDA_RESIZE == "matmul"  # the augmentation's setting too

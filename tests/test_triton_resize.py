@@ -71,10 +71,12 @@ def test_matmul_setting_never_imports_triton(fresh_state, monkeypatch):
     assert _batched.cuda_resize_engine() == "matmul"
 
 
-def test_a_first_launch_that_fails_hands_over_for_good(fresh_state, monkeypatch):
-    """No C compiler for Triton's launcher, say: the first launch raises, the call says so
-    to its caller (which runs the matmuls), a warning names the error, and the engine is
-    ``"matmul"`` from then on. Once the kernel has run, a failure is an error."""
+def test_a_launch_that_fails_hands_over_for_good(fresh_state, monkeypatch):
+    """No C compiler for Triton's launcher, say: the launch raises, the call says so to its
+    caller (which runs the matmuls), a warning names the error and the compiler, and the
+    engine is ``"matmul"`` from then on. The same after the kernel has run: a new
+    specialisation (another dtype, alignment or GPU) compiles anew, and the launch raises
+    before anything is written."""
     calls = []
 
     def launch(*args, **kwargs):
@@ -83,13 +85,20 @@ def test_a_first_launch_that_fails_hands_over_for_good(fresh_state, monkeypatch)
     monkeypatch.setattr(_batched, "_triton_kernel", lambda: SimpleNamespace(launch=launch))
     images = _images(SIZES[:3])
     windows = _windows(ImageProcess(size=32, crop="random_resized"), images)
-    with pytest.warns(RuntimeWarning, match="C compiler"), pytest.raises(_batched.TritonFailed):
+    with pytest.warns(RuntimeWarning, match="C compiler.*gcc"), pytest.raises(_batched.TritonFailed):
         _batched.crop_resize_fused(images, windows, (32, 32))
     assert len(calls) == 1 and _batched.cuda_resize_engine() == "matmul"
 
     _batched._triton_state.update(failed=None, ran=True)
-    with pytest.raises(RuntimeError, match="C compiler"):
+    with pytest.warns(RuntimeWarning, match="failed to run"), pytest.raises(_batched.TritonFailed):
         _batched.crop_resize_fused(images, windows, (32, 32))
+    assert _batched.cuda_resize_engine() == "matmul"
+
+
+def test_cuda_resize_names_are_checked(fresh_state, monkeypatch):
+    monkeypatch.setattr(_batched, "CUDA_RESIZE", "matmull")
+    with pytest.raises(ValueError, match="'matmull'.*'triton' or 'matmul'"):
+        _batched.cuda_resize_engine()
 
 
 def test_launch_arguments(fresh_state, monkeypatch):
@@ -171,6 +180,23 @@ windows = sample_windows(proc, np.full(5, 20), np.full(5, 24), np.arange(5, dtyp
 in_place = _batched.crop_resize_rows(data, rows, windows, (16, 12), proc=proc)
 gathered = _batched.crop_resize_fused([data[r] for r in rows], windows, (16, 12), proc=proc)
 assert torch.equal(in_place, gathered)
+# Adversarial windows: wholly outside the image, larger than it on every side, 1x1, a
+# one-row image, against the float32 matmuls
+from vidloader.images._augment import Windows
+tiny = [images[0], images[1], images[4], torch.from_numpy(rng.integers(0, 256, (1, 9, 3), dtype=np.uint8))]
+odd = Windows(np.array([-60, -5, 3, 0]), np.array([-70, -9, 2, 2]), np.array([10, 50, 1, 1]),
+              np.array([12, 80, 1, 4]), np.array([False, True, True, False]))
+for out_hw in ((1, 1), (7, 13), (24, 24)):
+    got = _batched.crop_resize_fused(tiny, odd, out_hw)
+    ref = _batched.crop_resize_matmul(tiny, odd, out_hw, compute_dtype=torch.float32)
+    assert (got.int() - ref.int()).abs().max() <= 1, out_hw
+    assert not got[0].any()  # wholly outside: zeros
+# Ties round half to even, as torch's round_: a 2-pixel window of values v, v+1 to 1 pixel
+pair = torch.tensor([[[1, 1, 1], [2, 2, 2]], [[253, 253, 253], [254, 254, 254]]], dtype=torch.uint8)
+halves = _batched.crop_resize_fused([pair[:1], pair[1:]], Windows(
+    np.zeros(2, np.int64), np.zeros(2, np.int64), np.ones(2, np.int64), np.full(2, 2),
+    np.zeros(2, bool)), (1, 1))
+assert halves[:, 0, 0, 0].tolist() == [2, 254], halves.flatten().tolist()
 print("ok", len(cases))
 """
 
@@ -187,6 +213,38 @@ def test_kernel_in_triton_s_interpreter_matches_the_float32_matmuls():
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok 4" in done.stdout
 
+_BIG_OUTPUT = """
+import numpy as np, torch
+from vidloader.images import _batched
+from vidloader.images._augment import Windows
+
+image = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (20, 30, 3), dtype=np.uint8))
+# An output past 2**31 elements (strided, memory touched only where written): int64 addresses
+big = torch.empty(3 * 2**30 + 64, dtype=torch.uint8)
+out = big.as_strided((3, 2, 2, 3), (2**30, 6, 3, 1))
+three = [image] * 3
+win3 = Windows(np.zeros(3, np.int64), np.zeros(3, np.int64), np.full(3, 8), np.full(3, 8), np.zeros(3, bool))
+_batched.crop_resize_fused(three, win3, (2, 2), out=out)
+win1 = Windows(*(np.asarray(getattr(win3, f))[:1] for f in ("top", "left", "height", "width", "flip")))
+first = _batched.crop_resize_fused(three[:1], win1, (2, 2))[0]
+assert all(torch.equal(out[k], first) for k in range(3))
+print("ok")
+"""
+
+
+def test_output_addresses_past_2_31_elements_in_triton_s_interpreter():
+    """Three images written 2**30 elements apart (a strided view of a 3 GiB buffer): the
+    kernel's output addresses are int64 (an int32 ``b · stride`` wrapped before ``out``)."""
+    pytest.importorskip("triton")
+    psutil = pytest.importorskip("psutil")
+    if psutil.virtual_memory().available < 12 * 2**30:  # the interpreter copies the buffer
+        pytest.skip("needs 12 GiB of free memory")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_BIG_OUTPUT)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout
+
 
 # -- GPU (run on the device machine) ---------------------------------------------------------
 
@@ -199,12 +257,14 @@ def test_fused_kernel_on_cuda_matches_the_reference_and_torch():
     from vidloader.bench._images_resize import float_reference
 
     assert _batched.cuda_resize_engine() == "triton"
+    _batched._triton_state["ran"] = False
     images = _images(SIZES * 43, device="cuda")[:256]
     packed = _packed(images)
     proc = ImageProcess(size=224, crop="random_resized", random_flip=True)
     windows = _windows(proc, images)
     got = _batched.crop_resize_batch(packed, windows, (224, 224)).int()
     torch.cuda.synchronize()
+    assert _batched._triton_state["ran"] and _batched._triton_state["failed"] is None
     ref = float_reference(images, windows, (224, 224)).int()
     diff = (got.cpu() - ref.cpu()).abs()
     assert diff.max() <= 1 and (diff > 0).float().mean() < 1e-3

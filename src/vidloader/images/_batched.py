@@ -343,16 +343,17 @@ def crop_resize_batch(images: list[torch.Tensor] | PackedImages, windows: Window
     if cuda_resize_engine() == "triton":
         try:
             return crop_resize_fused(images, windows, out_hw, scales, proc=proc, out=out)
-        except TritonFailed:  # it never ran here: nothing was written, nothing is lost
+        except TritonFailed:  # the launch failed: nothing was written, nothing is lost
             pass
     return crop_resize_matmul(images, windows, out_hw, scales, proc=proc, out=out)
 
 
 #: How CUDA batches are cropped, resized, flipped and finished: ``"triton"`` (one fused
 #: kernel, :mod:`._triton_resize`: no intermediates, one launch) or ``"matmul"``
-#: (:func:`crop_resize_matmul`). ``"triton"`` falls back to ``"matmul"``, with a warning,
-#: where Triton cannot be imported (torch's CPU and Windows wheels do not bring it) or its
-#: first launch fails (e.g. no C compiler for its launcher).
+#: (:func:`crop_resize_matmul`). ``"triton"`` falls back to ``"matmul"`` for the rest of the
+#: process, with a warning, where Triton cannot be imported (torch's CPU and Windows wheels
+#: do not bring it) or a launch fails (e.g. no C compiler for its launcher). GPU image
+#: workers take this process's value.
 CUDA_RESIZE = "triton"
 
 _triton_state: dict = {"module": None, "failed": None, "ran": False}
@@ -363,7 +364,16 @@ class TritonFailed(RuntimeError):
 
 
 def cuda_resize_engine() -> str:
-    """``"triton"`` or ``"matmul"``: what :func:`crop_resize_batch` runs on CUDA tensors here."""
+    """``"triton"`` or ``"matmul"``: what :func:`crop_resize_batch` runs on CUDA tensors here
+    (``"triton"`` where Triton imports: whether its first launch will compile is only known
+    once it has run, and a failure then makes it ``"matmul"``).
+
+    Raises:
+        ValueError: :data:`CUDA_RESIZE` is neither.
+    """
+    if CUDA_RESIZE not in ("triton", "matmul"):
+        raise ValueError(f"vidloader.images._batched.CUDA_RESIZE is {CUDA_RESIZE!r}; "
+                         "use 'triton' or 'matmul'")
     if CUDA_RESIZE != "triton" or _triton_state["failed"] is not None:
         return "matmul"
     return "triton" if _triton_kernel() is not None else "matmul"
@@ -375,19 +385,20 @@ def _triton_kernel():
         try:
             from . import _triton_resize
         except Exception as exc:  # ImportError, or a Triton too old for the kernel
-            _give_up_triton(f"Triton could not be imported ({exc!r})")
+            _give_up_triton(f"Triton could not be imported ({exc!r})",
+                            "pip install triton (torch's Linux CUDA wheels bring it)")
             return None
         _triton_state["module"] = _triton_resize
     return _triton_state["module"]
 
 
-def _give_up_triton(reason: str) -> None:
+def _give_up_triton(reason: str, fix: str) -> None:
     import warnings
 
     _triton_state["failed"] = reason
     warnings.warn(f"vidloader: {reason}; GPU batches are cropped and resized by batched "
-                  "matmuls instead (slower, and a few hundred MB of intermediates a batch). "
-                  "pip install triton (torch's CUDA wheels bring it), or set "
+                  "matmuls instead for the rest of this process (slower, and a few hundred "
+                  f"MB of intermediates a batch). {fix}, or set "
                   "vidloader.images._batched.CUDA_RESIZE = 'matmul' to silence this",
                   RuntimeWarning, stacklevel=3)
 
@@ -426,7 +437,8 @@ def crop_resize_fused(images: list[torch.Tensor] | PackedImages, windows: Window
     uint8 outputs are within 1 of :func:`._augment.crop_resize` (float32 throughout).
 
     Raises:
-        TritonFailed: the kernel's first launch here failed (the caller falls back).
+        TritonFailed: the kernel could not be launched (the caller falls back; so does every
+            later call in this process).
     """
     pixels, starts = _flat_images(images)
     heights, widths = _sizes(images)
@@ -441,7 +453,7 @@ def crop_resize_rows(pixels: torch.Tensor, indices: np.ndarray, windows: Windows
     :func:`crop_resize_fused` without gathering the rows first.
 
     Raises:
-        TritonFailed: the kernel's first launch here failed (the caller falls back).
+        TritonFailed: the kernel could not be launched (the caller falls back).
     """
     _, h, w, _ = pixels.shape
     if not pixels.is_contiguous():
@@ -477,10 +489,11 @@ def _fused(pixels, starts, heights, widths, windows, out_hw, scales, proc, out) 
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
             kernel.launch(pixels, params, coef, dest, (oh, ow), strides,
                           out_uint8=dtype == torch.uint8)
-    except Exception as exc:
-        if _triton_state["ran"]:
-            raise
-        _give_up_triton(f"the fused crop/resize kernel failed to run ({exc!r})")
+    except Exception as exc:  # raised by the launch itself (compiling, binding): nothing written
+        # Even after it ran: a new specialisation (another dtype, alignment, GPU) compiles anew
+        _give_up_triton(f"the fused crop/resize kernel failed to run ({exc!r})",
+                        "Triton compiles its launcher with the system's C compiler (gcc): "
+                        "install one, or report this error")
         raise TritonFailed(str(exc)) from exc
     _triton_state["ran"] = True
     return dest if dest is out or out is None else out.copy_(dest)

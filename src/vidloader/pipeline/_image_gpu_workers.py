@@ -60,23 +60,29 @@ NVIMGCODEC_SETTINGS = ("DECODER_OPTIONS", "DEFAULT_HW_LOAD", "CPU_THREADS", "BAC
                        "PACKED_JPEG_ENGINE")
 
 
-def nvimgcodec_decoder(device: torch.device, settings: dict | None = None):
+def nvimgcodec_decoder(device: torch.device, settings: dict | None = None,
+                       cuda_resize: str | None = None):
     """The workers' default decoder on ``device`` (``_nvimgcodec.gpu_image_decoder``), with
     ``settings`` (values of :data:`NVIMGCODEC_SETTINGS` by name) applied to the worker's
-    module first (a module-level function, so it travels to the workers by name)."""
-    from ..images import _nvimgcodec
+    module first, and the augmentation's ``images._batched.CUDA_RESIZE`` (a module-level
+    function, so it travels to the workers by name)."""
+    from ..images import _batched, _nvimgcodec
 
     for name, value in (settings or {}).items():
         setattr(_nvimgcodec, name, value)
+    if cuda_resize is not None:
+        _batched.CUDA_RESIZE = cuda_resize
     return _nvimgcodec.gpu_image_decoder(device)
 
 
 def loader_nvimgcodec_decoder():
-    """:func:`nvimgcodec_decoder` with this process's nvImageCodec settings, for the workers."""
-    from ..images import _nvimgcodec
+    """:func:`nvimgcodec_decoder` with this process's nvImageCodec and resize settings, for
+    the workers."""
+    from ..images import _batched, _nvimgcodec
 
     return functools.partial(nvimgcodec_decoder,
-                             settings={name: getattr(_nvimgcodec, name) for name in NVIMGCODEC_SETTINGS})
+                             settings={name: getattr(_nvimgcodec, name) for name in NVIMGCODEC_SETTINGS},
+                             cuda_resize=_batched.CUDA_RESIZE)
 
 
 @dataclasses.dataclass(frozen=True)

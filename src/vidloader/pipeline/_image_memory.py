@@ -139,7 +139,9 @@ def _gpu_pool_parts(loader, config, decoder, plan: dict, device: torch.device) -
 
 def _fuses_resize() -> bool:
     """Whether CUDA batches are cropped and resized by the fused Triton kernel here
-    (``images/_batched.py``, :func:`cuda_resize_engine`) rather than by batched matmuls."""
+    (``images/_batched.py``, :func:`cuda_resize_engine`) rather than by batched matmuls:
+    where Triton imports. A launch that then fails hands over to the matmuls for the rest of
+    the process, with a warning; the plan read after that counts theirs."""
     from ..images import _batched
 
     return _batched.cuda_resize_engine() == "triton"
