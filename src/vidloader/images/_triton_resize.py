@@ -53,10 +53,12 @@ def _tent(pos, center, invscale):
 @triton.jit(do_not_specialize=["count", "out_h", "out_w", "s_b", "s_y", "s_x", "s_c"])
 def crop_resize_kernel(pixels, table, coef, out, count, out_h, out_w, s_b, s_y, s_x, s_c,
                        OUT_UINT8: tl.constexpr, BLOCK: tl.constexpr):
-    """Program ``(b, tile)``: ``BLOCK`` output pixels of image ``b``, all three channels
-    (images on the grid's first axis, which may pass 65,535, unlike the others).
+    """Program ``b · tiles + tile``: ``BLOCK`` output pixels of image ``b``, all three
+    channels (a one-axis grid, which may pass 65,535 programs, unlike a second axis; an
+    image's tiles run one after another, as on session 29's measured two-axis grid).
     (``table``, not ``params``: Triton's argument binder has a local of that name.)"""
-    b = tl.program_id(0)
+    tiles = tl.cdiv(out_h * out_w, BLOCK)
+    b = tl.program_id(0) // tiles
     start = tl.load(table + b)
     h = tl.load(table + count + b).to(tl.int32)
     w = tl.load(table + 2 * count + b).to(tl.int32)
@@ -66,7 +68,7 @@ def crop_resize_kernel(pixels, table, coef, out, count, out_h, out_w, s_b, s_y, 
     win_w = tl.load(table + 6 * count + b).to(tl.int32)
     flip = tl.load(table + 7 * count + b)
 
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    offs = (tl.program_id(0) % tiles) * BLOCK + tl.arange(0, BLOCK)
     live = offs < out_h * out_w
     i = offs // out_w
     j = offs % out_w
@@ -137,6 +139,6 @@ def launch(pixels, params, coef, out, out_hw: tuple[int, int], strides: tuple[in
     elements for (image, row, column, channel)."""
     count = params.shape[1]
     oh, ow = out_hw
-    grid = (count, triton.cdiv(oh * ow, BLOCK))
+    grid = (count * triton.cdiv(oh * ow, BLOCK),)
     crop_resize_kernel[grid](pixels, params, coef, out, count, oh, ow, *strides,
                              OUT_UINT8=out_uint8, BLOCK=BLOCK)
