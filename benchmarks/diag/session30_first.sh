@@ -3,7 +3,9 @@
 # nvidia-h200). Session 29 made the crop/resize one Triton kernel (measured: session29-4, -8,
 # -9; median 0.965 of DALI) and, after its device time was spent, moved the JPEG header walk
 # out of the decode lanes: a faster walk, done by the reader processes
-# (_image_decode.READERS_WALK_HEADERS, on). (1) the image cuda tests; (2) the timeline
+# (_image_decode.READERS_WALK_HEADERS, on), and mended the kernel after review (int64 output
+# addresses, a one-axis grid, in-memory resizing crops through it). (1) the image cuda tests
+# (test_triton_resize's first: the mended kernel has not run on a GPU); (2) the timeline
 # (3 lanes): is the lane's time around nvJPEG's call (6.6 ms a batch in session29-9) gone?;
 # (3) the loader, the readers walking the headers against the lanes walking them, alternated,
 # three rounds of 300 batches. Then, on the same warm machine: DALI's three upload calls and
