@@ -51,6 +51,10 @@ def test_read_into_walks_headers_where_asked(folder):  # noqa: F811
     expect = [header_facts(Path(p).read_bytes()) for p in paths] + [UNKNOWN_FACTS]
     assert got.facts.tolist() == [list(e) for e in expect]
     assert any(row[0] == 1 for row in expect) and any(row == (0, 0, 0, 0) for row in expect)
+    first = Path(paths[0]).stat().st_size  # a slab with room for the first file only
+    small = read_into(np.zeros(first + 1, np.uint8), ReadTask(0, paths[:3], headers=True))
+    assert small.lengths.tolist()[1:] == [TOO_LARGE, TOO_LARGE]
+    assert small.facts.tolist() == [list(expect[0]), list(UNKNOWN_FACTS), list(UNKNOWN_FACTS)]
 
 
 def test_file_readers_read_release_and_close(tmp_path):
@@ -61,9 +65,9 @@ def test_file_readers_read_release_and_close(tmp_path):
         files.append(str(path))
     readers = FileReaders(2, 2, 1 << 12)
     try:
-        for batch in (files[:6], files[6:], files[::2]):
-            read = readers.read(batch, headers=batch is files[6:]).result(timeout=30)
-            assert (read.facts is not None) == (batch is files[6:])
+        for k, batch in enumerate((files[:6], files[6:], files[::2])):
+            read = readers.read(batch, headers=k == 1).result(timeout=30)
+            assert (read.facts is not None) == (k == 1)
             if read.facts is not None:  # not JPEGs
                 assert read.facts.tolist() == [[0, 0, 0, 0]] * len(batch)
             views = readers.files(read, batch)

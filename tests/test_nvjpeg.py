@@ -125,6 +125,19 @@ def test_hardware_takes_baseline_ycbcr_jpegs_of_their_place_only(folder):  # noq
         header = jpeg_header(tagged)
         assert header.orientation_tags and not hardware_decodes(header, place)
         assert hardware_decodes(header, place, upright=True)  # the index says upright
+    rgb_ids = bytearray(plain)  # R, G, B component ids, no Adobe segment
+    for k, letter in enumerate(b"RGB"):
+        rgb_ids[frame + 10 + 3 * k] = letter
+    assert jpeg_header(bytes(rgb_ids)).component_ids == (82, 71, 66)
+    assert not hardware_decodes(jpeg_header(bytes(rgb_ids)), place)
+    body = plain[frame + 4:frame + 2 + int.from_bytes(plain[frame + 2:frame + 4], "big")]
+    bigger = bytearray(body)
+    bigger[1:5] = (96).to_bytes(2, "big") + (128).to_bytes(2, "big")
+    two_frames = _with_segment(plain, 0xC0, bytes(bigger), after_frame=True)
+    header = jpeg_header(two_frames)  # a second frame header: which one a decoder takes is unknown
+    assert header.frames == 2 and (header.height, header.width) == place
+    assert not hardware_decodes(header, place)
+    assert jpeg_header(plain).frames == 1
 
 
 def test_chroma_interpolation_follows_nvimgcodec_s_options():
@@ -248,11 +261,17 @@ def test_header_facts_given_decide_as_the_walk_does_without_walking(sized_folder
         dec.decode_packed(blobs, ds.sizes, cut_short=flags, header_facts=unknown)
         assert len(walked) == 1
     hardware = np.flatnonzero(facts[:, 0] == 1)
-    stale = facts.copy()
-    stale[hardware, 3] += 1  # stored a column wider than the index says
-    hw = dec.hardware_decoded
-    dec.decode_packed(blobs, ds.sizes, cut_short=flags, header_facts=stale)
-    assert dec.hardware_decoded == hw and len(hardware) > 0
+    assert len(hardware) > 0
+    for column in (2, 3):  # stored a row taller, or a column wider, than the index says
+        stale = facts.copy()
+        stale[hardware, column] += 1
+        hw = dec.hardware_decoded
+        dec.decode_packed(blobs, ds.sizes, cut_short=flags, header_facts=stale)
+        assert dec.hardware_decoded == hw
+    with pytest.raises(ValueError, match="a row a source"):  # one row would be broadcast
+        dec.decode_packed(blobs, ds.sizes, cut_short=flags, header_facts=facts[:1])
+    with pytest.raises(ValueError, match="orientations"):
+        dec.decode_packed(blobs, ds.sizes, cut_short=flags, orientations=[1])
 
 
 def test_hardware_rows_from_facts_match_hardware_decodes(sized_folder, folder):  # noqa: F811
@@ -265,12 +284,15 @@ def test_hardware_rows_from_facts_match_hardware_decodes(sized_folder, folder): 
     headers = [jpeg_header(b) for b in blobs]
     places = np.array([(h.height, h.width) if h else (1, 1) for h in headers], np.int64)
     for upright in (False, True):
-        for shift in (0, 1):
-            rows = _jpeg_header.hardware_rows(facts, places[:, 0], places[:, 1] + shift, upright=upright)
-            expect = [hardware_decodes(h, (y, x + shift), upright=upright)
+        for dy, dx in ((0, 0), (1, 0), (0, 1), (-1, 1)):
+            rows = _jpeg_header.hardware_rows(facts, places[:, 0] + dy, places[:, 1] + dx,
+                                              upright=upright)
+            expect = [hardware_decodes(h, (y + dy, x + dx), upright=upright)
                       for h, (y, x) in zip(headers, places, strict=True)]
             assert rows.tolist() == expect
-            assert any(expect) != bool(shift) and not all(expect)  # one pixel off: none
+            assert any(expect) == (dy == dx == 0) and not all(expect)  # a pixel off: none
+    with pytest.raises(ValueError, match="a row an image"):
+        _jpeg_header.hardware_rows(facts[:1], places[:, 0], places[:, 1], upright=True)
 
 
 def test_a_state_is_reused_only_after_its_last_batch_left_the_gpu(sized_folder, monkeypatch):  # noqa: F811

@@ -27,6 +27,7 @@ class JpegHeader(typing.NamedTuple):
     orientation_tags: bool  # an APP1 segment (EXIF or XMP) that may carry an orientation
     adobe_rgb: bool  # an Adobe APP14 segment saying the samples are RGB, not YCbCr
     scan_components: int  # components in the first scan (0: no scan header read)
+    frames: int = 1  # start-of-frame segments before the first scan (the fields: the first's)
 
 
 def jpeg_header(data) -> JpegHeader | None:  # noqa: C901 - one loop on purpose (docstring)
@@ -42,7 +43,7 @@ def jpeg_header(data) -> JpegHeader | None:  # noqa: C901 - one loop on purpose 
     size = len(view)
     if size < 4 or view[0] != 0xFF or view[1] != 0xD8:
         return None
-    tags, adobe_rgb, frame, scan = False, False, None, 0
+    tags, adobe_rgb, frame, scan, frames = False, False, None, 0, 0
     at = 2
     while at + 2 <= size:
         if view[at] != 0xFF:  # malformed: a segment must start with a marker
@@ -64,6 +65,7 @@ def jpeg_header(data) -> JpegHeader | None:  # noqa: C901 - one loop on purpose 
             scan = view[body] if end > body else 0
             break
         if marker in _SOF_MARKERS:
+            frames += 1
             if frame is None:
                 frame = _frame(marker, view, body, end)
                 if frame is None:
@@ -75,7 +77,7 @@ def jpeg_header(data) -> JpegHeader | None:  # noqa: C901 - one loop on purpose 
         at += 2 + length
     if frame is None:
         return None
-    return JpegHeader(*frame, tags, adobe_rgb, scan)
+    return JpegHeader(*frame, tags, adobe_rgb, scan, frames)
 
 
 def _frame(marker: int, view, body: int, end: int) -> tuple | None:
@@ -102,8 +104,11 @@ _RGB_IDS = (ord("R"), ord("G"), ord("B"))
 def hardware_format(header: JpegHeader | None) -> bool:
     """The part of :func:`hardware_decodes` that depends on the file alone: a baseline (SOF0),
     8-bit, three-component JPEG whose first scan holds all three, of a subsampling the
-    hardware takes, not RGB-coded."""
+    hardware takes, not RGB-coded, with one frame header (of several, which one another
+    parser takes is not known here: the size check could pass for one and the decode
+    write the other)."""
     return (header is not None and header.frame == 0xC0 and header.precision == 8
+            and header.frames == 1
             and len(header.sampling) == 3 and header.scan_components == 3 and not header.adobe_rgb
             and header.component_ids != _RGB_IDS
             and header.sampling[0] in _HARDWARE_LUMA and header.sampling[1:] == ((1, 1), (1, 1)))
@@ -130,7 +135,9 @@ def hardware_rows(facts: np.ndarray, heights: np.ndarray, widths: np.ndarray, *,
                   upright: bool) -> np.ndarray:
     """bool ``[B]``: :func:`hardware_decodes` of each row from its :func:`header_facts`
     (int ``[B, 4]``) and its place's size; ``False`` for :data:`UNKNOWN_FACTS` rows."""
-    facts = np.asarray(facts, np.int64).reshape(-1, 4)
+    facts = np.asarray(facts, np.int64)
+    if facts.shape != (len(heights), 4):
+        raise ValueError(f"facts is {facts.shape}; ({len(heights)}, 4) is needed (a row an image)")
     turned = facts[:, FACT_TAGS] != 0
     return ((facts[:, FACT_FORMAT] == 1) & (upright | ~turned)
             & (facts[:, FACT_HEIGHT] == heights) & (facts[:, FACT_WIDTH] == widths))

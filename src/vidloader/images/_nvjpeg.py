@@ -271,8 +271,14 @@ class NvJpegDecoder(NvImageCodecDecoder):
         """bool ``[B]``: the rows the hardware decoder takes (:func:`hardware_decodes`), from
         the facts given, or from each header where none were (or for unknown rows)."""
         facts = np.full((len(blobs), 4), UNKNOWN_FACTS, np.int64)
-        if header_facts is not None:
-            facts[:] = np.asarray(header_facts, np.int64).reshape(-1, 4)
+        if header_facts is not None:  # one row a source: a broadcast row would skip the size check
+            given = np.asarray(header_facts, np.int64)
+            if given.shape != facts.shape:
+                raise ValueError(f"header_facts is {given.shape}; {facts.shape} (a row a source) "
+                                 "is needed")
+            facts[:] = given
+        if orientations is not None and len(orientations) != len(blobs):
+            raise ValueError(f"{len(orientations)} orientations for {len(blobs)} sources")
         for row in np.flatnonzero(facts[:, 0] < 0).tolist():
             if blobs[row] is not None:
                 facts[row] = header_facts_of(blobs[row])
