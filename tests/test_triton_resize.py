@@ -128,7 +128,8 @@ def test_launch_arguments(fresh_state, monkeypatch):
                                               [-0.5 / 0.2, -0.4 / 0.3, -0.3 / 0.25]], rtol=1e-6)
     _batched.crop_resize_fused(images, windows, (24, 20))  # a list: concatenated, uint8 HWC
     assert seen["out_uint8"] and seen["strides"] == (24 * 20 * 3, 20 * 3, 3, 1)
-    assert seen["pixels"].shape == (sum(h * w for h, w in SIZES[:3]), 3)
+    assert seen["pixels"].shape == (sum(h * w for h, w in SIZES[:3]) + 1, 3)  # and a zero pixel
+    assert not seen["pixels"][-1].any()
     assert list(seen["params"][0]) == [0, 375 * 500, 375 * 500 * 2]
     with pytest.raises(ValueError, match="missing rows"):
         packed.missing[1] = True

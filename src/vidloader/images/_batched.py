@@ -253,15 +253,7 @@ def _pack_by_gather(images, y0, y1, x0, x1, dtype=torch.float32) -> torch.Tensor
     however many images."""
     dev, b = _device(images), len(images)
     heights, widths = _sizes(images)
-    if isinstance(images, PackedImages):
-        if images.missing.any():  # their places hold whatever the allocator left there
-            raise ValueError("packed images with missing rows: select the rows that have one")
-        flat, starts, zero = images.pixels, images.starts, images.zero_pixel
-    else:
-        sizes = heights * widths
-        zero = int(sizes.sum())  # the pixel number of the appended zero pixel
-        flat = torch.cat([x.reshape(-1, 3) for x in images] + [images[0].new_zeros((1, 3))])
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    flat, starts, zero = _flat_images(images)
     hm, wm = int((y1 - y0).max()), int((x1 - x0).max())
     index_type = torch.int32 if zero < (1 << 31) - 1 else torch.int64
     first = starts + y0 * widths + x0  # each window's pixel 0
@@ -403,17 +395,18 @@ def _give_up_triton(reason: str, fix: str) -> None:
                   RuntimeWarning, stacklevel=3)
 
 
-def _flat_images(images) -> tuple[torch.Tensor, np.ndarray]:
-    """Pixels ``[P, 3]`` and each image's first pixel: a packed batch's own buffer, or a
-    list of ``[H, W, 3]`` images concatenated."""
+def _flat_images(images) -> tuple[torch.Tensor, np.ndarray, int]:
+    """Pixels ``[P + 1, 3]``, each image's first pixel (int64) and the number of a zero
+    pixel (the last): a packed batch's own buffer, or a list of ``[H, W, 3]`` images
+    concatenated with a zero pixel after them."""
     if isinstance(images, PackedImages):
         if images.missing.any():  # their places hold whatever the allocator left there
             raise ValueError("packed images with missing rows: select the rows that have one")
-        return images.pixels, images.starts
+        return images.pixels, images.starts, images.zero_pixel
     heights, widths = _sizes(images)
     sizes = heights * widths
-    flat = torch.cat([x.reshape(-1, 3) for x in images])
-    return flat, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    flat = torch.cat([x.reshape(-1, 3) for x in images] + [images[0].new_zeros((1, 3))])
+    return flat, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64), int(sizes.sum())
 
 
 def _affine(proc: ImageProcess | None) -> np.ndarray:
@@ -440,7 +433,7 @@ def crop_resize_fused(images: list[torch.Tensor] | PackedImages, windows: Window
         TritonFailed: the kernel could not be launched (the caller falls back; so does every
             later call in this process).
     """
-    pixels, starts = _flat_images(images)
+    pixels, starts, _ = _flat_images(images)
     heights, widths = _sizes(images)
     return _fused(pixels, starts, heights, widths, windows, out_hw, scales, proc, out)
 

@@ -138,8 +138,8 @@ def hardware_rows(facts: np.ndarray, heights: np.ndarray, widths: np.ndarray, *,
     facts = np.asarray(facts, np.int64)
     if facts.shape != (len(heights), 4):
         raise ValueError(f"facts is {facts.shape}; ({len(heights)}, 4) is needed (a row an image)")
-    turned = facts[:, FACT_TAGS] != 0
-    return ((facts[:, FACT_FORMAT] == 1) & (upright | ~turned)
+    tagged = facts[:, FACT_TAGS] != 0
+    return ((facts[:, FACT_FORMAT] == 1) & (upright | ~tagged)
             & (facts[:, FACT_HEIGHT] == heights) & (facts[:, FACT_WIDTH] == widths))
 
 

@@ -36,7 +36,7 @@ import torch
 from .._utils._files import read_file
 from ..errors import BackendUnavailableError
 from . import _nvimgcodec
-from ._jpeg_header import UNKNOWN_FACTS, hardware_rows
+from ._jpeg_header import FACT_FORMAT, UNKNOWN_FACTS, hardware_rows
 from ._jpeg_header import header_facts as header_facts_of
 from ._nvimgcodec import NvImageCodecDecoder, _cut_short, _placed
 from ._packed import PackedImages
@@ -279,7 +279,7 @@ class NvJpegDecoder(NvImageCodecDecoder):
             facts[:] = given
         if orientations is not None and len(orientations) != len(blobs):
             raise ValueError(f"{len(orientations)} orientations for {len(blobs)} sources")
-        for row in np.flatnonzero(facts[:, 0] < 0).tolist():
+        for row in np.flatnonzero(facts[:, FACT_FORMAT] < 0).tolist():
             if blobs[row] is not None:
                 facts[row] = header_facts_of(blobs[row])
         upright = orientations is not None

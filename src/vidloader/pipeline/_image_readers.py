@@ -85,19 +85,18 @@ def read_into(slab: np.ndarray, task: ReadTask) -> FilesRead:
     facts, where asked: here they cost this process's GIL, not the decode lanes')."""
     offsets = np.zeros(len(task.paths), np.int64)
     lengths = np.zeros(len(task.paths), np.int64)
-    read = _read_files(slab, task.paths, offsets, lengths)
+    _read_files(slab, task.paths, offsets, lengths)
     if not task.headers:
         return FilesRead(task.slab, offsets, lengths)
     facts = np.full((len(task.paths), 4), UNKNOWN_FACTS, np.int64)
-    for k in read:
+    for k in np.flatnonzero(lengths >= 0).tolist():  # the files read whole
         facts[k] = header_facts(slab[offsets[k]:offsets[k] + lengths[k]])
     return FilesRead(task.slab, offsets, lengths, facts)
 
 
-def _read_files(slab: np.ndarray, paths: list, offsets: np.ndarray, lengths: np.ndarray) -> list:
+def _read_files(slab: np.ndarray, paths: list, offsets: np.ndarray, lengths: np.ndarray) -> None:
     """Each file read into ``slab`` after the one before it; its offset and length (or
-    :data:`UNREADABLE` / :data:`TOO_LARGE`) set; the indices of those read."""
-    read = []
+    :data:`UNREADABLE` / :data:`TOO_LARGE`) set."""
     memory, at = memoryview(slab), 0
     for k, path in enumerate(paths):
         offsets[k] = at
@@ -113,14 +112,11 @@ def _read_files(slab: np.ndarray, paths: list, offsets: np.ndarray, lengths: np.
                 continue
             got = os.readv(fd, [memory[at:at + size]])
             lengths[k] = got if got == size else UNREADABLE  # changed while read: by path
-            if got == size:
-                read.append(k)
             at += got
         except OSError:
             lengths[k] = UNREADABLE
         finally:
             os.close(fd)
-    return read
 
 
 def slab_bytes(dataset, batch_size: int, sample: int = 256) -> int:
