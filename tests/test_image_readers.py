@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from vidloader import ImageLoader, WorkerError
+from vidloader import ImageLoader, SequentialFrames, WorkerError
 from vidloader.images import ImageFolder, ImageProcess
 from vidloader.pipeline._image_readers import (
     TOO_LARGE,
@@ -82,6 +82,39 @@ def test_file_readers_read_release_and_close(tmp_path):
     assert not any(p.is_alive() for p in procs)
     with pytest.raises(WorkerError, match="shut down"):
         readers.read(files[:1]).result(timeout=5)
+
+
+class _Fence:
+    """A CUDA event's ``query`` as :meth:`FileReaders.release` uses it, passed by hand."""
+
+    def __init__(self) -> None:
+        self.passed = False
+
+    def query(self) -> bool:
+        return self.passed
+
+
+def test_a_slab_given_back_behind_a_fence_is_read_into_only_once_it_has_passed(tmp_path):
+    """Page-locked slabs (``_image_decode.PIN_READ_SLABS``) are given back behind the decode's
+    event: the next read waits for a slab until the fence passes, and takes it then."""
+    path = tmp_path / "f"
+    path.write_bytes(b"q" * 100)
+    readers = FileReaders(1, 1, 1 << 12)
+    try:
+        first = readers.read([str(path)]).result(timeout=30)
+        fence = _Fence()
+        readers.release(first.slab, after=fence)
+        got = []
+        waiting = threading.Thread(target=lambda: got.append(readers.read([str(path)])))
+        waiting.start()
+        time.sleep(0.3)
+        assert not got and waiting.is_alive()  # no free slab: the fence has not passed
+        fence.passed = True
+        waiting.join(timeout=10)
+        assert got and bytes(readers.files(got[0].result(timeout=30), [str(path)])[0]) == b"q" * 100
+        assert readers._fenced == []
+    finally:
+        readers.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
@@ -233,3 +266,41 @@ def test_readers_give_header_facts_to_decoders_that_take_them(folder, monkeypatc
             continue
         expect = [list(UNKNOWN_FACTS) if isinstance(s, str) else list(header_facts(s)) for s in sources]
         assert facts.tolist() == expect
+
+
+@pytest.mark.cuda
+def test_page_locked_slabs_give_the_batches_pageable_slabs_give(tmp_path, monkeypatch):
+    """``PIN_READ_SLABS``: the in-process GPU pool's reader slabs page-locked for CUDA, each
+    given back behind its decode's event. Over two epochs of 13 batches (the pool's 8 slabs
+    reused), the batches equal those of pageable slabs, and the memory is unlocked at the
+    end."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    from vidloader.images._synthetic import write_image_folder
+    from vidloader.pipeline import _image_decode
+
+    ds = ImageFolder(write_image_folder(tmp_path / "jpegs", num_classes=4, per_class=100),
+                     progress=False)
+    proc = ImageProcess(size=(64, 64), crop="center", center_fraction=0.875)
+
+    def epochs(pin: bool):
+        monkeypatch.setattr(_image_decode, "PIN_READ_SLABS", pin)
+        loader = ImageLoader(ds, batch_size=32, sampler=SequentialFrames(), processing=proc,
+                             decoder="nvimgcodec", device="cuda", num_workers=0,
+                             persistent_workers=True)
+        out, pinned = [], []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                pinned.append(loader._pool._unpin is not None)
+                out.append(batch["images"].cpu())
+        pool = loader._pool
+        loader.shutdown()
+        assert pool._unpin is None
+        return out, pinned
+
+    locked, pinned = epochs(True)
+    pageable, unpinned = epochs(False)
+    assert all(pinned) and not any(unpinned)
+    assert len(locked) == len(pageable) == 26
+    for a, b in zip(locked, pageable, strict=True):
+        assert torch.equal(a, b)

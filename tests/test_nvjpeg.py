@@ -399,6 +399,35 @@ def test_engine_setting_picks_the_decoder_and_falls_back_with_a_warning(monkeypa
         NvJpegDecoder(torch.device("cpu"))
 
 
+def test_preallocation_where_the_library_has_it():
+    """``nvjpegDecodeBatchedPreAllocate`` with DALI's 1×1 hint for ``PREALLOCATE_IMAGES``
+    images, 4:4:4, interleaved RGB; skipped at 0 or where libnvjpeg lacks it (older than
+    11.5.1), and reported false where it fails."""
+    from types import SimpleNamespace
+
+    calls = []
+    lib = SimpleNamespace(nvjpegDecodeBatchedPreAllocate=lambda *a: calls.append(a) or 0)
+    assert _nvjpeg.preallocate(lib, "h", "s", 256)
+    assert calls == [("h", "s", 256, 1, 1, 0, 5)]
+    assert not _nvjpeg.preallocate(lib, "h", "s", 0) and len(calls) == 1
+    assert not _nvjpeg.preallocate(SimpleNamespace(), "h", "s", 256)
+    assert not _nvjpeg.preallocate(SimpleNamespace(nvjpegDecodeBatchedPreAllocate=lambda *a: 2),
+                                   "h", "s", 256)
+
+
+def test_typing_skips_optional_functions_the_library_lacks():
+    class Lib:
+        def __init__(self, names):
+            for name in names:
+                setattr(self, name, type("F", (), {})())
+    required = ["nvjpegCreateEx", "nvjpegDestroy", "nvjpegJpegStateCreate", "nvjpegJpegStateDestroy",
+                "nvjpegDecodeBatchedInitialize", "nvjpegDecodeBatched", "nvjpegGetProperty"]
+    old = _nvjpeg._typed(Lib(required))
+    assert not hasattr(old, "nvjpegDecodeBatchedPreAllocate")
+    new = _nvjpeg._typed(Lib(required + ["nvjpegDecodeBatchedPreAllocate"]))
+    assert len(new.nvjpegDecodeBatchedPreAllocate.argtypes) == 7
+
+
 def test_missing_library_names_the_extra(monkeypatch):
     monkeypatch.setattr(_nvjpeg, "_library", None)
     monkeypatch.setattr(_nvjpeg, "_library_candidates", lambda: ["/nonexistent/libnvjpeg.so.13"])

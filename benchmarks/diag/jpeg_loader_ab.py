@@ -84,6 +84,19 @@ def _session29_switches(results: dict) -> None:
         from vidloader.images import _batched
         _batched.CUDA_RESIZE = os.environ["AB_RESIZE"]
         results["cuda_resize"] = os.environ["AB_RESIZE"]
+    session30_switches(results)
+
+
+def session30_switches(results: dict) -> None:
+    """Also read by ``jpeg_loader_timeline.py``."""
+    if os.environ.get("AB_PIN"):  # the readers' slabs page-locked for CUDA, 1/0
+        _image_decode.PIN_READ_SLABS = os.environ["AB_PIN"] == "1"
+        results["pin_read_slabs"] = _image_decode.PIN_READ_SLABS
+    if os.environ.get("AB_PREALLOC"):  # nvJPEG's hardware decoder set up for N images (0: not)
+        from vidloader.images import _nvjpeg
+
+        _nvjpeg.PREALLOCATE_IMAGES = int(os.environ["AB_PREALLOC"])
+        results["nvjpeg_preallocate_images"] = _nvjpeg.PREALLOCATE_IMAGES
 
 
 def _own_handles(flags: list[str]) -> None:

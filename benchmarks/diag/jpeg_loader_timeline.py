@@ -41,17 +41,62 @@ from vidloader.pipeline import ImageLoader, _image_decode
 VARIANTS = {"3 lanes, prefetch 2": (3, 2), "2 lanes, prefetch 2": (2, 2),
             "2 lanes, prefetch 4": (2, 4), "1 lane, prefetch 2": (1, 2), "1 lane, prefetch 4": (1, 4)}
 EVENTS: list = []  # (kind, thread name, start, end)
+CPU: dict = {}  # kind -> [thread CPU seconds of each call] (session 30)
+READS: dict = {}  # id(future) -> [asked, done, resumed] (session 30)
 
 
 def timed(kind: str, fn):
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
             EVENTS.append((kind, threading.current_thread().name, t0, time.perf_counter()))
+            CPU.setdefault(kind, []).append(time.thread_time() - c0)
     return run
+
+
+def instrument_reads() -> None:
+    """Session 30: each read's latency (asked -> reply thread completes it) and the lane's
+    resumption after it (completed -> ``files`` called on the lane)."""
+    from vidloader.pipeline import _image_readers
+
+    readers = _image_readers.FileReaders
+    real_read, real_files = readers.read, readers.files
+
+    def read(self, paths, **kwargs):
+        asked = time.perf_counter()
+        future = real_read(self, paths, **kwargs)
+        entry = READS.setdefault(id(future), [asked, None, None])
+
+        def done(f, entry=entry):
+            entry[1] = time.perf_counter()
+            if not f.exception():
+                READS[id(f.result())] = entry
+        future.add_done_callback(done)
+        return future
+
+    def files(self, got, paths):
+        entry = READS.get(id(got))
+        if entry is not None:
+            entry[2] = time.perf_counter()
+        return real_files(self, got, paths)
+    readers.read, readers.files = read, files
+
+
+def thread_cpu() -> dict:
+    """CPU seconds so far of each live thread of this process, by name (Linux)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[thread.name] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError, TypeError):
+            continue
+    return out
 
 
 def instrument() -> None:
@@ -68,6 +113,7 @@ def instrument() -> None:
     _nvjpeg.NvJpegDecoder._decode_hardware = timed("hardware call", _nvjpeg.NvJpegDecoder._decode_hardware)
     _nvjpeg.NvJpegDecoder._next_state = timed("state wait", _nvjpeg.NvJpegDecoder._next_state)
     _nvjpeg.NvJpegDecoder._hand_on = timed("hand on", _nvjpeg.NvJpegDecoder._hand_on)
+    instrument_reads()
 
 
 def busy(intervals: list, t0: float, t1: float) -> tuple[float, float]:
@@ -101,7 +147,13 @@ def summarise(t0: float, t1: float) -> dict:
             "mean_ms": round(1e3 * float(np.mean([b - a for a, b in every])), 2) if every else None,
             "share_by_thread": {t: round(busy(ivs, t0, t1)[0], 3) for t, ivs in sorted(threads.items())},
             "share_any, share_two": [round(x, 3) for x in busy(every, t0, t1)],
+            "mean_cpu_ms": round(1e3 * float(np.mean(CPU[kind])), 2) if CPU.get(kind) else None,
         }
+    reads = [e for e in {id(e): e for e in READS.values()}.values()
+             if e[0] >= t0 and e[2] is not None and e[2] <= t1]
+    out["read: asked to done, done to lane, mean ms"] = [
+        round(1e3 * float(np.mean([e[1] - e[0] for e in reads])), 2) if reads else None,
+        round(1e3 * float(np.mean([e[2] - e[1] for e in reads])), 2) if reads else None]
     # decode end -> augment start, matched in order (both in submission order)
     ends = sorted(b for k, _, a, b in EVENTS if k == "decode call" and a >= t0 and b <= t1)
     starts = sorted(a for k, _, a, b in EVENTS if k == "augment" and a >= t0 and b <= t1)
@@ -114,6 +166,8 @@ def run(folder, label: str, lanes: int, prefetch: int, batches: int) -> dict:
     _image_decode.NVIMGCODEC_LANES = lanes
     ImageLoader.__init__.__kwdefaults__["prefetch"] = prefetch
     EVENTS.clear()
+    CPU.clear()
+    READS.clear()
     marks = {}
     real = bench._time_batches
 
@@ -124,9 +178,11 @@ def run(folder, label: str, lanes: int, prefetch: int, batches: int) -> dict:
             for n, batch in enumerate(it, 1):
                 if n == warmup + 10:  # the timeline skips the first ten timed batches
                     marks["t0"] = time.perf_counter()
+                    marks["cpu0"], marks["proc0"] = thread_cpu(), time.process_time()
                 yield batch
         result = real(counted(), limit, warmup)
         marks["t1"] = time.perf_counter()
+        marks["cpu1"], marks["proc1"] = thread_cpu(), time.process_time()
         return result
     bench._time_batches = timing
     try:  # nvidia-smi sampled too: the JPEG decoder's utilisation, where the driver has it
@@ -135,6 +191,11 @@ def run(folder, label: str, lanes: int, prefetch: int, batches: int) -> dict:
     finally:
         bench._time_batches = real
     row["timeline"] = summarise(marks["t0"], marks["t1"])
+    span = marks["t1"] - marks["t0"]  # cores busy: each thread's, and the whole process's
+    row["timeline"]["cores busy by thread"] = {
+        name: round((marks["cpu1"][name] - marks["cpu0"][name]) / span, 3)
+        for name in sorted(marks["cpu1"]) if name in marks["cpu0"]}
+    row["timeline"]["cores busy, process"] = round((marks["proc1"] - marks["proc0"]) / span, 3)
     return row
 
 
@@ -152,6 +213,9 @@ def main() -> int:
                          progress=False)
     instrument()
     results: dict = {"files": len(folder), "batch": 256, "batches": batches}
+    from jpeg_loader_ab import session30_switches  # AB_PIN, AB_PREALLOC (session 30)
+
+    session30_switches(results)
     out = Path(os.environ.get("OUT", ".")) / "jpeg_loader_timeline.json"
     for round_ in (1, 2):
         order = list(VARIANTS.items()) if round_ == 1 else list(VARIANTS.items())[::-1]

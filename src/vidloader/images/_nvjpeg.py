@@ -45,6 +45,14 @@ from ._packed import PackedImages
 #: is still decoding on the GPU, and a state is reused only once its last batch is done.
 STATES = 2
 
+#: Images a batch that each nvJPEG state's hardware decoder is set up for when the decoder is
+#: made (``nvjpegDecodeBatchedPreAllocate``, with 1×1 images as the size hint, as DALI does:
+#: its comment reports the call puts the hardware decoder on a memory pool, ">20% for 8GPU
+#: training"); 0 skips it. Larger batches and images still work: nvJPEG grows its buffers.
+#: Measured in session 30 (``benchmarks/results/gpu/session30-*``).
+PREALLOCATE_IMAGES = 256
+_CSS_444 = 0
+
 _STATUS = {0: "SUCCESS", 1: "NOT_INITIALIZED", 2: "INVALID_PARAMETER", 3: "BAD_JPEG",
            4: "JPEG_NOT_SUPPORTED", 5: "ALLOCATOR_FAILURE", 6: "EXECUTION_FAILED",
            7: "ARCH_MISMATCH", 8: "INTERNAL_ERROR", 9: "IMPLEMENTATION_NOT_SUPPORTED",
@@ -120,10 +128,28 @@ def _typed(lib):
         "nvjpegDecodeBatched": [p, p, p, p, p, p],
         "nvjpegGetProperty": [i, p],
     }
+    optional = {  # libnvjpeg 11.5.1 and later
+        "nvjpegDecodeBatchedPreAllocate": [p, p, i, i, i, i, i],
+    }
     for name, args in signatures.items():
         function = getattr(lib, name)
         function.argtypes, function.restype = args, ctypes.c_int
+    for name, args in optional.items():
+        function = getattr(lib, name, None)
+        if function is not None:
+            function.argtypes, function.restype = args, ctypes.c_int
     return lib
+
+
+def preallocate(lib, handle, state, images: int) -> bool:
+    """Set ``state``'s hardware decoder up for batches of ``images`` (see
+    :data:`PREALLOCATE_IMAGES`); whether it was: not where ``images`` is 0, the library has
+    no ``nvjpegDecodeBatchedPreAllocate`` or the call failed (nvJPEG then allocates as it
+    decodes, as before)."""
+    call = getattr(lib, "nvjpegDecodeBatchedPreAllocate", None)
+    if images <= 0 or call is None:
+        return False
+    return call(handle, state, int(images), 1, 1, _CSS_444, _OUTPUT_RGBI) == 0
 
 
 def _status_name(status: int) -> str:
@@ -197,6 +223,9 @@ class NvJpegDecoder(NvImageCodecDecoder):
                 _unavailable_unless(self._lib.nvjpegJpegStateCreate(self._handle, ctypes.byref(state)),
                                     "nvjpegJpegStateCreate")
                 self._states.append([state, None])
+            #: Whether every state's hardware decoder was set up ahead (:data:`PREALLOCATE_IMAGES`).
+            self.preallocated = all([preallocate(self._lib, self._handle, state, PREALLOCATE_IMAGES)
+                                     for state, _ in self._states])
         self._turn = 0
         #: Images of packed batches decoded by the hardware decoder here, and by nvImageCodec
         #: (or Pillow) because the hardware decoder does not take them or refused their batch.

@@ -158,6 +158,30 @@ READER_PROCESSES = 2
 READERS_WALK_HEADERS = True
 
 
+#: The reader processes' slabs are page-locked for CUDA (``cudaHostRegister``) where the pool
+#: decodes on a GPU, as DALI hands its hardware decoder bitstreams in pinned memory (copied to
+#: a pinned staging buffer where its input is not). A slab is then read into again only once
+#: the decode's GPU work has passed (:meth:`~._image_readers.FileReaders.release`'s fence):
+#: the copy from pinned memory may still be under way when nvJPEG returns. Measured in
+#: session 30 (``benchmarks/results/gpu/session30-*``).
+PIN_READ_SLABS = True
+
+
+def pin_host_memory(array):
+    """Page-lock ``array``'s memory for CUDA; a callable that unlocks it, or ``None`` where
+    CUDA refused (a warning says why; the memory stays pageable, which works, slower)."""
+    cudart = torch.cuda.cudart()
+    pointer, size = array.ctypes.data, array.nbytes
+    error = cudart.cudaHostRegister(pointer, size, 0)
+    if int(error) != 0:
+        warnings.warn(f"vidloader: CUDA could not page-lock the file readers' {size:,} bytes "
+                      f"(cudaHostRegister: {error!r}); they stay pageable. Set "
+                      "vidloader.pipeline._image_decode.PIN_READ_SLABS = False to skip the try.",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    return lambda: cudart.cudaHostUnregister(pointer)
+
+
 def _in_daemonic_process() -> bool:
     """Whether this process is daemonic (a DataLoader's or a ``multiprocessing.Pool``'s
     worker), which may not have children."""
@@ -285,6 +309,9 @@ class BatchDecodePool(BatchPool):
         self.streams = _Streams(device)  # the consumer's side: records and waits
         self.slots = allocate_final_slots(config, num_slots, device)
         self.file_readers = self._start_readers(num_slots)
+        self._unpin = (pin_host_memory(self.file_readers.slabs.buffer)
+                       if PIN_READ_SLABS and self.file_readers is not None and self.streams.cuda
+                       else None)
         self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
         self._done: collections.deque = collections.deque()
 
@@ -385,8 +412,9 @@ class BatchDecodePool(BatchPool):
         try:
             return lane.decoder.decode_packed(self.file_readers.files(files, paths), sizes,
                                               cut_short=flags, **packing)
-        finally:
-            self.file_readers.release(files.slab)
+        finally:  # page-locked: free once the GPU is done with it (PIN_READ_SLABS)
+            fence = lane.streams.record(lane.streams.own) if self._unpin is not None else None
+            self.file_readers.release(files.slab, after=fence)
 
     def _augment(self, decoded, lane: _Lane, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
@@ -427,10 +455,13 @@ class BatchDecodePool(BatchPool):
             executor.shutdown(wait=False, cancel_futures=True)
         for executor in executors:
             executor.shutdown(wait=True)
-        if self.file_readers is not None:  # after the lanes: none waits on a read now
-            self.file_readers.close()
         if self.streams.cuda:
             torch.cuda.synchronize(self.streams.device)
+        if self._unpin is not None:  # after the GPU's last copy from the slabs
+            self._unpin()
+            self._unpin = None
+        if self.file_readers is not None:  # after the lanes: none waits on a read now
+            self.file_readers.close()
         if self._owns_decoders:  # nvJPEG's handles and buffers, freed now rather than at exit
             for lane in self.lanes:
                 close_decoder(lane.decoder)

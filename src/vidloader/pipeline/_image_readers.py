@@ -42,6 +42,10 @@ UNREADABLE, TOO_LARGE = -1, -2
 #: Seconds the reply thread waits for a message before it checks whether it should stop.
 REPLY_POLL_SECONDS = 0.2
 
+#: Seconds :meth:`FileReaders.read` waits for a free slab before it looks again at the slabs
+#: given back behind a fence (:meth:`FileReaders.release`'s ``after``).
+FENCE_POLL_SECONDS = 0.0005
+
 
 @dataclasses.dataclass(frozen=True)
 class ReaderStart:
@@ -150,6 +154,7 @@ class FileReaders:
         for slab in range(num_slabs):
             self._free.put(slab)
         self._pending: dict[int, Future] = {}
+        self._fenced: list = []  # (fence, slab): given back, free once the fence has passed
         self._failed: BaseException | None = None  # set once no read can complete
         self._lock = threading.Lock()
         self._turn = 0
@@ -171,8 +176,9 @@ class FileReaders:
             if failed is not None:
                 future.set_exception(failed)
                 return future
+            fenced = self._reclaim()
             try:
-                slab = self._free.get(timeout=REPLY_POLL_SECONDS)
+                slab = self._free.get(timeout=FENCE_POLL_SECONDS if fenced else REPLY_POLL_SECONDS)
                 break
             except queue.Empty:
                 continue
@@ -196,9 +202,25 @@ class FileReaders:
         return [view[o:o + n] if n >= 0 else path
                 for path, o, n in zip(paths, read.offsets.tolist(), read.lengths.tolist(), strict=True)]
 
-    def release(self, slab: int) -> None:
-        """Slab ``slab`` may be read into again (its decode has returned)."""
-        self._free.put(slab)
+    def release(self, slab: int, *, after=None) -> None:
+        """Slab ``slab`` may be read into again: now (its decode has returned), or once
+        ``after`` has passed (anything with ``query() -> bool``, a CUDA event: where the slabs
+        are page-locked, the GPU may still be copying from them when the decode returns)."""
+        if after is None:
+            self._free.put(slab)
+            return
+        with self._lock:
+            self._fenced.append((after, slab))
+
+    def _reclaim(self) -> int:
+        """The fenced slabs whose fence has passed, free again; how many are still fenced."""
+        with self._lock:
+            passed = [slab for fence, slab in self._fenced if fence.query()]
+            self._fenced = [(fence, slab) for fence, slab in self._fenced if slab not in passed]
+            left = len(self._fenced)
+        for slab in passed:
+            self._free.put(slab)
+        return left
 
     def _receive(self) -> None:
         try:

@@ -122,6 +122,14 @@ class SharedSlots:
             self._arrays = slots
         return self._arrays
 
+    @property
+    def buffer(self) -> np.ndarray:
+        """The whole shared memory, every slot, as one uint8 array (to page-lock it for
+        CUDA, say)."""
+        if self._buffer is None:
+            raise RuntimeError("these staging slots were closed (the loader shut down)")
+        return self._buffer
+
     def tensors(self) -> list[dict]:
         """Per slot, ``{output: uint8 torch tensor}`` over the shared memory (the numpy
         views, which the tensors keep alive, as they keep the mapping)."""
