@@ -84,6 +84,50 @@ def test_file_readers_read_release_and_close(tmp_path):
         readers.read(files[:1]).result(timeout=5)
 
 
+def test_split_task_shares_the_paths_and_the_slab_out():
+    from vidloader.pipeline._image_readers import PART_ALIGN, split_task
+
+    tasks = split_task(4, [f"p{k}" for k in range(7)], True, 2, 10_000)
+    assert [t.paths for t in tasks] == [["p0", "p1", "p2"], ["p3", "p4", "p5", "p6"]]
+    assert [(t.part, t.slab, t.headers) for t in tasks] == [(0, 4, True), (1, 4, True)]
+    assert tasks[0].start == 0 and tasks[0].stop == tasks[1].start and tasks[1].stop == 10_000
+    assert tasks[1].start % PART_ALIGN == 0 and abs(tasks[1].start - 10_000 * 3 / 7) < PART_ALIGN
+    assert len(split_task(0, ["a"], False, 4, 100)) == 1  # no more parts than paths
+    assert split_task(0, ["a", "b"], False, 1, 100)[0].stop == 100
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_reads_shared_out_among_readers_give_what_one_reader_gives(tmp_path, monkeypatch, split):
+    """``SPLIT_READS``: a batch's files read by both readers, each into its share of the
+    slab, merged in order (offsets, lengths, header facts); a file too large for its share
+    is marked ``TOO_LARGE`` (the decoder opens it) and the others are read."""
+    from vidloader.pipeline import _image_readers
+
+    monkeypatch.setattr(_image_readers, "SPLIT_READS", split)
+    files = []
+    for k in range(9):
+        path = tmp_path / f"f{k}"
+        path.write_bytes(bytes([k]) * (200 + 50 * k + (1500 if k == 7 else 0)))
+        files.append(str(path))
+    readers = FileReaders(2, 1, 1 << 12)
+    try:
+        for batch in (files, files[:3], files[::-1]):
+            read = readers.read(batch, headers=True).result(timeout=30)
+            assert read.facts.shape == (len(batch), 4)
+            views = readers.files(read, batch)
+            for path, view, n in zip(batch, views, read.lengths.tolist(), strict=True):
+                if n == TOO_LARGE:
+                    assert view == path
+                else:
+                    assert bytes(view) == Path(path).read_bytes()
+            too_large = read.lengths.tolist().count(TOO_LARGE)
+            readers.release(read.slab)
+            if batch == files:  # 4,096 bytes: f7 (2,050) does not fit after f0-f6 (2,450)
+                assert too_large == 1  # nor in the second half's 2,304 after f4-f6
+    finally:
+        readers.close()
+
+
 class _Fence:
     """A CUDA event's ``query`` as :meth:`FileReaders.release` uses it, passed by hand."""
 
@@ -153,21 +197,27 @@ def _packing_pools(folder, monkeypatch):  # noqa: F811
     return pillow, made, given
 
 
-@pytest.mark.parametrize("slab_bytes", [None, 2000])
+@pytest.mark.parametrize("slab_bytes, split, take_any", [(None, False, False), (2000, False, False),
+                                                       (None, True, True), (2000, True, False)])
 def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypatch,  # noqa: F811
-                                                               slab_bytes):
+                                                               slab_bytes, split, take_any):
     """With ``READER_PROCESSES``, the in-process pool's lanes decode the files the readers
     read (numpy views of a slab); a slab too small for a file sends its path instead. The
-    batches equal the Pillow path's, and the readers are gone after ``shutdown``."""
+    batches equal the Pillow path's, and the readers are gone after ``shutdown``; also with
+    each batch's reads shared out among the readers (``SPLIT_READS``) and with any free
+    lane taking the next batch (``LANES_TAKE_ANY``)."""
     from vidloader.pipeline import _image_decode, _image_readers
 
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
+    monkeypatch.setattr(_image_readers, "SPLIT_READS", split)
+    monkeypatch.setattr(_image_decode, "LANES_TAKE_ANY", take_any)
     if slab_bytes is not None:
         monkeypatch.setattr(_image_readers, "slab_bytes", lambda dataset, batch: slab_bytes)
     pillow, made, given = _packing_pools(folder, monkeypatch)
     for _ in range(2):  # two epochs through the same slabs
         for x, y in zip(list(pillow), made, strict=True):
             assert torch.equal(x["images"], y["images"])
+    assert (made._pool._any_lane is not None) == take_any and len(made._pool.lanes) == 3
     procs = list(made._pool.file_readers._procs.procs)
     assert made._pool.file_readers._free.qsize() == len(made._pool.file_readers.views)  # all back
     made.shutdown()
@@ -273,17 +323,20 @@ def test_page_locked_slabs_give_the_batches_pageable_slabs_give(tmp_path, monkey
     """``PIN_READ_SLABS``: the in-process GPU pool's reader slabs page-locked for CUDA, each
     given back behind its decode's event. Over two epochs of 13 batches (the pool's 8 slabs
     reused), the batches equal those of pageable slabs, and the memory is unlocked at the
-    end."""
+    end; also with each batch's reads shared out among the readers (``SPLIT_READS``) and any
+    free lane taking the next batch (``LANES_TAKE_ANY``)."""
     pytest.importorskip("nvidia.nvimgcodec")
     from vidloader.images._synthetic import write_image_folder
-    from vidloader.pipeline import _image_decode
+    from vidloader.pipeline import _image_decode, _image_readers
 
     ds = ImageFolder(write_image_folder(tmp_path / "jpegs", num_classes=4, per_class=100),
                      progress=False)
     proc = ImageProcess(size=(64, 64), crop="center", center_fraction=0.875)
 
-    def epochs(pin: bool):
+    def epochs(pin: bool, split: bool = False, take_any: bool = False):
         monkeypatch.setattr(_image_decode, "PIN_READ_SLABS", pin)
+        monkeypatch.setattr(_image_readers, "SPLIT_READS", split)
+        monkeypatch.setattr(_image_decode, "LANES_TAKE_ANY", take_any)
         loader = ImageLoader(ds, batch_size=32, sampler=SequentialFrames(), processing=proc,
                              decoder="nvimgcodec", device="cuda", num_workers=0,
                              persistent_workers=True)
@@ -294,13 +347,15 @@ def test_page_locked_slabs_give_the_batches_pageable_slabs_give(tmp_path, monkey
                 pinned.append(loader._pool._unpin is not None)
                 out.append(batch["images"].cpu())
         pool = loader._pool
+        assert (pool._any_lane is not None) == take_any
         loader.shutdown()
         assert pool._unpin is None
         return out, pinned
 
-    locked, pinned = epochs(True)
     pageable, unpinned = epochs(False)
-    assert all(pinned) and not any(unpinned)
-    assert len(locked) == len(pageable) == 26
-    for a, b in zip(locked, pageable, strict=True):
-        assert torch.equal(a, b)
+    assert not any(unpinned) and len(pageable) == 26
+    for options in ({}, {"split": True, "take_any": True}):
+        locked, pinned = epochs(True, **options)
+        assert all(pinned) and len(locked) == 26
+        for a, b in zip(locked, pageable, strict=True):
+            assert torch.equal(a, b), options

@@ -97,6 +97,14 @@ def session30_switches(results: dict) -> None:
 
         _nvjpeg.PREALLOCATE_IMAGES = int(os.environ["AB_PREALLOC"])
         results["nvjpeg_preallocate_images"] = _nvjpeg.PREALLOCATE_IMAGES
+    if os.environ.get("AB_SPLIT"):  # each batch's reads shared out among the readers, 1/0
+        from vidloader.pipeline import _image_readers
+
+        _image_readers.SPLIT_READS = os.environ["AB_SPLIT"] == "1"
+        results["split_reads"] = _image_readers.SPLIT_READS
+    if os.environ.get("AB_TAKE_ANY"):  # any free lane takes the next batch, 1/0
+        _image_decode.LANES_TAKE_ANY = os.environ["AB_TAKE_ANY"] == "1"
+        results["lanes_take_any"] = _image_decode.LANES_TAKE_ANY
 
 
 def _own_handles(flags: list[str]) -> None:

@@ -68,7 +68,8 @@ def instrument_reads() -> None:
     def read(self, paths, **kwargs):
         asked = time.perf_counter()
         future = real_read(self, paths, **kwargs)
-        entry = READS.setdefault(id(future), [asked, None, None])
+        entry = [asked, None, None]  # ids are reused: a new entry each time
+        READS[id(future)] = entry
 
         def done(f, entry=entry):
             entry[1] = time.perf_counter()

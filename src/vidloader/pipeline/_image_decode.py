@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
+import queue
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -165,6 +166,13 @@ READERS_WALK_HEADERS = True
 #: the copy from pinned memory may still be under way when nvJPEG returns. Measured in
 #: session 30 (``benchmarks/results/gpu/session30-*``).
 PIN_READ_SLABS = True
+
+
+#: Any free lane takes the next batch (a pool of lane threads, the lanes handed out as they
+#: come free), instead of the batches dealt to the lanes in turn, where a batch can wait
+#: behind a busy lane while another lane is idle. Measured in session 30
+#: (``benchmarks/results/gpu/session30-*``).
+LANES_TAKE_ANY = False
 
 
 def pin_host_memory(array):
@@ -304,6 +312,13 @@ class BatchDecodePool(BatchPool):
         self._header_facts = READERS_WALK_HEADERS and all(
             getattr(lane.decoder, "takes_header_facts", False) for lane in self.lanes)
         self._next_lane = 0
+        self._any_lane = None  # LANES_TAKE_ANY: (the lanes' thread pool, the free lanes)
+        if LANES_TAKE_ANY and len(self.lanes) > 1:
+            free = queue.SimpleQueue()
+            for lane in self.lanes:
+                free.put(lane)
+            self._any_lane = (ThreadPoolExecutor(len(self.lanes), thread_name_prefix="vidloader-decode"),
+                              free)
         self.augmenter = _Augmenter(device)
         self.reader = ThreadPoolExecutor(config.reader_threads, thread_name_prefix="vidloader-read")
         self.streams = _Streams(device)  # the consumer's side: records and waits
@@ -347,8 +362,6 @@ class BatchDecodePool(BatchPool):
         copied_out = self.streams.record()  # the slots' last batches, on the consumer's stream
         fills = []
         for slot_id, plan, start in zip(task.slot_ids, task.plans, task.row_starts):
-            lane = self.lanes[self._next_lane]
-            self._next_lane = (self._next_lane + 1) % len(self.lanes)
             paths = [dataset.path(i) for i in plan.video_indices.tolist()]
             if self.file_readers is not None:
                 source = (paths, self.file_readers.read(paths, headers=self._header_facts))
@@ -356,9 +369,14 @@ class BatchDecodePool(BatchPool):
                 source = paths
             else:
                 source = [self.reader.submit(read_file, path) for path in paths]
-            decoded = lane.thread.submit(self._decode, lane, plan, source)
+            if self._any_lane is not None:
+                decoded = self._any_lane[0].submit(self._decode_on_free_lane, plan, source)
+            else:
+                lane = self.lanes[self._next_lane]
+                self._next_lane = (self._next_lane + 1) % len(self.lanes)
+                decoded = lane.thread.submit(self._decode, lane, plan, source)
             staging = self.slots[slot_id]["images"][start:start + plan.batch_size]
-            fills.append(self.augmenter.thread.submit(self._augment, decoded, lane, plan,
+            fills.append(self.augmenter.thread.submit(self._augment, decoded, plan,
                                                       staging, copied_out))
         self._pending.append((task, fills))
 
@@ -366,10 +384,19 @@ class BatchDecodePool(BatchPool):
     def _opens_files(self) -> bool:
         return callable(getattr(self.decoder, "decode_files", None))
 
+    def _decode_on_free_lane(self, plan, source):
+        """:meth:`_decode` on the first lane free (:data:`LANES_TAKE_ANY`)."""
+        free = self._any_lane[1]
+        lane = free.get()
+        try:
+            return self._decode(lane, plan, source)
+        finally:
+            free.put(lane)
+
     def _decode(self, lane: _Lane, plan, source: list):
         """On a lane's thread: the plan's images (files opened by the decoder, or bytes from
         the reader threads), decoded on the lane's stream; with the windows, the regions
-        decoded alone, and an event marking the decode's end. Phased
+        decoded alone, an event marking the decode's end, and the lane. Phased
         (:data:`PHASED_DECODE`): nvImageCodec's images, for :meth:`_augment` to wrap; packed
         (:data:`PACKED_DECODE`): the batch in one buffer."""
         config = self.config
@@ -399,7 +426,7 @@ class BatchDecodePool(BatchPool):
                 images = lane.decoder.decode_packed([f.result() for f in source], sizes, **packing)
             else:
                 images = lane.decoder.decode([f.result() for f in source])
-            return images, windows, regions, lane.streams.record(lane.streams.own)
+            return images, windows, regions, lane.streams.record(lane.streams.own), lane
 
     def _decode_read(self, lane: _Lane, sizes, flags, paths: list[str], read, **packing):
         """A plan's files as the reader processes read them (``read``: a future), decoded
@@ -416,10 +443,10 @@ class BatchDecodePool(BatchPool):
             fence = lane.streams.record(lane.streams.own) if self._unpin is not None else None
             self.file_readers.release(files.slab, after=fence)
 
-    def _augment(self, decoded, lane: _Lane, plan, staging: torch.Tensor, copied_out):
+    def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
         """On the augmentation thread, in submission order: the decoded plan augmented into
         ``staging`` on this thread's stream; ``(valid, errors, done event)``."""
-        images, windows, regions, ready = decoded.result()  # re-raises the decoder's error
+        images, windows, regions, ready, lane = decoded.result()  # re-raises the decoder's error
         stage = self.augmenter
         with stage.streams.current():
             stage.streams.wait(copied_out)
@@ -450,7 +477,8 @@ class BatchDecodePool(BatchPool):
         # Cancel every stage's queued work first, so no thread goes on while another is
         # joined; then join them; then wait for the GPU before dropping any decoded image
         # (augmentation kernels may still be queued that read them).
-        executors = [self.reader, *(lane.thread for lane in self.lanes), self.augmenter.thread]
+        executors = [self.reader, *(lane.thread for lane in self.lanes), self.augmenter.thread,
+                     *([self._any_lane[0]] if self._any_lane is not None else [])]
         for executor in executors:
             executor.shutdown(wait=False, cancel_futures=True)
         for executor in executors:

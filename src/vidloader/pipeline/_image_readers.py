@@ -52,14 +52,29 @@ class ReaderStart:
     worker_id: int
 
 
+#: Each batch's files are shared out among all the reader processes, each reading its part
+#: into its own share of the slab, so a batch is read in about 1/readers of the time (the
+#: lanes wait for their reads: ~8 ms a batch of 256 in session 30's timeline, H200). Off:
+#: one reader reads the whole batch. Measured in session 30 (``benchmarks/results/gpu/session30-*``).
+SPLIT_READS = False
+
+#: Each part's share of a slab starts on a multiple of this many bytes.
+PART_ALIGN = 64
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadTask:
-    """Read ``paths`` into slab ``slab``, one after another from its start; with ``headers``,
-    also walk each file's JPEG header (:func:`~..images._jpeg_header.header_facts`)."""
+    """Read ``paths`` into slab ``slab``, one after another from byte ``start`` up to ``stop``
+    (``None``: the slab's end); with ``headers``, also walk each file's JPEG header
+    (:func:`~..images._jpeg_header.header_facts`). ``part``: which part of its batch this is
+    (:data:`SPLIT_READS`)."""
 
     slab: int
     paths: list
     headers: bool = False
+    part: int = 0
+    start: int = 0
+    stop: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +88,8 @@ class FilesRead:
     #: int64 ``[n, 4]``: each file's :func:`~..images._jpeg_header.header_facts` where the
     #: task asked for them (``UNKNOWN_FACTS`` for a file not read), else ``None``.
     facts: np.ndarray | None = None
+    #: The task's ``part`` (offsets are from the slab's start whatever the part).
+    part: int = 0
 
 
 def file_reader_main(start: ReaderStart, task_q, result_q, slabs: SharedSlots) -> None:
@@ -89,13 +106,35 @@ def read_into(slab: np.ndarray, task: ReadTask) -> FilesRead:
     facts, where asked: here they cost this process's GIL, not the decode lanes')."""
     offsets = np.zeros(len(task.paths), np.int64)
     lengths = np.zeros(len(task.paths), np.int64)
-    _read_files(slab, task.paths, offsets, lengths)
+    _read_files(slab[task.start:task.stop], task.paths, offsets, lengths)
+    offsets += task.start
     if not task.headers:
-        return FilesRead(task.slab, offsets, lengths)
+        return FilesRead(task.slab, offsets, lengths, part=task.part)
     facts = np.full((len(task.paths), 4), UNKNOWN_FACTS, np.int64)
     for k in np.flatnonzero(lengths >= 0).tolist():  # the files read whole
         facts[k] = header_facts(slab[offsets[k]:offsets[k] + lengths[k]])
-    return FilesRead(task.slab, offsets, lengths, facts)
+    return FilesRead(task.slab, offsets, lengths, facts, part=task.part)
+
+
+def split_task(slab: int, paths: list, headers: bool, parts: int, slab_bytes: int) -> list[ReadTask]:
+    """``paths`` as ``parts`` tasks (fewer where there are fewer paths): consecutive runs of
+    paths of near-equal counts, each given a share of the slab in proportion to its count."""
+    parts = max(1, min(parts, len(paths)))
+    cuts = [len(paths) * k // parts for k in range(parts + 1)]
+    edges = [slab_bytes * c // max(1, len(paths)) // PART_ALIGN * PART_ALIGN for c in cuts]
+    edges[-1] = slab_bytes
+    return [ReadTask(slab, list(paths[cuts[k]:cuts[k + 1]]), headers, k, edges[k], edges[k + 1])
+            for k in range(parts)]
+
+
+def merge_parts(parts: list[FilesRead]) -> FilesRead:
+    """One :class:`FilesRead` of a batch's parts (in any order)."""
+    parts = sorted(parts, key=lambda r: r.part)
+    if len(parts) == 1:
+        return dataclasses.replace(parts[0], part=0)
+    facts = None if parts[0].facts is None else np.concatenate([r.facts for r in parts])
+    return FilesRead(parts[0].slab, np.concatenate([r.offsets for r in parts]),
+                     np.concatenate([r.lengths for r in parts]), facts)
 
 
 def _read_files(slab: np.ndarray, paths: list, offsets: np.ndarray, lengths: np.ndarray) -> None:
@@ -153,7 +192,7 @@ class FileReaders:
         self._free: queue.Queue = queue.Queue()
         for slab in range(num_slabs):
             self._free.put(slab)
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, tuple[Future, int, list]] = {}  # slab: (future, parts, got)
         self._fenced: list = []  # (fence, slab): given back, free once the fence has passed
         self._failed: BaseException | None = None  # set once no read can complete
         self._lock = threading.Lock()
@@ -182,17 +221,19 @@ class FileReaders:
                 break
             except queue.Empty:
                 continue
+        readers = self._procs.num_workers
+        tasks = split_task(slab, paths, headers, readers if SPLIT_READS else 1, self.bytes_per_slab)
         with self._lock:
             failed = self._failed
             if failed is None:
-                self._pending[slab] = future
+                self._pending[slab] = (future, len(tasks), [])
         if failed is not None:
             self._free.put(slab)
             future.set_exception(failed)
             return future
-        self._procs.put(self._turn % self._procs.num_workers,
-                        ReadTask(slab, list(paths), headers))
-        self._turn += 1
+        for task in tasks:
+            self._procs.put(self._turn % readers, task)
+            self._turn += 1
         return future
 
     def files(self, read: FilesRead, paths: list[str]) -> list:
@@ -228,8 +269,13 @@ class FileReaders:
                 msg = self._procs.poll(REPLY_POLL_SECONDS)
                 if isinstance(msg, FilesRead):
                     with self._lock:
-                        future = self._pending.pop(msg.slab)
-                    future.set_result(msg)
+                        future, parts, got = self._pending[msg.slab]
+                        got.append(msg)
+                        done = len(got) == parts
+                        if done:
+                            del self._pending[msg.slab]
+                    if done:
+                        future.set_result(merge_parts(got))
         except WorkerError as exc:  # a reader died: no pending read will complete
             self._fail(WorkerError(f"a file reader process of the GPU image pool stopped "
                                    f"({exc}); set vidloader.pipeline._image_decode.READER_PROCESSES = 0 "
@@ -244,7 +290,7 @@ class FileReaders:
             if self._failed is None:
                 self._failed = exc
             pending, self._pending = self._pending, {}
-        for slab, future in pending.items():
+        for slab, (future, _, _) in pending.items():
             future.set_exception(exc)
             self._free.put(slab)
 
