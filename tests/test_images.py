@@ -8,6 +8,7 @@ import io
 import os
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -404,9 +405,12 @@ def test_a_rational_orientation_tag_is_turned_and_indexed_upright(tmp_path):
     assert np.array_equal(decode_image(str(path))[0], reference)
 
 
-def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
-    """nvImageCodec's pool can deal plans to several decode threads, each with its own
-    decoder and stream; batches still come in order and equal the Pillow path's."""
+@pytest.mark.parametrize("take_any", [False, True], ids=["dealt-in-turn", "any-free-lane"])
+def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch, take_any):
+    """nvImageCodec's pool can deal plans to several decode lanes, each with its own
+    decoder and stream, on a thread of its own or (``LANES_TAKE_ANY``) on the first thread
+    free; a decoder is never used by two threads at once; batches still come in order and
+    equal the Pillow path's."""
     from vidloader.images import _nvimgcodec
     from vidloader.pipeline import _image_decode
 
@@ -416,12 +420,21 @@ def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
         name = "nvimgcodec"
 
         def __init__(self, device):
-            self.threads, self.plans = set(), 0
+            self.threads, self.plans, self.busy, self.overlaps = set(), 0, 0, 0
             made.append(self)
 
         def decode_files(self, paths):
+            self.busy += 1
+            self.overlaps += self.busy > 1
+            try:
+                return self._decode(paths)
+            finally:
+                self.busy -= 1
+
+        def _decode(self, paths):
             self.threads.add(threading.get_ident())
             self.plans += 1
+            time.sleep(0.002)  # long enough for another thread to try the same decoder
             out = []
             for path in paths:
                 try:
@@ -433,6 +446,7 @@ def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
 
     monkeypatch.setattr(_nvimgcodec, "NvImageCodecDecoder", StandIn)
     monkeypatch.setattr(_image_decode, "NVIMGCODEC_LANES", 2)
+    monkeypatch.setattr(_image_decode, "LANES_TAKE_ANY", take_any)
     ds = ImageFolder(folder, num_workers=0, progress=False)
     proc = ImageProcess(size=(40, 40), crop="random_resized", random_flip=True)
     lanes = ImageLoader(ds, batch_size=2, processing=proc, on_error="skip", decoder=StandIn("cpu"))
@@ -440,8 +454,9 @@ def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch):
     made.clear()
     got = list(lanes)
     assert len(made) == 2
-    assert all(d.plans > 0 and len(d.threads) == 1 for d in made)
-    assert made[0].threads != made[1].threads
+    assert all(d.plans > 0 and d.overlaps == 0 for d in made)
+    if not take_any:  # a thread each
+        assert all(len(d.threads) == 1 for d in made) and made[0].threads != made[1].threads
     pillow = ImageLoader(ds, batch_size=2, processing=proc, num_workers=0, on_error="skip")
     for x, y in zip(pillow, got, strict=True):
         assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])

@@ -49,7 +49,9 @@ STATES = 2
 #: made (``nvjpegDecodeBatchedPreAllocate``, with 1×1 images as the size hint, as DALI does:
 #: its comment reports the call puts the hardware decoder on a memory pool, ">20% for 8GPU
 #: training"); 0 skips it. Larger batches and images still work: nvJPEG grows its buffers.
-#: Measured in session 30 (``benchmarks/results/gpu/session30-*``).
+#: On the H200 it made no difference that two rounds could see (``session30-9``: decode
+#: alone, pinned, one thread 31,035 / 30,244 images/s with it, 30,370 / 29,088 without; the
+#: loader 21,131 / 23,075 with, 23,315 / 22,493 without); kept, as DALI does it.
 PREALLOCATE_IMAGES = 256
 _CSS_444 = 0
 

@@ -155,7 +155,9 @@ READER_PROCESSES = 2
 #: lanes only compare them with the index. In session 29's timeline (H200, 3 lanes) a lane
 #: spent ~6.6 ms a batch of 256 around nvJPEG's call, mostly that walk (5-9 µs a file on
 #: the CPU machine, more under the GIL the lanes, the augmentation and the training loop
-#: share); the readers have GILs of their own. Not yet measured on the GPU (session 30).
+#: share); the readers have GILs of their own. Against the lanes walking them, alternated,
+#: 3 lanes, 300 batches: 23,578 / 23,248 / 23,336 images/s against 22,903 / 19,995 / 23,024
+#: (H200, ``session30-4``).
 READERS_WALK_HEADERS = True
 
 
@@ -163,16 +165,22 @@ READERS_WALK_HEADERS = True
 #: decodes on a GPU, as DALI hands its hardware decoder bitstreams in pinned memory (copied to
 #: a pinned staging buffer where its input is not). A slab is then read into again only once
 #: the decode's GPU work has passed (:meth:`~._image_readers.FileReaders.release`'s fence):
-#: the copy from pinned memory may still be under way when nvJPEG returns. Measured in
-#: session 30 (``benchmarks/results/gpu/session30-*``).
+#: the copy from pinned memory may still be under way when nvJPEG returns. nvJPEG's decode
+#: alone on one thread, bytes read beforehand (H200, ``session30-9``, two rounds): pinned
+#: 31,035 / 29,088 / 30,370 / 30,244 images/s against pageable 21,084 / 24,959 / 25,930 /
+#: 27,608 (its call 8.2-8.8 ms of host CPU a batch of 256 against 9.3-12.1); on three threads
+#: ~29,000 either way, nvJPEG's limit on this GPU. In the loader, on a noisy machine, 21,131 /
+#: 23,075 against 17,785 / 22,919 unpinned (one of two rounds apart).
 PIN_READ_SLABS = True
 
 
 #: Any free lane takes the next batch (a pool of lane threads, the lanes handed out as they
 #: come free), instead of the batches dealt to the lanes in turn, where a batch can wait
-#: behind a busy lane while another lane is idle. Measured in session 30
-#: (``benchmarks/results/gpu/session30-*``).
-LANES_TAKE_ANY = False
+#: behind a busy lane while another lane is idle. One round only (H200, ``session30-11``,
+#: alternated, 300 batches): 22,742 images/s against 18,704 dealt in turn; with the reads
+#: shared out (``_image_readers.SPLIT_READS``) 23,930 against 23,399 without it. Its GPU
+#: test (page-locked slabs, reads shared out, any lane) gave the batches of the old path.
+LANES_TAKE_ANY = True
 
 
 def pin_host_memory(array):

@@ -10,10 +10,12 @@ decode lane hands nvImageCodec numpy views of a slab, and gives the slab back on
 has returned.
 
 Per batch: the pool takes a free slab (waiting for a lane to give one back, which bounds the
-batches read ahead), sends one reader the slab and the paths, and gets a future. The reader
-writes the files one after another into the slab and replies with each file's offset and
-length; a file that does not fit in what is left of the slab, or cannot be read, is marked,
-and the lane passes its path instead (nvImageCodec opens it, or reports it). A thread of this
+batches read ahead), shares the paths out among the readers (:data:`SPLIT_READS`; each part
+gets a share of the slab in proportion to its count) and gets a future. Each reader writes
+its files one after another into its share and replies with each file's offset and length;
+a file that does not fit in what is left of the share, or cannot be read, is marked, and the
+lane passes its path instead (nvImageCodec opens it, or reports it). The future completes
+when every part has come back. A thread of this
 process receives the replies and completes the futures; a reader that dies fails every
 pending future with its :class:`~..errors.WorkerError`.
 
@@ -53,10 +55,12 @@ class ReaderStart:
 
 
 #: Each batch's files are shared out among all the reader processes, each reading its part
-#: into its own share of the slab, so a batch is read in about 1/readers of the time (the
-#: lanes wait for their reads: ~8 ms a batch of 256 in session 30's timeline, H200). Off:
-#: one reader reads the whole batch. Measured in session 30 (``benchmarks/results/gpu/session30-*``).
-SPLIT_READS = False
+#: into its own share of the slab, so a batch is read in about 1/readers of the time: the
+#: lanes waited ~8 ms a batch of 256 for their reads in session 30's timeline (H200,
+#: ``session30-9``). Shared out against one reader a batch, alternated, 3 lanes, 300 batches:
+#: 23,399 / 23,470 images/s against 18,704 / 20,654 (H200, ``session30-11``; two rounds on a
+#: noisy machine). Off: one reader reads the whole batch.
+SPLIT_READS = True
 
 #: Each part's share of a slab starts on a multiple of this many bytes.
 PART_ALIGN = 64
