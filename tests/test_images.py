@@ -1452,3 +1452,23 @@ def test_image_bench_samples_the_gpu_during_each_contender(tmp_path, monkeypatch
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert _monitor.jpeg_query() is None
     assert set(bench._sampled(contender, None)()) == {"images", "seconds", "images_per_s"}
+
+
+def test_generated_jpeg_folder_is_the_sequential_draws_whatever_the_threads(tmp_path):
+    """``write_image_folder`` encodes on several threads but draws its random numbers in
+    order: each file is the one ``natural_like`` makes from one generator in file order, and
+    a second call keeps what exists and adds the copies as links."""
+    from vidloader.images._synthetic import write_image_folder
+
+    root = write_image_folder(tmp_path / "f", num_classes=2, per_class=7, size=(30, 41), seed=3)
+    rng = np.random.default_rng(3)
+    files = sorted(root.rglob("*.jpg"))
+    assert [p.relative_to(root).as_posix() for p in files][:2] == ["class_000/img_00000.jpg",
+                                                                  "class_000/img_00001.jpg"]
+    for path in files:
+        expect = io.BytesIO()
+        Image.fromarray(natural_like(30, 41, rng)).save(expect, format="JPEG", quality=90)
+        assert path.read_bytes() == expect.getvalue(), path
+    write_image_folder(root, num_classes=2, per_class=7, size=(30, 41), seed=3, copies=2)
+    assert len(list(root.rglob("*_c1.jpg"))) == 14
+    assert (root / "class_001" / "img_00006_c1.jpg").read_bytes() == files[-1].read_bytes()

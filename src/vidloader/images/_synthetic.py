@@ -70,12 +70,29 @@ def write_cifar10(root: str | os.PathLike, *, num_train: int = 500, num_test: in
 def natural_like(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
     """uint8 ``[height, width, 3]``: smooth colour fields plus fine noise, which JPEG at
     quality 90 compresses to roughly ImageNet's bytes per pixel."""
+    return _render(*_draws(height, width, rng), height, width)
+
+
+def _draws(height: int, width: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`natural_like`'s random numbers, in its order: the colour field's coarse grid
+    and the noise."""
+    small = rng.integers(0, 256, size=(height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8)
+    noise = rng.normal(0, 8, size=(height, width, 1)).astype(np.float32)
+    return small, noise
+
+
+def _render(small: np.ndarray, noise: np.ndarray, height: int, width: int) -> np.ndarray:
+    """:func:`natural_like`'s image from its draws (Pillow's resize lets go of the GIL)."""
     from PIL import Image
 
-    small = rng.integers(0, 256, size=(height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8)
     smooth = np.asarray(Image.fromarray(small).resize((width, height), Image.BICUBIC), np.float32)
-    noise = rng.normal(0, 8, size=(height, width, 1)).astype(np.float32)
     return (smooth + noise).clip(0, 255).astype(np.uint8)
+
+
+def _render_and_save(draws, size: tuple[int, int], path: Path, quality: int) -> None:
+    from PIL import Image
+
+    Image.fromarray(_render(*draws, *size)).save(path, quality=quality)
 
 
 def write_image_folder(root: str | os.PathLike, *, num_classes: int = 4, per_class: int = 8,
@@ -85,20 +102,33 @@ def write_image_folder(root: str | os.PathLike, *, num_classes: int = 4, per_cla
 
     ``copies`` > 1 adds ``img_<i>_c<c>.jpg`` hard links to each (copies where the file system
     has no links): a folder ``copies`` times larger for the cost of generating one, so a
-    benchmark's epochs are long enough to time the loader between epoch boundaries."""
-    from PIL import Image
+    benchmark's epochs are long enough to time the loader between epoch boundaries.
+
+    The random numbers are drawn in order on this thread (the files are the same whatever the
+    machine); the resizing and JPEG encoding run on a few threads (about 3× faster on 16
+    cores: the benchmarks generate 4,000 files on the GPU machine)."""
+    from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(seed)
     root = Path(root)
-    for k in range(num_classes):
-        folder = root / f"class_{k:03d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            path = folder / f"img_{i:05d}.jpg"
-            if not path.exists():
-                Image.fromarray(natural_like(*size, rng)).save(path, quality=quality)
-            for c in range(1, copies):
-                link_or_copy(path, folder / f"img_{i:05d}_c{c}.jpg")
+    threads = max(1, min(8, (os.cpu_count() or 1) - 1))
+    written = []
+    with ThreadPoolExecutor(threads) as pool:
+        pending: list = []
+        for k in range(num_classes):
+            folder = root / f"class_{k:03d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                path = folder / f"img_{i:05d}.jpg"
+                written.append(path)
+                if path.exists():
+                    continue
+                pending.append(pool.submit(_render_and_save, _draws(*size, rng), size, path, quality))
+                if len(pending) >= 4 * threads:  # bounded: each job holds ~1 MB of noise
+                    pending.pop(0).result()
+        for job in pending:
+            job.result()
+    for path in written:
+        for c in range(1, copies):
+            link_or_copy(path, path.with_name(f"{path.stem}_c{c}.jpg"))
     return root
-
-
