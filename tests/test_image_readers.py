@@ -161,6 +161,87 @@ def test_a_slab_given_back_behind_a_fence_is_read_into_only_once_it_has_passed(t
         readers.close()
 
 
+class _SyncFence(_Fence):
+    """A fence with a CUDA event's ``synchronize``, which passes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = 0
+
+    def synchronize(self) -> None:
+        time.sleep(0.05)
+        self.waited += 1
+        self.passed = True
+
+
+def test_a_read_already_waiting_wakes_for_a_slab_given_back_behind_a_fence(tmp_path, monkeypatch):
+    """A read waiting for a slab when none was fenced wakes when one is given back behind a
+    fence (not at its next look at the free queue, 5 s here), waits on the fence
+    (``synchronize`` where it has one) and takes the slab."""
+    from vidloader.pipeline import _image_readers
+
+    monkeypatch.setattr(_image_readers, "REPLY_POLL_SECONDS", 5.0)
+    path = tmp_path / "f"
+    path.write_bytes(b"q" * 100)
+    readers = FileReaders(1, 1, 1 << 12)
+    try:
+        first = readers.read([str(path)]).result(timeout=30)
+        got = []
+        waiting = threading.Thread(target=lambda: got.append(readers.read([str(path)])))
+        waiting.start()
+        time.sleep(0.2)  # the read waits on the free queue now
+        fence = _SyncFence()
+        started = time.monotonic()
+        readers.release(first.slab, after=fence)
+        waiting.join(timeout=10)
+        assert got and time.monotonic() - started < 2.5 and fence.waited == 1
+        assert got[0].result(timeout=30).lengths.tolist() == [100]
+    finally:
+        readers.close()
+
+
+def test_a_batch_whose_parts_cannot_be_merged_fails_its_read_and_frees_its_slab(tmp_path, monkeypatch):
+    from vidloader.pipeline import _image_readers
+
+    def broken(parts):
+        raise ValueError("parts out of shape")
+    monkeypatch.setattr(_image_readers, "merge_parts", broken)
+    path = tmp_path / "f"
+    path.write_bytes(b"q" * 100)
+    readers = FileReaders(1, 1, 1 << 12)
+    try:
+        with pytest.raises(WorkerError, match="could not be put together.*parts out of shape"):
+            readers.read([str(path)]).result(timeout=30)
+        assert readers._free.qsize() == 1
+    finally:
+        readers.close()
+
+
+def test_page_locked_pool_gives_slabs_back_behind_the_lane_stream_s_event(folder, monkeypatch):  # noqa: F811
+    """Where the slabs are page-locked (``_unpin`` set), each slab goes back behind an event
+    recorded on the lane's own stream after its decode; pageable, at once."""
+    from vidloader.pipeline import _image_decode
+
+    monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
+    pillow, made, given = _packing_pools(folder, monkeypatch)
+    next(iter(made))  # starts the pool (persistent)
+    pool, released = made._pool, []
+    for k, lane in enumerate(pool.lanes):  # (the augmentation waits on the same stand-ins)
+        lane.streams.record = lambda stream=None, k=k: ("event on lane", k, stream)
+    pool.augmenter.streams.wait = lambda event: None
+    real = pool.file_readers.release
+    pool.file_readers.release = lambda slab, after=None: (released.append(after), real(slab))
+    list(made)
+    assert released and all(after is None for after in released)
+    released.clear()
+    pool._unpin = lambda: None
+    list(made)
+    lanes = {(k, lane.streams.own) for k, lane in enumerate(pool.lanes)}
+    assert released and all(after[0] == "event on lane" and after[1:] in lanes for after in released)
+    pool._unpin = None
+    made.shutdown()
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
 def test_a_reader_dying_mid_read_fails_the_read_and_frees_its_slab(tmp_path):
     """A reader killed while it reads (blocked on a named pipe nobody writes) fails the

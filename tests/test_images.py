@@ -432,7 +432,7 @@ def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch, take_any)
                 self.busy -= 1
 
         def _decode(self, paths):
-            self.threads.add(threading.get_ident())
+            self.threads.add(threading.current_thread().name)
             self.plans += 1
             time.sleep(0.002)  # long enough for another thread to try the same decoder
             out = []
@@ -455,8 +455,12 @@ def test_nvimgcodec_decodes_on_two_lanes_in_order(folder, monkeypatch, take_any)
     got = list(lanes)
     assert len(made) == 2
     assert all(d.plans > 0 and d.overlaps == 0 for d in made)
-    if not take_any:  # a thread each
+    names = set().union(*(d.threads for d in made))
+    if take_any:  # one pool of lane threads
+        assert all(n.startswith("vidloader-decode_") for n in names), names
+    else:  # a thread each
         assert all(len(d.threads) == 1 for d in made) and made[0].threads != made[1].threads
+        assert all(n.startswith(("vidloader-decode-0_", "vidloader-decode-1_")) for n in names), names
     pillow = ImageLoader(ds, batch_size=2, processing=proc, num_workers=0, on_error="skip")
     for x, y in zip(pillow, got, strict=True):
         assert torch.equal(x["images"], y["images"]) and torch.equal(x["sample_index"], y["sample_index"])

@@ -49,7 +49,7 @@ def slabs(folder, pinned: bool):
             views.append(buffer[at:at + len(b)])
             at += len(b)
         if pinned:
-            unpin = pin_host_memory(buffer)
+            unpin = pin_host_memory(buffer, torch.device("cuda", 0))
             assert unpin is not None, "cudaHostRegister refused"
             unpins.append(unpin)
         facts = np.stack([header_facts(v) for v in views])

@@ -183,19 +183,37 @@ PIN_READ_SLABS = True
 LANES_TAKE_ANY = True
 
 
-def pin_host_memory(array):
-    """Page-lock ``array``'s memory for CUDA; a callable that unlocks it, or ``None`` where
-    CUDA refused (a warning says why; the memory stays pageable, which works, slower)."""
-    cudart = torch.cuda.cudart()
+def pin_host_memory(array, device: torch.device):
+    """Page-lock ``array``'s memory for CUDA on ``device``; a callable that unlocks it, or
+    ``None`` where CUDA refused (a warning says why; the memory stays pageable, which works,
+    slower)."""
     pointer, size = array.ctypes.data, array.nbytes
-    error = cudart.cudaHostRegister(pointer, size, 0)
-    if int(error) != 0:
+    error = _cudart_on_own_thread(device, "cudaHostRegister", pointer, size, 0)
+    if error != 0:
         warnings.warn(f"vidloader: CUDA could not page-lock the file readers' {size:,} bytes "
-                      f"(cudaHostRegister: {error!r}); they stay pageable. Set "
+                      f"(cudaHostRegister: error {error}); they stay pageable. Set "
                       "vidloader.pipeline._image_decode.PIN_READ_SLABS = False to skip the try.",
                       RuntimeWarning, stacklevel=3)
         return None
-    return lambda: cudart.cudaHostUnregister(pointer)
+    return lambda: _cudart_on_own_thread(device, "cudaHostUnregister", pointer)
+
+
+def _cudart_on_own_thread(device: torch.device, name: str, *args) -> int:
+    """CUDA runtime call ``name(*args)`` with ``device`` current, on a thread made for it; its
+    error number. A failed call leaves its error pending on the thread that made it, where the
+    next kernel launch would raise it (torch's cudart has no ``cudaGetLastError`` to clear
+    it): here that thread ends with the call."""
+    import threading
+
+    result = []
+
+    def call() -> None:
+        with torch.cuda.device(device):
+            result.append(int(getattr(torch.cuda.cudart(), name)(*args)))
+    thread = threading.Thread(target=call, name=f"vidloader-{name}")
+    thread.start()
+    thread.join()
+    return result[0] if result else -1
 
 
 def _in_daemonic_process() -> bool:
@@ -332,7 +350,7 @@ class BatchDecodePool(BatchPool):
         self.streams = _Streams(device)  # the consumer's side: records and waits
         self.slots = allocate_final_slots(config, num_slots, device)
         self.file_readers = self._start_readers(num_slots)
-        self._unpin = (pin_host_memory(self.file_readers.slabs.buffer)
+        self._unpin = (pin_host_memory(self.file_readers.slabs.buffer, self.streams.device)
                        if PIN_READ_SLABS and self.file_readers is not None and self.streams.cuda
                        else None)
         self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
@@ -491,16 +509,20 @@ class BatchDecodePool(BatchPool):
             executor.shutdown(wait=False, cancel_futures=True)
         for executor in executors:
             executor.shutdown(wait=True)
-        if self.streams.cuda:
-            torch.cuda.synchronize(self.streams.device)
-        if self._unpin is not None:  # after the GPU's last copy from the slabs
-            self._unpin()
-            self._unpin = None
-        if self.file_readers is not None:  # after the lanes: none waits on a read now
-            self.file_readers.close()
-        if self._owns_decoders:  # nvJPEG's handles and buffers, freed now rather than at exit
-            for lane in self.lanes:
-                close_decoder(lane.decoder)
-        self.augmenter.in_use.clear()
-        self._pending.clear()
-        self.slots = []
+        try:
+            if self.streams.cuda:
+                torch.cuda.synchronize(self.streams.device)
+        finally:  # even after a CUDA error: the readers and the lock on their memory go
+            try:
+                if self._unpin is not None:  # after the GPU's last copy from the slabs
+                    unpin, self._unpin = self._unpin, None
+                    unpin()
+            finally:
+                if self.file_readers is not None:  # after the lanes: none waits on a read now
+                    self.file_readers.close()
+            if self._owns_decoders:  # nvJPEG's handles and buffers, freed now, not at exit
+                for lane in self.lanes:
+                    close_decoder(lane.decoder)
+            self.augmenter.in_use.clear()
+            self._pending.clear()
+            self.slots = []

@@ -29,6 +29,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -44,9 +45,12 @@ UNREADABLE, TOO_LARGE = -1, -2
 #: Seconds the reply thread waits for a message before it checks whether it should stop.
 REPLY_POLL_SECONDS = 0.2
 
-#: Seconds :meth:`FileReaders.read` waits for a free slab before it looks again at the slabs
-#: given back behind a fence (:meth:`FileReaders.release`'s ``after``).
+#: Seconds between looks at a fence without ``synchronize()`` (:meth:`FileReaders.release`).
 FENCE_POLL_SECONDS = 0.0005
+
+#: Put in the free queue by a fenced :meth:`FileReaders.release`: wakes a read waiting for a
+#: slab, which then looks at the fences.
+_FENCED = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,12 +223,15 @@ class FileReaders:
             if failed is not None:
                 future.set_exception(failed)
                 return future
-            fenced = self._reclaim()
+            self._reclaim()
             try:
-                slab = self._free.get(timeout=FENCE_POLL_SECONDS if fenced else REPLY_POLL_SECONDS)
-                break
+                slab = self._free.get(timeout=REPLY_POLL_SECONDS)
             except queue.Empty:
                 continue
+            if slab is not _FENCED:
+                break
+            if self._free.empty():  # no slab free but behind a fence: wait for the oldest
+                self._wait_oldest_fence()
         readers = self._procs.num_workers
         tasks = split_task(slab, paths, headers, readers if SPLIT_READS else 1, self.bytes_per_slab)
         with self._lock:
@@ -256,16 +263,29 @@ class FileReaders:
             return
         with self._lock:
             self._fenced.append((after, slab))
+        self._free.put(_FENCED)  # a read waiting for a slab looks at the fences again
 
-    def _reclaim(self) -> int:
-        """The fenced slabs whose fence has passed, free again; how many are still fenced."""
+    def _wait_oldest_fence(self) -> None:
+        """Until the oldest fence has passed (its ``synchronize()``, which lets go of the GIL,
+        or polling its ``query()``)."""
+        with self._lock:
+            oldest = self._fenced[0][0] if self._fenced else None
+        if oldest is None:
+            return
+        synchronize = getattr(oldest, "synchronize", None)
+        if callable(synchronize):
+            synchronize()
+            return
+        while not oldest.query() and not self._closing.is_set():
+            time.sleep(FENCE_POLL_SECONDS)
+
+    def _reclaim(self) -> None:
+        """The fenced slabs whose fence has passed, free again."""
         with self._lock:
             passed = [slab for fence, slab in self._fenced if fence.query()]
             self._fenced = [(fence, slab) for fence, slab in self._fenced if slab not in passed]
-            left = len(self._fenced)
         for slab in passed:
             self._free.put(slab)
-        return left
 
     def _receive(self) -> None:
         try:
@@ -279,13 +299,25 @@ class FileReaders:
                         if done:
                             del self._pending[msg.slab]
                     if done:
-                        future.set_result(merge_parts(got))
+                        self._complete(future, msg.slab, got)
         except WorkerError as exc:  # a reader died: no pending read will complete
             self._fail(WorkerError(f"a file reader process of the GPU image pool stopped "
                                    f"({exc}); set vidloader.pipeline._image_decode.READER_PROCESSES = 0 "
                                    "to have the decoder open the files instead"))
         except BaseException as exc:  # anything else here would leave the reads waiting
             self._fail(WorkerError(f"the file readers' reply thread failed: {exc!r}"))
+
+    def _complete(self, future: Future, slab: int, parts: list) -> None:
+        """``future``'s result: its batch's parts merged; or, should the merge fail, the
+        error (the lane waiting on it must not hang) and the slab free again."""
+        try:
+            merged = merge_parts(parts)
+        except Exception as exc:  # noqa: BLE001 - handed to the lane that waits on it
+            future.set_exception(WorkerError(f"the file readers' replies for one batch could "
+                                             f"not be put together: {exc!r}"))
+            self._free.put(slab)
+            return
+        future.set_result(merged)
 
     def _fail(self, exc: BaseException) -> None:
         """No read completes from now on: the pending ones fail, their slabs are free again
