@@ -19,8 +19,9 @@ from .test_images import folder  # noqa: F401 - the fixture
 
 KEYS = {"backend", "device", "staging_slots", "slot_bytes", "slots_on", "dataset_on_device_bytes",
         "unit_output_bytes", "units_alive", "decode_buffers", "decode_buffer_bytes",
-        "augment_workspace_bytes", "reader_slabs", "reader_slab_bytes", "cublas_workspace_bytes", "device_bytes",
-        "host_bytes", "host_shared_bytes", "not_counted"}
+        "augment_workspace_bytes", "reader_slabs", "reader_slab_bytes", "reader_slabs_page_locked",
+        "cublas_workspace_bytes", "device_bytes", "host_bytes", "host_shared_bytes",
+        "host_page_locked_bytes", "not_counted"}
 
 
 def _public_properties_work(loader) -> None:
@@ -189,6 +190,12 @@ def test_nvimgcodec_plan_on_a_gpu(folder, monkeypatch, workers, packed, engine):
                                     + plan["decode_buffers"] * plan["decode_buffer_bytes"]
                                     + plan["cublas_workspace_bytes"])
     assert plan["host_shared_bytes"] == plan["host_bytes"] == plan["reader_slabs"] * plan["reader_slab_bytes"]
+    # page-locked for CUDA where there are slabs (PIN_READ_SLABS), and not when it is off
+    assert plan["reader_slabs_page_locked"] == (plan["reader_slabs"] > 0)
+    assert plan["host_page_locked_bytes"] == plan["host_shared_bytes"]
+    monkeypatch.setattr(_image_decode, "PIN_READ_SLABS", False)
+    unlocked = loader.memory_plan
+    assert not unlocked["reader_slabs_page_locked"] and unlocked["host_page_locked_bytes"] == 0
     assert any("CUDA context" in line for line in plan["not_counted"])
     monkeypatch.setattr(_image_decode, "_in_daemonic_process", lambda: True)
     assert loader.memory_plan["reader_slabs"] == 0

@@ -306,12 +306,15 @@ class ImageLoader(VideoLoader):
           batched matmuls' intermediates for windows as large as the largest image), and in
           one process the reader processes' ``reader_slabs`` of ``reader_slab_bytes`` in
           shared host memory (those of the running pool, or those it would start; readers
-          that fail to start give a warning and none);
+          that fail to start give a warning and none), ``reader_slabs_page_locked`` where
+          they are locked for CUDA (on a GPU, ``_image_decode.PIN_READ_SLABS``: counted
+          against ``ulimit -l`` where one is set);
         - ``cublas_workspace_bytes``: the cuBLAS workspace torch allocates for the stream
           that augments on a GPU in this process, where it runs matmuls (an in-memory
           dataset, or no Triton; 32 MiB on an H200 by default;
           ``CUBLAS_WORKSPACE_CONFIG`` sets it);
-        - ``device_bytes``, ``host_bytes`` (shared included) and ``host_shared_bytes``;
+        - ``device_bytes``, ``host_bytes`` (shared included), ``host_shared_bytes`` and
+          ``host_page_locked_bytes``;
         - ``not_counted``: what the loader also holds and the plan leaves out (the batches
           the training loop holds; on a GPU each process's CUDA context and allocator cache,
           with the one measurement there is).

@@ -30,7 +30,8 @@ def image_memory_plan(loader) -> dict:
     plan = dict(backend=config.backend, device=str(device), staging_slots=0, slot_bytes=0,
                 slots_on=None, dataset_on_device_bytes=0, unit_output_bytes=0, units_alive=0,
                 decode_buffers=0, decode_buffer_bytes=0, augment_workspace_bytes=0,
-                reader_slabs=0, reader_slab_bytes=0, cublas_workspace_bytes=0, not_counted=[])
+                reader_slabs=0, reader_slab_bytes=0, reader_slabs_page_locked=False,
+                cublas_workspace_bytes=0, not_counted=[])
     if config.backend == "memory":
         unit = loader.lookahead * config.batch_size
         plan.update(dataset_on_device_bytes=config.dataset.pixels.numel() if on_gpu else 0,
@@ -132,7 +133,8 @@ def _gpu_pool_parts(loader, config, decoder, plan: dict, device: torch.device) -
     plan.update(decode_buffers=buffers, decode_buffer_bytes=_decode_buffer_bytes(sizes, config, packed),
                 augment_workspace_bytes=augmenters * workspace)
     slabs, each = _reader_slabs(loader, config, can_pack, opens_files)
-    plan.update(reader_slabs=slabs, reader_slab_bytes=each)
+    plan.update(reader_slabs=slabs, reader_slab_bytes=each,
+                reader_slabs_page_locked=_slabs_page_locked(loader, slabs, device))
     if in_process and device.type == "cuda" and not fused:  # the augmentation stream's bmm
         plan["cublas_workspace_bytes"] = cublas_workspace_bytes(device)
 
@@ -261,8 +263,20 @@ def _reader_slabs(loader, config, can_pack: bool, opens_files: bool) -> tuple[in
     return _image_decode.reader_slabs(config.dataset, config.batch_size, loader.staging_slots, lanes)
 
 
+def _slabs_page_locked(loader, slabs: int, device: torch.device) -> bool:
+    """Whether the reader slabs are (the running pool's) or would be page-locked for CUDA
+    (``_image_decode.PIN_READ_SLABS``)."""
+    from . import _image_decode
+
+    pool = loader._pool
+    if pool is not None:
+        return getattr(pool, "_unpin", None) is not None
+    return slabs > 0 and device.type == "cuda" and _image_decode.PIN_READ_SLABS
+
+
 def _totals(plan: dict, on_gpu: bool) -> dict:
-    """Bytes on the device, in host memory, and of those in shared host memory."""
+    """Bytes on the device, in host memory, of those in shared host memory, and of those
+    page-locked."""
     slots = plan["staging_slots"] * plan["slot_bytes"]
     units = plan["units_alive"] * plan["unit_output_bytes"]
     decode = plan["decode_buffers"] * plan["decode_buffer_bytes"]
@@ -272,4 +286,6 @@ def _totals(plan: dict, on_gpu: bool) -> dict:
     device = plan["dataset_on_device_bytes"] + (slots if plan["slots_on"] == "device" else 0)
     device += (work + plan["cublas_workspace_bytes"]) if on_gpu else 0
     host = shared + (slots if plan["slots_on"] == "host" else 0) + (0 if on_gpu else work)
-    return {"device_bytes": device, "host_bytes": host, "host_shared_bytes": shared}
+    locked = slabs if plan["reader_slabs_page_locked"] else 0
+    return {"device_bytes": device, "host_bytes": host, "host_shared_bytes": shared,
+            "host_page_locked_bytes": locked}
