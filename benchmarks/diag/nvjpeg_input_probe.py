@@ -30,7 +30,7 @@ import torch
 from vidloader.images import ImageFolder, _nvjpeg
 from vidloader.images._jpeg_header import header_facts
 from vidloader.images._synthetic import write_image_folder
-from vidloader.pipeline._image_decode import pin_host_memory
+from vidloader.pipeline._page_lock import pin_host_memory
 
 BATCH, BATCHES = 256, 12
 

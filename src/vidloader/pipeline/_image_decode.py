@@ -52,6 +52,7 @@ from ._image_fill import (
     read_file,
 )
 from ._messages import FillTask
+from ._page_lock import pin_host_memory
 
 _TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
 
@@ -181,39 +182,6 @@ PIN_READ_SLABS = True
 #: shared out (``_image_readers.SPLIT_READS``) 23,930 against 23,399 without it. Its GPU
 #: test (page-locked slabs, reads shared out, any lane) gave the batches of the old path.
 LANES_TAKE_ANY = True
-
-
-def pin_host_memory(array, device: torch.device):
-    """Page-lock ``array``'s memory for CUDA on ``device``; a callable that unlocks it, or
-    ``None`` where CUDA refused (a warning says why; the memory stays pageable, which works,
-    slower)."""
-    pointer, size = array.ctypes.data, array.nbytes
-    error = _cudart_on_own_thread(device, "cudaHostRegister", pointer, size, 0)
-    if error != 0:
-        warnings.warn(f"vidloader: CUDA could not page-lock the file readers' {size:,} bytes "
-                      f"(cudaHostRegister: error {error}); they stay pageable. Set "
-                      "vidloader.pipeline._image_decode.PIN_READ_SLABS = False to skip the try.",
-                      RuntimeWarning, stacklevel=3)
-        return None
-    return lambda: _cudart_on_own_thread(device, "cudaHostUnregister", pointer)
-
-
-def _cudart_on_own_thread(device: torch.device, name: str, *args) -> int:
-    """CUDA runtime call ``name(*args)`` with ``device`` current, on a thread made for it; its
-    error number. A failed call leaves its error pending on the thread that made it, where the
-    next kernel launch would raise it (torch's cudart has no ``cudaGetLastError`` to clear
-    it): here that thread ends with the call."""
-    import threading
-
-    result = []
-
-    def call() -> None:
-        with torch.cuda.device(device):
-            result.append(int(getattr(torch.cuda.cudart(), name)(*args)))
-    thread = threading.Thread(target=call, name=f"vidloader-{name}")
-    thread.start()
-    thread.join()
-    return result[0] if result else -1
 
 
 def _in_daemonic_process() -> bool:
@@ -350,7 +318,9 @@ class BatchDecodePool(BatchPool):
         self.streams = _Streams(device)  # the consumer's side: records and waits
         self.slots = allocate_final_slots(config, num_slots, device)
         self.file_readers = self._start_readers(num_slots)
-        self._unpin = (pin_host_memory(self.file_readers.slabs.buffer, self.streams.device)
+        self._unpin = (pin_host_memory(self.file_readers.slabs.buffer, self.streams.device,
+                                       what="the file readers'",
+                                       off="vidloader.pipeline._image_decode.PIN_READ_SLABS = False")
                        if PIN_READ_SLABS and self.file_readers is not None and self.streams.cuda
                        else None)
         self._pending: collections.deque = collections.deque()  # (task, per-plan futures)
