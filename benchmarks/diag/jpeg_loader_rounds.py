@@ -10,7 +10,7 @@ round (first to last, then last to first).
 
 Variants (session 30's defaults and each switch off): ``shipped``; ``split only``
 (``LANES_TAKE_ANY`` off); ``any lane only`` (``SPLIT_READS`` off); ``neither``; ``pageable``
-(``PIN_READ_SLABS`` off). ``ROUNDS_ONLY``: labels to run, separated by ``;``.
+(``PIN_READ_SLABS`` off); ``prefetch 3`` (the loader's ``prefetch`` default 2 → 3). ``ROUNDS_ONLY``: labels to run, separated by ``;``.
 
 Usage (on the device): ``python3 benchmarks/diag/jpeg_loader_rounds.py [images] [batches]
 [rounds]``; prints a line a run and writes ``$OUT/jpeg_loader_rounds.json`` after each, with
@@ -28,7 +28,7 @@ from pathlib import Path
 from vidloader.bench import _images as bench
 from vidloader.images import ImageFolder
 from vidloader.images._synthetic import write_image_folder
-from vidloader.pipeline import _image_decode, _image_readers
+from vidloader.pipeline import ImageLoader, _image_decode, _image_readers
 
 VARIANTS = {
     "shipped": {},
@@ -36,20 +36,34 @@ VARIANTS = {
     "any lane only": {(_image_readers, "SPLIT_READS"): False},
     "neither": {(_image_decode, "LANES_TAKE_ANY"): False, (_image_readers, "SPLIT_READS"): False},
     "pageable": {(_image_decode, "PIN_READ_SLABS"): False},
+    # more batches in flight: with any free lane, the queued batches' reads are under way
+    # before a lane takes them (prefetch 3 alone did not help in session30-4, dealt in turn)
+    "prefetch 3": {("ImageLoader", "prefetch"): 3},
 }
 
 
 def run(folder, switches: dict, batches: int) -> dict:
     """One loader run with ``switches`` set, then restored."""
-    saved = {key: getattr(*key) for key in switches}
+    saved = {key: _get(*key) for key in switches}
     try:
-        for (module, name), value in switches.items():
-            setattr(module, name, value)
+        for (where, name), value in switches.items():
+            _set(where, name, value)
         return bench._sampled(lambda: bench._jpeg_vidloader(folder, "cuda", 256, batches,
                                                             "nvimgcodec", 0), SMI_QUERY)()
     finally:
-        for (module, name), value in saved.items():
-            setattr(module, name, value)
+        for (where, name), value in saved.items():
+            _set(where, name, value)
+
+
+def _get(where, name):  # a module's attribute, or one of ImageLoader's keyword defaults
+    return ImageLoader.__init__.__kwdefaults__[name] if where == "ImageLoader" else getattr(where, name)
+
+
+def _set(where, name, value) -> None:
+    if where == "ImageLoader":
+        ImageLoader.__init__.__kwdefaults__[name] = value
+    else:
+        setattr(where, name, value)
 
 
 SMI_QUERY = None  # set in main: _monitor.jpeg_query()
