@@ -324,7 +324,10 @@ def _pool_sources(folder, monkeypatch):  # noqa: F811
 
     settings = _pool_settings(made._pool)  # what the image bench records
     assert settings == {"pool": "BatchDecodePool", "reader_processes": 2 if had_readers else 0,
-                        "packed_decode": True, "decoder": made._pool.decoder.name}
+                        "packed_decode": True, "decoder": made._pool.decoder.name,
+                        "reads_shared_out": had_readers,  # SPLIT_READS on by default
+                        "slabs_page_locked": False,  # on the CPU
+                        "lanes": 3, "any_free_lane": True}
     made.shutdown()
     return set(given), had_readers
 

@@ -276,14 +276,22 @@ def _release_cached_gpu_memory() -> None:
 
 
 def _pool_settings(pool) -> dict:
-    """How the GPU image pool ran, for the record: the in-process pool's reader processes,
-    whether it decoded into one buffer and its decoder's name (``nvjpeg``, ``nvimgcodec``);
+    """How the GPU image pool ran, for the record: the in-process pool's reader processes
+    (sharing each batch's reads out or not, their slabs page-locked or not), its lanes (any
+    free lane taking the next batch or not), whether it decoded into one buffer and its
+    decoder's name (``nvjpeg``, ``nvimgcodec``);
     the GPU workers' read-ahead and, where they make the default decoder, its engine."""
     settings: dict = {"pool": type(pool).__name__}
     readers = getattr(pool, "file_readers", None)
     if hasattr(pool, "file_readers"):
+        from ..pipeline import _image_readers
+
         settings["reader_processes"] = 0 if readers is None else readers._procs.num_workers
         settings["packed_decode"] = bool(getattr(pool, "_packed", False))
+        settings["reads_shared_out"] = readers is not None and _image_readers.SPLIT_READS
+        settings["slabs_page_locked"] = getattr(pool, "_unpin", None) is not None
+        settings["lanes"] = len(pool.lanes)
+        settings["any_free_lane"] = getattr(pool, "_any_lane", None) is not None
     if hasattr(pool, "read_ahead"):
         settings["workers_read_ahead"] = pool.read_ahead
     decoder = getattr(pool, "decoder", None)  # the in-process pool's first lane's
