@@ -65,3 +65,12 @@ def test_a_refusal_warns_names_the_setting_and_leaves_the_memory_pageable(cudart
         got = _page_lock.pin_host_memory(np.zeros(64, np.uint8), torch.device("cuda", 0),
                                          what="the readers'", off="SOME_SWITCH = False")
     assert got is None and [c[0] for c in cudart.calls] == ["register"]
+
+
+@pytest.mark.parametrize("cudart", [0], indirect=True)
+def test_a_device_without_index_is_the_caller_s_current_one(cudart, monkeypatch):
+    """``device="cuda"``: the caller's current device (a DDP rank's ``set_device``), not the
+    helper thread's, where it would be 0."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    _page_lock.pin_host_memory(np.zeros(8, np.uint8), torch.device("cuda"))
+    assert cudart.calls[0][-1] == torch.device("cuda", 3)

@@ -224,14 +224,15 @@ class FileReaders:
                 future.set_exception(failed)
                 return future
             self._reclaim()
+            if self._free.empty():  # none free but some behind a fence: wait for the oldest
+                self._wait_oldest_fence()  # (at once where none is fenced)
+                self._reclaim()
             try:
                 slab = self._free.get(timeout=REPLY_POLL_SECONDS)
             except queue.Empty:
                 continue
-            if slab is not _FENCED:
+            if slab is not _FENCED:  # a token only wakes a read: it looks again
                 break
-            if self._free.empty():  # no slab free but behind a fence: wait for the oldest
-                self._wait_oldest_fence()
         readers = self._procs.num_workers
         tasks = split_task(slab, paths, headers, readers if SPLIT_READS else 1, self.bytes_per_slab)
         with self._lock:

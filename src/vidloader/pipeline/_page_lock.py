@@ -14,6 +14,8 @@ def pin_host_memory(array, device: torch.device, *, what: str = "", off: str = "
     ``None`` where CUDA refused: a warning names ``what`` was to be locked, CUDA's error and
     ``off``, the setting that skips the try; the memory stays pageable, which works, slower.
     Unlock only once the GPU is done with the memory."""
+    if device.index is None:  # "cuda": the caller's current device, not the new thread's (0)
+        device = torch.device("cuda", torch.cuda.current_device())
     pointer, size = array.ctypes.data, array.nbytes
     error = _cudart_on_own_thread(device, "cudaHostRegister", pointer, size, 0)
     if error != 0:
