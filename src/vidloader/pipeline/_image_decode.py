@@ -1,11 +1,13 @@
 """The GPU image pool in the training process (the default for ``decoder="nvimgcodec"``
-since session 28): files decoded a batch at a time on a few *lanes* (threads, each with its
-own decoder and CUDA stream: nvJPEG's hardware decoder for the baseline JPEGs, nvImageCodec
-for the rest, ``_nvimgcodec.gpu_image_decoder``), then augmented as one batch on an
-augmentation thread with a stream of its own.
+since session 28): files decoded a batch at a time on a few *lanes* (each its own decoder
+and CUDA stream: nvJPEG's hardware decoder for the baseline JPEGs, nvImageCodec for the
+rest, ``_nvimgcodec.gpu_image_decoder``; each batch taken by the first lane free on a pool of
+as many threads, :data:`LANES_TAKE_ANY`), then augmented as one batch on an augmentation
+thread with a stream of its own.
 
 A lane decodes a batch: gives nvImageCodec the plan's files as read into shared memory by
-reader processes (:data:`READER_PROCESSES`, where the batch is decoded packed), or else has
+reader processes (:data:`READER_PROCESSES`, where the batch is decoded packed; page-locked
+on a GPU, :data:`PIN_READ_SLABS`), or else has
 it open them (a ``CodeStream`` from a path is read in C++, without the GIL; a batch-decoder
 object given bytes gets them from reader threads instead), optionally decoding only each
 row's crop window (:data:`ROI_DECODE`), and
