@@ -244,7 +244,9 @@ def _index_flags(dataset):
 
 
 class _Lane:
-    """A decode thread with its decoder and its CUDA stream."""
+    """A decoder with its CUDA stream, and the thread it decodes on where batches are dealt
+    to the lanes in turn (:data:`LANES_TAKE_ANY` off: a pool's threads take the lanes
+    otherwise; an unused executor starts no thread)."""
 
     def __init__(self, decoder, device: torch.device, number: int) -> None:
         self.decoder = decoder
