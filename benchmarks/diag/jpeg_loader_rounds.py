@@ -10,7 +10,8 @@ round (first to last, then last to first).
 
 Variants (session 30's defaults and each switch off): ``shipped``; ``split only``
 (``LANES_TAKE_ANY`` off); ``any lane only`` (``SPLIT_READS`` off); ``neither``; ``pageable``
-(``PIN_READ_SLABS`` off); ``prefetch 3`` (the loader's ``prefetch`` default 2 → 3). ``ROUNDS_ONLY``: labels to run, separated by ``;``.
+(``PIN_READ_SLABS`` off); ``prefetch 3`` (the loader's ``prefetch`` default 2 → 3);
+``2 lanes`` (``NVIMGCODEC_LANES`` 3 → 2). ``ROUNDS_ONLY``: labels to run, separated by ``;``.
 
 Usage (on the device): ``python3 benchmarks/diag/jpeg_loader_rounds.py [images] [batches]
 [rounds]``; prints a line a run and writes ``$OUT/jpeg_loader_rounds.json`` after each, with
@@ -39,6 +40,8 @@ VARIANTS = {
     # more batches in flight: with any free lane, the queued batches' reads are under way
     # before a lane takes them (prefetch 3 alone did not help in session30-4, dealt in turn)
     "prefetch 3": {("ImageLoader", "prefetch"): 3},
+    # one pinned thread fed nvJPEG 29,000-31,000 images/s alone (session30-9): do 2 lanes do?
+    "2 lanes": {(_image_decode, "NVIMGCODEC_LANES"): 2},
 }
 
 
