@@ -453,12 +453,12 @@ def test_page_locked_slabs_give_the_batches_pageable_slabs_give(tmp_path, monkey
         for epoch in range(2):
             loader.set_epoch(epoch)
             for batch in loader:
-                pinned.append(loader._pool._unpin is not None)
+                pinned.append(loader._pool.slabs_page_locked)
                 out.append(batch["images"].cpu())
         pool = loader._pool
         assert (pool._any_lane is not None) == take_any
         loader.shutdown()
-        assert pool._unpin is None
+        assert not pool.slabs_page_locked
         return out, pinned
 
     pageable, unpinned = epochs(False)

@@ -289,7 +289,7 @@ def _pool_settings(pool) -> dict:
         settings["reader_processes"] = 0 if readers is None else readers._procs.num_workers
         settings["packed_decode"] = bool(getattr(pool, "_packed", False))
         settings["reads_shared_out"] = readers is not None and _image_readers.SPLIT_READS
-        settings["slabs_page_locked"] = getattr(pool, "_unpin", None) is not None
+        settings["slabs_page_locked"] = pool.slabs_page_locked
         settings["lanes"] = len(pool.lanes)
         settings["any_free_lane"] = getattr(pool, "_any_lane", None) is not None
     if hasattr(pool, "read_ahead"):

@@ -381,6 +381,12 @@ class BatchDecodePool(BatchPool):
         self._pending.append((task, fills))
 
     @property
+    def slabs_page_locked(self) -> bool:
+        """Whether the reader processes' slabs are page-locked for CUDA now
+        (:data:`PIN_READ_SLABS`; until :meth:`shutdown` unlocks them)."""
+        return self._unpin is not None
+
+    @property
     def _opens_files(self) -> bool:
         return callable(getattr(self.decoder, "decode_files", None))
 
@@ -440,7 +446,7 @@ class BatchDecodePool(BatchPool):
             return lane.decoder.decode_packed(self.file_readers.files(files, paths), sizes,
                                               cut_short=flags, **packing)
         finally:  # page-locked: free once the GPU is done with it (PIN_READ_SLABS)
-            fence = lane.streams.record(lane.streams.own) if self._unpin is not None else None
+            fence = lane.streams.record(lane.streams.own) if self.slabs_page_locked else None
             self.file_readers.release(files.slab, after=fence)
 
     def _augment(self, decoded, plan, staging: torch.Tensor, copied_out):
@@ -488,7 +494,7 @@ class BatchDecodePool(BatchPool):
                 torch.cuda.synchronize(self.streams.device)
         finally:  # even after a CUDA error: the readers and the lock on their memory go
             try:
-                if self._unpin is not None:  # after the GPU's last copy from the slabs
+                if self.slabs_page_locked:  # after the GPU's last copy from the slabs
                     unpin, self._unpin = self._unpin, None
                     unpin()
             finally:

@@ -270,7 +270,7 @@ def _slabs_page_locked(loader, slabs: int, device: torch.device) -> bool:
 
     pool = loader._pool
     if pool is not None:
-        return getattr(pool, "_unpin", None) is not None
+        return getattr(pool, "slabs_page_locked", False)
     return slabs > 0 and device.type == "cuda" and _image_decode.PIN_READ_SLABS
 
 

@@ -138,8 +138,8 @@ def split_task(slab: int, paths: list, headers: bool, parts: int, slab_bytes: in
 def merge_parts(parts: list[FilesRead]) -> FilesRead:
     """One :class:`FilesRead` of a batch's parts (in any order)."""
     parts = sorted(parts, key=lambda r: r.part)
-    if len(parts) == 1:
-        return dataclasses.replace(parts[0], part=0)
+    if len(parts) == 1:  # one task a batch: its part is 0 already
+        return parts[0]
     facts = None if parts[0].facts is None else np.concatenate([r.facts for r in parts])
     return FilesRead(parts[0].slab, np.concatenate([r.offsets for r in parts]),
                      np.concatenate([r.lengths for r in parts]), facts)

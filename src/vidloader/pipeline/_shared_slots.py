@@ -108,15 +108,14 @@ class SharedSlots:
 
     def arrays(self) -> list[dict[str, np.ndarray]]:
         """Per slot, ``{output: uint8 array}`` over the shared memory."""
-        if self._buffer is None:
-            raise RuntimeError("these staging slots were closed (the loader shut down)")
+        buffer = self.buffer  # raises once closed
         if self._arrays is None:
             slots = []
             for k in range(self.num_slots):
                 slot, offset = {}, k * self.slot_stride
                 for name, shape in self.shapes.items():
                     size = math.prod(shape)
-                    slot[name] = self._buffer[offset:offset + size].reshape(shape)
+                    slot[name] = buffer[offset:offset + size].reshape(shape)
                     offset += size
                 slots.append(slot)
             self._arrays = slots
