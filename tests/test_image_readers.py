@@ -317,6 +317,7 @@ def test_gpu_pool_with_reader_processes_gives_the_same_batches(folder, monkeypat
     monkeypatch.setattr(_image_decode, "READER_PROCESSES", 2)
     monkeypatch.setattr(_image_readers, "SPLIT_READS", split)
     monkeypatch.setattr(_image_decode, "LANES_TAKE_ANY", take_any)
+    monkeypatch.setattr(_image_decode, "NVIMGCODEC_LANES", 3)  # more lanes than the default 2
     if slab_bytes is not None:
         monkeypatch.setattr(_image_readers, "slab_bytes", lambda dataset, batch: slab_bytes)
     pillow, made, given = _packing_pools(folder, monkeypatch)
@@ -352,7 +353,7 @@ def _pool_sources(folder, monkeypatch):  # noqa: F811
                         "packed_decode": True, "decoder": made._pool.decoder.name,
                         "reads_shared_out": had_readers,  # SPLIT_READS on by default
                         "slabs_page_locked": False,  # on the CPU
-                        "lanes": 3, "any_free_lane": True}
+                        "lanes": 2, "any_free_lane": False}  # the defaults (session 31)
     made.shutdown()
     return set(given), had_readers
 

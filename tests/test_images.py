@@ -1348,6 +1348,55 @@ def test_image_bench_jpeg_on_the_cpu_beside_host_work(tmp_path, capsys, monkeypa
     assert "at most 200 images/s" in capsys.readouterr().out
 
 
+def test_image_bench_contenders_pick_who_runs(tmp_path, monkeypatch, capsys):
+    """``--contenders``: short names parsed (unknown or empty refused, naming the choices;
+    repeats dropped), and only the named contenders run, in rounds, with the ratio to DALI
+    taken when both ``vidloader`` and ``dali`` ran and left out when one did not."""
+    import argparse
+
+    from vidloader.bench import _cli, _monitor
+    from vidloader.bench import _images as bench
+
+    parser = argparse.ArgumentParser()
+    _cli._images_arguments(parser)
+    assert parser.parse_args(["--contenders", "vidloader, dali,vidloader"]).contenders == ["vidloader", "dali"]
+    assert parser.parse_args([]).contenders is None
+    for bad in ("vidloader,dal", ","):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--contenders", bad])
+    assert "choose from pillow, vidloader" in capsys.readouterr().err
+
+    ran = []
+
+    def fake(name, rate):
+        def call(*args, **kwargs):
+            ran.append(name)
+            return {"images_per_s": rate}
+        return call
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_monitor, "jpeg_query", lambda: None)
+    monkeypatch.setattr(bench, "_sampled", lambda call, query: call)
+    monkeypatch.setattr(bench, "_jpeg_vidloader",
+                        lambda folder, device, b, n, decoder, workers: fake(f"vidloader {decoder} {workers}", 30.0)())
+    for name in ("_decode_nvimgcodec", "_decode_nvjpeg", "_decode_torchvision"):
+        monkeypatch.setattr(bench, name, fake(name, 10.0))
+    monkeypatch.setattr(bench, "_dali", fake("dali", 20.0))
+
+    def jpeg(contenders):
+        ran.clear()
+        args = argparse.Namespace(images=10, copies=1, batch_size=2, batches=2, workers=1, rounds=2,
+                                  host_ms=0.0, host_work="torch", contenders=contenders)
+        return bench._jpeg(args, tmp_path, "cuda")
+    out = jpeg(["vidloader", "dali"])
+    assert sorted(ran) == ["dali", "dali", "vidloader nvimgcodec None", "vidloader nvimgcodec None"]
+    assert set(out) == {"files", "vidloader nvimgcodec", "DALI pipeline", "ratio_to_dali"}
+    assert out["ratio_to_dali"]["rounds"] == [1.5, 1.5]
+    out = jpeg(["nvjpeg"])
+    assert ran == ["_decode_nvjpeg", "_decode_nvjpeg"] and "ratio_to_dali" not in out
+    out = jpeg(None)
+    assert len(set(ran)) == 7 and "vidloader pillow (all cores)" in out and "ratio_to_dali" in out
+
+
 def test_image_files_paths_absolute_symlinked_root_and_default_root(folder, tmp_path, monkeypatch):
     """Absolute paths are kept as given; relative ones are joined to ``root`` unnormalised
     (a symlinked root still finds them); without ``root``, the current directory."""

@@ -8,10 +8,11 @@ loader's start), so 200 s of device time gave six runs on a machine whose runs v
 module switches set before the loader is made, restored after. The order alternates each
 round (first to last, then last to first).
 
-Variants (session 30's defaults and each switch off): ``shipped``; ``split only``
-(``LANES_TAKE_ANY`` off); ``any lane only`` (``SPLIT_READS`` off); ``neither``; ``pageable``
+Variants: ``shipped`` (the defaults); ``split only`` (reads shared out, ``SPLIT_READS``; the
+batches dealt to the lanes in turn, ``LANES_TAKE_ANY`` off: the default since session 31);
+``any lane only``; ``neither``; ``both`` (session 30's default); ``pageable``
 (``PIN_READ_SLABS`` off); ``prefetch 3`` (the loader's ``prefetch`` default 2 → 3);
-``2 lanes`` (``NVIMGCODEC_LANES`` 3 → 2). ``ROUNDS_ONLY``: labels to run, separated by ``;``.
+``2 lanes`` / ``3 lanes`` (``NVIMGCODEC_LANES``; 2 is the default since session 31, 3 before). ``ROUNDS_ONLY``: labels to run, separated by ``;``.
 
 Usage (on the device): ``python3 benchmarks/diag/jpeg_loader_rounds.py [images] [batches]
 [rounds]``; prints a line a run and writes ``$OUT/jpeg_loader_rounds.json`` after each, with
@@ -33,15 +34,19 @@ from vidloader.pipeline import ImageLoader, _image_decode, _image_readers
 
 VARIANTS = {
     "shipped": {},
-    "split only": {(_image_decode, "LANES_TAKE_ANY"): False},
-    "any lane only": {(_image_readers, "SPLIT_READS"): False},
+    # Both switches set, so each label means the same whatever the defaults (session 30's
+    # runs had both on by default, session 31's take-any off).
+    "split only": {(_image_decode, "LANES_TAKE_ANY"): False, (_image_readers, "SPLIT_READS"): True},
+    "any lane only": {(_image_decode, "LANES_TAKE_ANY"): True, (_image_readers, "SPLIT_READS"): False},
     "neither": {(_image_decode, "LANES_TAKE_ANY"): False, (_image_readers, "SPLIT_READS"): False},
+    "both": {(_image_decode, "LANES_TAKE_ANY"): True, (_image_readers, "SPLIT_READS"): True},
     "pageable": {(_image_decode, "PIN_READ_SLABS"): False},
     # more batches in flight: with any free lane, the queued batches' reads are under way
     # before a lane takes them (prefetch 3 alone did not help in session30-4, dealt in turn)
     "prefetch 3": {("ImageLoader", "prefetch"): 3},
     # one pinned thread fed nvJPEG 29,000-31,000 images/s alone (session30-9): do 2 lanes do?
     "2 lanes": {(_image_decode, "NVIMGCODEC_LANES"): 2},
+    "3 lanes": {(_image_decode, "NVIMGCODEC_LANES"): 3},
 }
 
 

@@ -423,6 +423,18 @@ def _cifar(args, data: Path, device: str) -> dict:
 _HOST_DEVICE = "cpu"  # where dispatch_small_ops runs: the workload's device
 
 
+#: ``--contenders``' short names for the JPEG workload's contenders, in the order they run.
+JPEG_CONTENDERS = {
+    "pillow": "vidloader pillow (all cores)",
+    "vidloader": "vidloader nvimgcodec",
+    "vidloader-workers": "vidloader nvimgcodec, 2 GPU workers",
+    "nvimgcodec": "nvimgcodec decode alone",
+    "nvjpeg": "nvjpeg decode alone",
+    "torchvision": "torchvision decode_jpeg cuda",
+    "dali": "DALI pipeline",
+}
+
+
 def _jpeg(args, data: Path, device: str) -> dict:
     global HOST_MS, HOST_WORK, _HOST_DEVICE
     HOST_MS = float(getattr(args, "host_ms", 0.0) or 0.0)
@@ -452,8 +464,10 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
         results["host_ms"] = {"per_batch": HOST_MS, "work": HOST_WORK, "bound_images_per_s": bound}
         print(f"the consumer works {HOST_MS:g} ms on the host after each batch ({HOST_WORK}; "
               f"at most {bound:,.0f} images/s)", flush=True)
-    _attempt(results, "vidloader pillow (all cores)",
-             lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
+    wanted = {JPEG_CONTENDERS[short] for short in getattr(args, "contenders", None) or JPEG_CONTENDERS}
+    if "vidloader pillow (all cores)" in wanted:
+        _attempt(results, "vidloader pillow (all cores)",
+                 lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
     if torch.cuda.is_available():
         contenders = {  # the default (the in-process pool), and 2 GPU worker processes
             "vidloader nvimgcodec": lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", None),
@@ -464,6 +478,7 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
             "torchvision decode_jpeg cuda": lambda: _decode_torchvision(folder, b, n),
             "DALI pipeline": lambda: _dali(str(root), b, n),
         }
+        contenders = {name: call for name, call in contenders.items() if name in wanted}
         from ._monitor import jpeg_query
 
         query = jpeg_query()
@@ -492,7 +507,7 @@ def _in_rounds(contenders: dict, rounds: int) -> dict:
     if rounds == 1:
         return {name: got[0] for name, got in runs.items()}
     out: dict = {name: _summary(got) for name, got in runs.items()}
-    ours, dali = runs["vidloader nvimgcodec"], runs.get("DALI pipeline", [])
+    ours, dali = runs.get("vidloader nvimgcodec", []), runs.get("DALI pipeline", [])
     ratios = [a["images_per_s"] / d["images_per_s"] for a, d in zip(ours, dali)
               if "images_per_s" in a and "images_per_s" in d]
     if ratios:

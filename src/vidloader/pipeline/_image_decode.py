@@ -1,9 +1,9 @@
 """The GPU image pool in the training process (the default for ``decoder="nvimgcodec"``
 since session 28): files decoded a batch at a time on a few *lanes* (each its own decoder
 and CUDA stream: nvJPEG's hardware decoder for the baseline JPEGs, nvImageCodec for the
-rest, ``_nvimgcodec.gpu_image_decoder``; each batch taken by the first lane free on a pool of
-as many threads, :data:`LANES_TAKE_ANY`), then augmented as one batch on an augmentation
-thread with a stream of its own.
+rest, ``_nvimgcodec.gpu_image_decoder``; the batches dealt to the lanes in turn, each lane
+decoding on a thread of its own, or taken by the first lane free, :data:`LANES_TAKE_ANY`),
+then augmented as one batch on an augmentation thread with a stream of its own.
 
 A lane decodes a batch: gives nvImageCodec the plan's files as read into shared memory by
 reader processes (:data:`READER_PROCESSES`, where the batch is decoded packed; page-locked
@@ -106,8 +106,15 @@ class _Streams:
 #: two 7,408 / 8,279 / 7,857 / 7,420: two by a small margin; three and four were slower.
 #: With nvJPEG's hardware decoder called directly (``images/_nvjpeg.py``, which lets go of the
 #: GIL for the whole decode), three lanes: 22,211 / 21,878 against two 20,712 / 19,988,
-#: alternated (H200, ``benchmarks/results/gpu/session28-9``).
-NVIMGCODEC_LANES = 3
+#: alternated (H200, ``benchmarks/results/gpu/session28-9``). Since the slabs are page-locked
+#: and the reads shared out (session 30), two again: nvJPEG's call is host work that three
+#: threads slow each other in (one lane's 256 images took 22.5 ms of its call, 20.9 ms of
+#: them CPU, against 8.2-8.8 ms on one thread alone: ``session31-1``'s timeline). Alternated
+#: in one process (H200, ``session31-1``, four rounds): two lanes 25,074 / 26,055 / 24,945 /
+#: 23,286 images/s against three 23,779 / 23,340 / 23,364 / 23,407; dealt in turn, two lanes
+#: 25,165 / 24,907 / 26,001 / 22,953 and 26,008 / 25,711 / 23,718 against three 23,552 /
+#: 23,758 / 23,676 / 23,588 and 23,183 / 21,255 / 21,165 (``session31-7``, ``-11``).
+NVIMGCODEC_LANES = 2
 
 #: CUDA stream priority of the decode lanes (0: the default; -1: ahead of the augmentation's
 #: kernels, which the GPU then runs between the decoder's). Session 17 found nvImageCodec's
@@ -179,11 +186,15 @@ PIN_READ_SLABS = True
 
 #: Any free lane takes the next batch (a pool of lane threads, the lanes handed out as they
 #: come free), instead of the batches dealt to the lanes in turn, where a batch can wait
-#: behind a busy lane while another lane is idle. One round only (H200, ``session30-11``,
-#: alternated, 300 batches): 22,742 images/s against 18,704 dealt in turn; with the reads
-#: shared out (``_image_readers.SPLIT_READS``) 23,930 against 23,399 without it. Its GPU
-#: test (page-locked slabs, reads shared out, any lane) gave the batches of the old path.
-LANES_TAKE_ANY = True
+#: behind a busy lane while another lane is idle. On with three lanes in session 30 on one
+#: round (H200, ``session30-11``: 23,930 images/s against 23,399 dealt in turn). Off since
+#: session 31: with two lanes, dealt in turn was ahead in both calls that alternated them in
+#: one process (H200, medians of four and three rounds: 25,036 against 22,417 in
+#: ``session31-7``, 25,711 against 22,705 in ``session31-11``), and in the bench against DALI
+#: it ran 26,000-26,718 in all eight rounds (``session31-12``) where taking any free lane had
+#: swung between 22,171 and 28,028 (``session31-11``). Why the free lane loses is not known;
+#: the switch stays, tested both ways.
+LANES_TAKE_ANY = False
 
 
 def _in_daemonic_process() -> bool:
