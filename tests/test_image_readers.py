@@ -431,8 +431,8 @@ def test_readers_give_header_facts_to_decoders_that_take_them(folder, monkeypatc
 @pytest.mark.cuda
 def test_page_locked_slabs_give_the_batches_pageable_slabs_give(tmp_path, monkeypatch):
     """``PIN_READ_SLABS``: the in-process GPU pool's reader slabs page-locked for CUDA, each
-    given back behind its decode's event. Over two epochs of 13 batches (the pool's 8 slabs
-    reused), the batches equal those of pageable slabs, and the memory is unlocked at the
+    given back behind its decode's event. Over two epochs of 13 batches (the pool's 6 slabs
+    reused: 3 slots + 2 lanes + 1), the batches equal those of pageable slabs, and the memory is unlocked at the
     end; also with each batch's reads shared out among the readers (``SPLIT_READS``) and any
     free lane taking the next batch (``LANES_TAKE_ANY``)."""
     pytest.importorskip("nvidia.nvimgcodec")

@@ -1359,12 +1359,15 @@ def test_image_bench_contenders_pick_who_runs(tmp_path, monkeypatch, capsys):
 
     parser = argparse.ArgumentParser()
     _cli._images_arguments(parser)
-    assert parser.parse_args(["--contenders", "vidloader, dali,vidloader"]).contenders == ["vidloader", "dali"]
+    assert parser.parse_args(["--contenders", "vidloader, DALI,vidloader"]).contenders == ["vidloader", "dali"]
     assert parser.parse_args([]).contenders is None
-    for bad in ("vidloader,dal", ","):
+    for bad, says in (("vidloader,dal", "unknown contender(s) dal;"), (",", "no contender named")):
         with pytest.raises(SystemExit):
             parser.parse_args(["--contenders", bad])
-    assert "choose from pillow, vidloader" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert says in err and "choose from pillow, vidloader" in err
+    help_text = " ".join(parser.format_help().split())
+    assert all(name in help_text for name in bench.JPEG_CONTENDERS)  # the help lists every name
 
     ran = []
 
@@ -1395,6 +1398,10 @@ def test_image_bench_contenders_pick_who_runs(tmp_path, monkeypatch, capsys):
     assert ran == ["_decode_nvjpeg", "_decode_nvjpeg"] and "ratio_to_dali" not in out
     out = jpeg(None)
     assert len(set(ran)) == 7 and "vidloader pillow (all cores)" in out and "ratio_to_dali" in out
+    capsys.readouterr()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # GPU contenders named, no GPU
+    assert set(jpeg(["vidloader", "dali"])) == {"files"} and ran == []
+    assert "none of the named contenders runs without CUDA" in capsys.readouterr().out
 
 
 def test_image_files_paths_absolute_symlinked_root_and_default_root(folder, tmp_path, monkeypatch):

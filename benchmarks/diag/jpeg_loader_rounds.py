@@ -34,8 +34,10 @@ from vidloader.pipeline import ImageLoader, _image_decode, _image_readers
 
 VARIANTS = {
     "shipped": {},
-    # Both switches set, so each label means the same whatever the defaults (session 30's
-    # runs had both on by default, session 31's take-any off).
+    # These four set both switches, so each means the same whatever the defaults. The others
+    # change one thing and inherit the rest: until session31-11 that was any free lane
+    # (``LANES_TAKE_ANY`` on), since session31-12 the batches dealt in turn ("2 lanes" is now
+    # "shipped").
     "split only": {(_image_decode, "LANES_TAKE_ANY"): False, (_image_readers, "SPLIT_READS"): True},
     "any lane only": {(_image_decode, "LANES_TAKE_ANY"): True, (_image_readers, "SPLIT_READS"): False},
     "neither": {(_image_decode, "LANES_TAKE_ANY"): False, (_image_readers, "SPLIT_READS"): False},

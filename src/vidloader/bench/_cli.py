@@ -223,15 +223,17 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _jpeg_contenders(text: str) -> list[str]:
-    """``--contenders``: short names known to the JPEG workload, none twice."""
+def _contender_names(text: str) -> list[str]:
+    """``--contenders``: short names known to the JPEG workload (any case), none twice."""
     from ._images import JPEG_CONTENDERS
 
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    choices = ", ".join(JPEG_CONTENDERS)
+    if not names:
+        raise argparse.ArgumentTypeError(f"no contender named in {text!r}; choose from {choices}")
     unknown = [name for name in names if name not in JPEG_CONTENDERS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown contender(s) {unknown or text!r}; choose from {', '.join(JPEG_CONTENDERS)}")
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown contender(s) {', '.join(unknown)}; choose from {choices}")
     return list(dict.fromkeys(names))
 
 
@@ -255,10 +257,11 @@ def _images_arguments(p: argparse.ArgumentParser) -> None:
                    help="jpeg on a GPU: run the GPU contenders this many times, the order reversed every "
                         "other round; each keeps its rates and their median, and the ratio to "
                         "DALI is taken within each round (default 1)")
-    p.add_argument("--contenders", type=_jpeg_contenders, default=None, metavar="NAMES",
-                   help="jpeg: comma-separated, the contenders to run (default: all): "
-                        "pillow, vidloader, vidloader-workers, nvimgcodec, nvjpeg, torchvision, "
-                        "dali. 'vidloader,dali' gives more rounds of the ratio in the same time")
+    p.add_argument("--contenders", type=_contender_names, default=None, metavar="NAMES",
+                   help="jpeg: comma-separated, the contenders to run, in the bench's own order "
+                        "(default: all): pillow, vidloader, vidloader-workers, nvimgcodec, nvjpeg, "
+                        "torchvision, dali. 'vidloader,dali' gives more rounds of the ratio in "
+                        "the same time")
     p.add_argument("--host-ms", type=_non_negative_float, default=0.0,
                    help="jpeg: milliseconds the consumer works on the host after each batch, "
                         "standing in for a training step's host side (default 0: it only "

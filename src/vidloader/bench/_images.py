@@ -468,6 +468,9 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
     if "vidloader pillow (all cores)" in wanted:
         _attempt(results, "vidloader pillow (all cores)",
                  lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
+    if not torch.cuda.is_available() and not wanted & {"vidloader pillow (all cores)"}:
+        print(f"none of the named contenders runs without CUDA ({', '.join(sorted(wanted))}): "
+              "only 'pillow' does", flush=True)
     if torch.cuda.is_available():
         contenders = {  # the default (the in-process pool), and 2 GPU worker processes
             "vidloader nvimgcodec": lambda: _jpeg_vidloader(folder, device, b, n, "nvimgcodec", None),

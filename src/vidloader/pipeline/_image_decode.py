@@ -108,12 +108,13 @@ class _Streams:
 #: GIL for the whole decode), three lanes: 22,211 / 21,878 against two 20,712 / 19,988,
 #: alternated (H200, ``benchmarks/results/gpu/session28-9``). Since the slabs are page-locked
 #: and the reads shared out (session 30), two again: nvJPEG's call is host work that three
-#: threads slow each other in (one lane's 256 images took 22.5 ms of its call, 20.9 ms of
-#: them CPU, against 8.2-8.8 ms on one thread alone: ``session31-1``'s timeline). Alternated
-#: in one process (H200, ``session31-1``, four rounds): two lanes 25,074 / 26,055 / 24,945 /
-#: 23,286 images/s against three 23,779 / 23,340 / 23,364 / 23,407; dealt in turn, two lanes
-#: 25,165 / 24,907 / 26,001 / 22,953 and 26,008 / 25,711 / 23,718 against three 23,552 /
-#: 23,758 / 23,676 / 23,588 and 23,183 / 21,255 / 21,165 (``session31-7``, ``-11``).
+#: threads slow each other in (with three, one lane's 256 images took 22.5 ms of its call,
+#: 20.9 ms of them CPU: ``session31-1``'s timeline; one thread alone spent 8.2-8.8 ms in
+#: ``session30-9``). Alternated in one process (H200, any free lane taking the next batch,
+#: ``session31-1``, four rounds): two lanes 25,074 / 26,055 / 24,945 / 23,286 images/s
+#: against three 23,779 / 23,340 / 23,364 / 23,407. Two lanes dealt in turn 25,165 / 24,907 /
+#: 26,001 / 22,953 and 26,008 / 25,711 / 23,718 against three lanes taking any free lane
+#: 23,552 / 23,758 / 23,676 / 23,588 and 23,183 / 21,255 / 21,165 (``session31-7``, ``-11``).
 NVIMGCODEC_LANES = 2
 
 #: CUDA stream priority of the decode lanes (0: the default; -1: ahead of the augmentation's
