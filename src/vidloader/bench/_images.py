@@ -465,10 +465,10 @@ def _jpeg_contenders(args, data: Path, device: str) -> dict:
         print(f"the consumer works {HOST_MS:g} ms on the host after each batch ({HOST_WORK}; "
               f"at most {bound:,.0f} images/s)", flush=True)
     wanted = {JPEG_CONTENDERS[short] for short in getattr(args, "contenders", None) or JPEG_CONTENDERS}
-    if "vidloader pillow (all cores)" in wanted:
-        _attempt(results, "vidloader pillow (all cores)",
-                 lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
-    if not torch.cuda.is_available() and not wanted & {"vidloader pillow (all cores)"}:
+    pillow = JPEG_CONTENDERS["pillow"]
+    if pillow in wanted:
+        _attempt(results, pillow, lambda: _jpeg_vidloader(folder, device, b, n, "pillow", args.workers))
+    elif not torch.cuda.is_available():
         print(f"none of the named contenders runs without CUDA ({', '.join(sorted(wanted))}): "
               "only 'pillow' does", flush=True)
     if torch.cuda.is_available():

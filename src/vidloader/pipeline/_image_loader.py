@@ -194,8 +194,8 @@ class ImageLoader(VideoLoader):
         num_workers (int | None): decoding processes. Pillow: default one per core.
             ``"nvimgcodec"``: default :data:`GPU_IMAGE_WORKERS`, 0: in this process, two
             small reader processes read the files into shared memory, two decode threads
-            (lanes, the batches dealt to them in turn) decode them (nvJPEG's hardware decoder, letting go of the GIL) and an
-            augmentation thread augments; N > 0: N processes that each decode and augment
+            (lanes, the batches dealt to them in turn) decode them (nvJPEG's hardware
+            decoder, letting go of the GIL) and an augmentation thread augments; N > 0: N processes that each decode and augment
             whole batches on the GPU (a GIL each; more GPU memory, and their CUDA contexts
             take turns on the GPU; ahead only where the training loop's own Python is
             heavy). Unused for in-memory datasets and decoder objects.
